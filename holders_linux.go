@@ -1,0 +1,160 @@
+package runnerstate
+
+import (
+	"bytes"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// procLocks is /proc/locks; a variable so tests can point it at a fixture.
+var procLocks = "/proc/locks"
+
+// kernelLock is one granted flock(2) lock the kernel lists for a file.
+type kernelLock struct {
+	pid       int // the pid that called flock, as seen from our PID namespace; 0 when not visible
+	exclusive bool
+	devMatch  bool // the device numbers matched too, not only the inode
+}
+
+// kernelLocks lists the granted flock locks on the file at path from
+// /proc/locks, without touching the lock: a probe that locked, even shared,
+// would make a concurrent LOCK_EX|LOCK_NB fail. known is false when the kernel
+// cannot tell (no /proc), and the caller falls back to a probe.
+//
+// /proc/locks names a lock by "major:minor:inode" of the superblock's device.
+// On btrfs subvolumes and overlayfs stat(2) reports another device number, so
+// entries that match the inode but not the device are returned with devMatch
+// false, for the caller to corroborate with the lock file's recorded pid.
+func kernelLocks(path string) (locks []kernelLock, exists, known bool) {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return nil, false, true
+	}
+	bp := procBufs.Get().(*[]byte)
+	defer procBufs.Put(bp)
+	data, err := readAllInto(procLocks, bp)
+	if err != nil {
+		return nil, true, false
+	}
+	major, minor := uint64(unix.Major(uint64(st.Dev))), uint64(unix.Minor(uint64(st.Dev)))
+	ino := uint64(st.Ino)
+	for len(data) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			line, data = data, nil
+		}
+		kl, lmaj, lmin, lino, ok := parseLocksLine(line)
+		if !ok || lino != ino {
+			continue
+		}
+		kl.devMatch = lmaj == major && lmin == minor
+		locks = append(locks, kl)
+	}
+	return locks, true, true
+}
+
+// parseLocksLine parses one /proc/locks line of a granted FLOCK lock:
+//
+//	1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF
+//
+// Blocked waiters ("1: -> FLOCK ...") and other lock types are skipped. The
+// format is fs/locks.c's lock_get_status.
+func parseLocksLine(line []byte) (kl kernelLock, major, minor, ino uint64, ok bool) {
+	var f [8][]byte
+	n := 0
+	for n < len(f) {
+		for len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+			line = line[1:]
+		}
+		if len(line) == 0 {
+			break
+		}
+		i := bytes.IndexAny(line, " \t")
+		if i < 0 {
+			i = len(line)
+		}
+		f[n], line = line[:i], line[i:]
+		n++
+	}
+	if n < 6 || string(f[1]) != "FLOCK" {
+		return kl, 0, 0, 0, false
+	}
+	switch string(f[3]) {
+	case "WRITE":
+		kl.exclusive = true
+	case "READ":
+	default:
+		return kl, 0, 0, 0, false
+	}
+	pid, err := strconv.Atoi(string(f[4]))
+	if err != nil {
+		return kl, 0, 0, 0, false
+	}
+	if pid > 0 {
+		kl.pid = pid
+	}
+	dev := f[5]
+	c1 := bytes.IndexByte(dev, ':')
+	if c1 < 0 {
+		return kl, 0, 0, 0, false
+	}
+	c2 := bytes.IndexByte(dev[c1+1:], ':')
+	if c2 < 0 {
+		return kl, 0, 0, 0, false
+	}
+	c2 += c1 + 1
+	if major, err = strconv.ParseUint(string(dev[:c1]), 16, 32); err != nil {
+		return kl, 0, 0, 0, false
+	}
+	if minor, err = strconv.ParseUint(string(dev[c1+1:c2]), 16, 32); err != nil {
+		return kl, 0, 0, 0, false
+	}
+	if ino, err = strconv.ParseUint(string(dev[c2+1:]), 10, 64); err != nil {
+		return kl, 0, 0, 0, false
+	}
+	return kl, major, minor, ino, true
+}
+
+// kernelListsLocks reports whether /proc/locks can be read here.
+var kernelListsLocks = sync.OnceValue(func() bool {
+	fd, err := unix.Open(procLocks, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
+})
+
+var procBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+// readAllInto reads a whole (proc) file into *bp, growing it as needed.
+func readAllInto(path string, bp *[]byte) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	buf := (*bp)[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+		buf = buf[:len(buf)+n]
+	}
+	*bp = buf
+	return buf, nil
+}

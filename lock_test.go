@@ -1,0 +1,338 @@
+//go:build linux
+
+package runnerstate
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func init() {
+	// hold: take an exclusive lock on the path, say "locked", hold it until
+	// stdin closes. Command "read" reads the lock file with os.ReadFile in this
+	// same process (the fcntl-lock pitfall) and says "read".
+	roles["hold"] = func(path string) int {
+		unlock, err := TryLock(path)
+		if err != nil {
+			say("error %v", err)
+			return 1
+		}
+		say("locked")
+		for cmd := range commands() {
+			if cmd == "read" {
+				os.ReadFile(path)
+				say("read")
+			}
+		}
+		unlock()
+		return 0
+	}
+	// wait: block in Lock until it is ours, say "locked", hold until stdin
+	// closes.
+	roles["wait"] = func(path string) int {
+		say("waiting")
+		unlock, err := Lock(context.Background(), path)
+		if err != nil {
+			say("error %v", err)
+			return 1
+		}
+		say("locked")
+		for range commands() {
+		}
+		unlock()
+		return 0
+	}
+	// try: one TryLock; say "locked" or "busy <pid>".
+	roles["try"] = func(path string) int {
+		unlock, err := TryLock(path)
+		if err != nil {
+			var be *BusyError
+			if errors.As(err, &be) {
+				say("busy %d", be.PID)
+				return 0
+			}
+			say("error %v", err)
+			return 1
+		}
+		unlock()
+		say("locked")
+		return 0
+	}
+	// rhold: a shared lock, held until stdin closes.
+	roles["rhold"] = func(path string) int {
+		unlock, err := TryRLock(path)
+		if err != nil {
+			say("error %v", err)
+			return 1
+		}
+		say("locked")
+		for range commands() {
+		}
+		unlock()
+		return 0
+	}
+}
+
+func TestTryLockExcludesInProcess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	unlock, err := TryLock(path)
+	require.NoError(t, err)
+	_, err = TryLock(path)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrBusy)
+	assert.ErrorIs(t, err, syscall.EWOULDBLOCK)
+	var be *BusyError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, os.Getpid(), be.PID, "the kernel names this process as the holder")
+	assert.Contains(t, err.Error(), path)
+	_, err = TryRLock(path)
+	assert.ErrorIs(t, err, ErrBusy, "a shared lock waits for an exclusive one")
+
+	unlock()
+	unlock() // idempotent
+	unlock2, err := TryLock(path)
+	require.NoError(t, err)
+	unlock2()
+}
+
+func TestSharedLocksCoexist(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	r1, err := TryRLock(path)
+	require.NoError(t, err)
+	other := startChild(t, "rhold", path)
+	other.expect("locked")
+	_, err = TryLock(path)
+	assert.ErrorIs(t, err, ErrBusy, "an exclusive lock waits for shared ones")
+	r1()
+	require.NoError(t, other.stop())
+	w, err := TryLock(path)
+	require.NoError(t, err)
+	w()
+}
+
+func TestLockAcrossProcesses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	holder := startChild(t, "hold", path)
+	holder.expect("locked")
+
+	_, err := TryLock(path)
+	var be *BusyError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, holder.pid(), be.PID)
+
+	// A waiter in this process gets the lock when the holder lets go.
+	got := make(chan error, 1)
+	go func() {
+		unlock, err := Lock(background(t), path)
+		if err == nil {
+			unlock()
+		}
+		got <- err
+	}()
+	require.NoError(t, holder.stop())
+	require.NoError(t, <-got)
+}
+
+func TestLockWaiterInOtherProcess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	unlock, err := TryLock(path)
+	require.NoError(t, err)
+	w := startChild(t, "wait", path)
+	w.expect("waiting")
+	unlock()
+	w.expect("locked")
+	require.NoError(t, w.stop())
+}
+
+func TestLockDeadline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	holder := startChild(t, "hold", path)
+	holder.expect("locked")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := Lock(ctx, path)
+	elapsed := time.Since(start)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrBusy)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.GreaterOrEqual(t, elapsed, 300*time.Millisecond)
+	var be *BusyError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, holder.pid(), be.PID)
+	assert.Contains(t, err.Error(), path)
+	t.Logf("Lock with a 300ms deadline returned after %v", elapsed)
+
+	// One parked goroutine may outlive the wait, blocked in flock until the
+	// holder releases. It must never recreate the file: remove the path and
+	// let the holder go; the parked goroutine wakes on the old inode, finds
+	// nobody waiting and leaves.
+	assert.Equal(t, 1, parked.parkedCount())
+	require.NoError(t, os.Remove(path))
+	require.NoError(t, holder.stop())
+	eventually(t, "the parked goroutine leaves", func() bool { return parked.parkedCount() == 0 })
+	_, err = os.Lstat(path)
+	assert.True(t, os.IsNotExist(err), "the lock file was recreated")
+}
+
+func TestLockCancelledWaitersLeaveOneParker(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	holder := startChild(t, "hold", path)
+	holder.expect("locked")
+	for range 5 {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { _, err := Lock(ctx, path); done <- err }()
+		eventually(t, "the waiter queues", func() bool { return parked.parkedCount() == 1 })
+		cancel()
+		err := <-done
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.ErrorIs(t, err, ErrBusy)
+	}
+	assert.Equal(t, 1, parked.parkedCount(), "one parked goroutine per path and mode")
+	require.NoError(t, holder.stop())
+	eventually(t, "the parked goroutine leaves", func() bool { return parked.parkedCount() == 0 })
+	// The lock is free again: nobody holds it after the parker left.
+	u, err := TryLock(path)
+	require.NoError(t, err)
+	u()
+}
+
+func TestLockInProcessQueueIsFIFO(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	unlock, err := TryLock(path)
+	require.NoError(t, err)
+	const n = 5
+	order := make(chan int, n)
+	for i := range n {
+		queued := make(chan struct{})
+		go func() {
+			ctx := background(t)
+			go func() {
+				for parked.queueLen(path, kindExclusive) <= i {
+					time.Sleep(time.Millisecond)
+				}
+				close(queued)
+			}()
+			u, err := Lock(ctx, path)
+			if err != nil {
+				order <- -1
+				return
+			}
+			order <- i
+			u()
+		}()
+		<-queued
+	}
+	unlock()
+	for i := range n {
+		assert.Equal(t, i, <-order)
+	}
+	eventually(t, "the parked goroutine leaves", func() bool { return parked.parkedCount() == 0 })
+}
+
+func TestLockRetriesWhenFileReplaced(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.lock")
+	holder := startChild(t, "hold", path)
+	holder.expect("locked")
+	// Replace the file under the holder: a lock on the old inode protects the
+	// old file only, so a waiter must lock the new one.
+	require.NoError(t, os.Rename(path, filepath.Join(dir, "old.lock")))
+	unlock, err := TryLock(path)
+	require.NoError(t, err, "the new file at path is free")
+	unlock()
+	require.NoError(t, holder.stop())
+}
+
+func TestLockRefusesOddPaths(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	require.NoError(t, os.WriteFile(victim, []byte("precious"), 0o644))
+	link := filepath.Join(dir, "link.lock")
+	require.NoError(t, os.Symlink(victim, link))
+	sub := filepath.Join(dir, "sub.lock")
+	require.NoError(t, os.Mkdir(sub, 0o755))
+	fifo := filepath.Join(dir, "fifo.lock")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{"symlink", link, "symlink"},
+		{"directory", sub, "directory"},
+		{"fifo", fifo, "not a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, fn := range []func(string) (func(), error){TryLock, TryRLock} {
+				_, err := fn(tc.path)
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.path)
+				assert.Contains(t, err.Error(), tc.want)
+				assert.NotErrorIs(t, err, ErrBusy)
+			}
+			_, err := Lock(background(t), tc.path)
+			assert.Contains(t, err.Error(), tc.path)
+		})
+	}
+	data, err := os.ReadFile(victim)
+	require.NoError(t, err)
+	assert.Equal(t, "precious", string(data))
+}
+
+func TestLockPermissionIsNotBusy(t *testing.T) {
+	if os.Getuid() == 0 {
+		t.Skip("root opens any file; the reliability tests cover this with another uid")
+	}
+	path := filepath.Join(t.TempDir(), "x.lock")
+	require.NoError(t, os.WriteFile(path, nil, 0o444))
+	_, err := TryLock(path)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrBusy)
+	assert.ErrorIs(t, err, os.ErrPermission)
+	assert.Contains(t, err.Error(), path)
+}
+
+func TestLockingUnsupported(t *testing.T) {
+	// The kernel only says ENOLCK on filesystems we cannot mount here (NFS
+	// without lockd, some FUSE): inject it.
+	path := filepath.Join(t.TempDir(), "x.lock")
+	restore := injectFlockError(syscall.ENOLCK)
+	defer restore()
+	_, err := TryLock(path)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrLockingUnsupported)
+	assert.ErrorIs(t, err, syscall.ENOLCK)
+	assert.Contains(t, err.Error(), path)
+	assert.Contains(t, err.Error(), "move it to a local disk")
+	_, err = Lock(background(t), path)
+	assert.ErrorIs(t, err, ErrLockingUnsupported)
+	_, err = Acquire(t.TempDir())
+	assert.ErrorIs(t, err, ErrLockingUnsupported)
+}
+
+func TestBusyErrorMessage(t *testing.T) {
+	for _, tc := range []struct {
+		err  *BusyError
+		want string
+	}{
+		{&BusyError{Path: "/d/runner.lock"}, "runnerstate: /d/runner.lock is locked by another process"},
+		{&BusyError{Path: "/d/runner.lock", PID: 7, Verified: true}, "runnerstate: /d/runner.lock is locked by pid 7 (verified alive)"},
+		{&BusyError{Path: "/s/scope.lock", PID: 7, Owner: "/data/a"}, "runnerstate: /s/scope.lock is locked by pid 7 (unverified) serving /data/a"},
+		{&BusyError{Path: "/d/x", cause: context.DeadlineExceeded}, "runnerstate: /d/x is locked by another process: context deadline exceeded"},
+	} {
+		assert.Equal(t, tc.want, tc.err.Error())
+	}
+	assert.ErrorIs(t, &BusyError{}, ErrBusy)
+	assert.ErrorIs(t, error(&BusyError{}), syscall.EWOULDBLOCK)
+	assert.NotErrorIs(t, error(&BusyError{}), syscall.EAGAIN+1)
+}
