@@ -1,0 +1,561 @@
+// Package runnerstate coordinates a single runner process per data directory
+// on one machine: exactly one process works the directory at a time, and the
+// process that starts a runner, the runner itself and the next runner that
+// takes over hand the directory between them without ever overlapping,
+// without signalling the wrong process, and without losing or tearing state.
+//
+// # Authority and hints
+//
+// The kernel lock (flock(2) on runner.lock) is the only authority: it is held
+// while the runner lives, and the kernel drops it the instant the runner dies,
+// however it died. Everything else in the directory is a hint that names the
+// holder: runner.lock carries the holder's Identity, runner.json the Record it
+// published. A pid read from a file is never taken as proof of life; a
+// recorded process is "verified" only when its pid, start ticks, boot id, PID
+// namespace and machine all match the live process, and only a verified
+// process is ever signalled, through a pidfd that pins it.
+//
+// # Files in a runner directory
+//
+//	runner.lock   the kernel lock; one line, the holder's Identity as JSON.
+//	              Never unlinked; its content is cleared on release.
+//	runner.json   the Record the holder published (Publish); removed on release.
+//	restart.json  a pending restart request (RequestRestart).
+//	gate.lock, gate.json
+//	              the takeover gate: waiting starters (Takeover, Status).
+//
+// State files are written atomically: a temporary file in the same
+// directory, fsynced, renamed over the target, and the directory fsynced. No
+// path is ever followed through a symlink.
+//
+// # Waits
+//
+// Every wait takes a context.Context and every busy answer is a *BusyError
+// that names the holder. Lock and RLock hand a released lock to a waiting
+// process as fast as the kernel does (no polling).
+//
+// # Platforms
+//
+// Linux is first-class: holders are read from /proc/locks without touching
+// the lock, identities are verified from /proc and pinned with pidfds. macOS
+// and other Unix systems verify start times through sysctl and probe locks
+// with a non-blocking shared lock. Windows locks through LockFileEx and
+// verifies creation times, but cannot read a locked file's content, so the
+// holder is named from runner.json only; SIGTERM does not exist there.
+package runnerstate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/runnerstate/runnerstate/internal/liveness"
+)
+
+// The files of a runner directory.
+const (
+	LockName    = "runner.lock"  // the kernel lock, with the holder's identity in it
+	RecordName  = "runner.json"  // the holder's published Record
+	RestartName = "restart.json" // a pending restart request
+)
+
+// Internal files of a runner directory.
+const (
+	gateName      = "gate.json"   // the takeover gate's waiting starters
+	stateLockName = ".state.lock" // the state lock where directories cannot be locked (Windows)
+	corruptSuffix = ".corrupt"    // an unreadable state file set aside by a fresh holder
+)
+
+// ExitBusy is the exit code the examples use when they are refused because
+// another runner holds the directory: EX_TEMPFAIL from BSD's sysexits.h, "try
+// again later".
+const ExitBusy = 75
+
+// holder is this process's hold on a runner directory, taken by Acquire or
+// Takeover.
+type holder struct {
+	dir        string
+	key        dirKey
+	lock       *lockFile
+	self       Identity
+	acquiredAt time.Time
+	once       sync.Once
+}
+
+// The runner directories this process holds, keyed by the directory's device
+// and inode so that two spellings of one directory are one key.
+var holders = struct {
+	sync.Mutex
+	m map[dirKey]*holder
+}{m: make(map[dirKey]*holder)}
+
+// heldBy returns this process's hold on dir, or nil.
+func heldBy(dir string) *holder {
+	key, err := keyOf(dir)
+	if err != nil {
+		return nil
+	}
+	holders.Lock()
+	defer holders.Unlock()
+	return holders.m[key]
+}
+
+// Acquire takes dir's runner lock without waiting, creating dir (0755) and
+// runner.lock (0644) when they do not exist. On success this process is the
+// one runner of dir: its Identity is written into runner.lock, a stale
+// runner.json left by a previous runner is removed (an unreadable one is set
+// aside as runner.json.corrupt and logged once), and a restart request is
+// retired when it was addressed to another runner or made before this call; a
+// request made while this call ran is kept for this runner.
+//
+// release removes runner.json, clears runner.lock's content, retires a
+// restart request addressed to this runner and frees the lock; it is
+// idempotent. The lock file itself is never removed. A process that dies
+// without calling release loses the lock at once all the same (the kernel
+// drops it), and the next Acquire clears what it left.
+//
+// Errors: a *BusyError naming the holder when the lock is held (by another
+// process, or by this one through an earlier Acquire); ErrLockingUnsupported
+// on a filesystem without locks; an error naming the path when dir is not a
+// directory, or runner.lock is a symlink, a directory or not writable.
+func Acquire(dir string) (release func(), err error) {
+	h, err := acquireRunner(dir, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return h.release, nil
+}
+
+// acquireRunner takes the runner lock; since is when the caller's attempt
+// began, for retiring restart requests made before it.
+func acquireRunner(dir string, since time.Time) (*holder, error) {
+	if err := ensureDir(dir); err != nil {
+		return nil, err
+	}
+	lockPath := filepath.Join(dir, LockName)
+	l, err := acquireNB(lockPath, kindExclusive)
+	for try := 0; err == errWouldBlock && probesInterfere() && try < 5; try++ {
+		// Where lock holders can only be probed, a probe holds a shared lock
+		// for an instant; a busy answer may be one.
+		time.Sleep(time.Millisecond)
+		l, err = acquireNB(lockPath, kindExclusive)
+	}
+	if err == errWouldBlock {
+		return nil, busyError(lockPath, nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+	key, err := keyOf(dir)
+	if err != nil {
+		l.release()
+		return nil, err
+	}
+	self := Self()
+	h := &holder{dir: dir, key: key, lock: l, self: self, acquiredAt: time.Now()}
+	line, _ := json.Marshal(self)
+	if err := l.writeContent(append(line, '\n')); err != nil {
+		l.release()
+		return nil, err
+	}
+	h.adopt(since)
+	holders.Lock()
+	holders.m[key] = h
+	holders.Unlock()
+	return h, nil
+}
+
+// adopt clears what a previous runner left, now that this process holds the
+// lock. Failures are logged: a stale file is a hint, and the kernel lock is
+// already ours.
+func (h *holder) adopt(since time.Time) {
+	err := withStateLock(h.dir, func() error {
+		clearStaleRecord(h.dir, h.self)
+		retireRestart(h.dir, h.self, since)
+		return nil
+	})
+	if err != nil {
+		logger().Warn("runnerstate: could not clear the previous runner's files", "dir", h.dir, "err", err)
+	}
+}
+
+// clearStaleRecord removes a runner.json that is not self's, and sets aside
+// one that cannot be read. Called only while holding the runner lock. It
+// returns the stale pid and whether anything was cleared.
+func clearStaleRecord(dir string, self Identity) (int, bool) {
+	path := filepath.Join(dir, RecordName)
+	rec, state, err := readRecord(dir)
+	switch state {
+	case fileAbsent:
+		return 0, false
+	case fileOK:
+		if sameProcess(rec.Process, self) {
+			return 0, false
+		}
+		v, why := liveness.Check(liveness.Identity(rec.Process))
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			logger().Warn("runnerstate: could not remove a stale record", "path", path, "err", err)
+			return rec.PID, false
+		}
+		args := []any{"path", path, "pid", rec.PID, "verdict", v.String(), "why", why}
+		if v == liveness.Foreign || v == liveness.OtherNamespace {
+			logger().Warn("runnerstate: cleared a record left by a runner of another machine or PID namespace; it was not signalled", args...)
+		} else {
+			logger().Info("runnerstate: cleared a stale record", args...)
+		}
+		return rec.PID, true
+	}
+	// Corrupt: unreadable, unparsable, a symlink, a directory.
+	if errors.Is(err, errIsDir) {
+		warnOnce("dir:"+path, "runnerstate: a directory stands where the runner record belongs; Publish will fail until it is moved", "path", path)
+		return 0, false
+	}
+	aside := path + corruptSuffix
+	if rerr := os.Rename(path, aside); rerr != nil {
+		warnOnce("corrupt:"+path, "runnerstate: an unreadable runner record could not be set aside", "path", path, "err", err, "rename_err", rerr)
+		return 0, false
+	}
+	syncDir(dir)
+	logger().Warn("runnerstate: set aside an unreadable runner record", "path", path, "aside", aside, "err", err)
+	return 0, true
+}
+
+// Running reports whether a runner holds dir's lock now, and who. The kernel
+// decides: a free lock means not running, whatever the files say; a held one
+// means running. The Record is returned only when runner.json names the
+// process that holds the lock and its identity is confirmed alive; otherwise
+// the Record carries only PID: runner.lock's pid when the kernel confirms that
+// process holds the lock, else the pid the kernel names, else 0.
+//
+// Running is a read-only probe: it creates nothing, writes nothing, and never
+// makes a concurrent Acquire fail (on Linux it reads /proc/locks instead of
+// touching the lock). The answer may be stale by the time it is used.
+//
+// Errors: an error naming the path when runner.lock is a symlink or a
+// directory, or cannot be read; a missing dir is simply not running.
+func Running(dir string) (Record, bool, error) {
+	st := inspectLock(filepath.Join(dir, LockName))
+	if st.err != nil {
+		return Record{}, false, st.err
+	}
+	if !st.held {
+		return Record{}, false, nil
+	}
+	if st.verified {
+		if rec, state, _ := readRecord(dir); state == fileOK && rec.PID == st.pid && sameProcess(rec.Process, st.content) {
+			return rec, true, nil
+		}
+	}
+	return Record{PID: st.pid}, true, nil
+}
+
+// ClearStale clears what a previous runner left in dir (runner.json, and the
+// identity in runner.lock, plus a restart request addressed to it), but only
+// while holding dir's runner lock, which it takes without waiting and releases
+// before returning. It returns the stale pid (runner.json's when readable,
+// else runner.lock's) and whether anything was cleared. The lock file stays in
+// place. A missing dir has nothing to clear.
+//
+// Errors: when the lock is held, the holder's pid and a *BusyError (errors.Is
+// ErrBusy and, on Unix, syscall.EWOULDBLOCK); otherwise the errors of Acquire.
+func ClearStale(dir string) (pid int, cleared bool, err error) {
+	if fi, err := os.Stat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, false, nil
+		}
+		return 0, false, pathError("stat", dir, unwrapPathErr(err))
+	} else if !fi.IsDir() {
+		return 0, false, pathError("refusing", dir, errors.New("is not a directory"))
+	}
+	lockPath := filepath.Join(dir, LockName)
+	l, err := acquireNB(lockPath, kindExclusive)
+	for try := 0; err == errWouldBlock && probesInterfere() && try < 5; try++ {
+		time.Sleep(time.Millisecond)
+		l, err = acquireNB(lockPath, kindExclusive)
+	}
+	if err == errWouldBlock {
+		be := busyError(lockPath, nil)
+		return be.PID, false, be
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	defer l.release()
+	content, _ := l.readContent(maxLockContent)
+	lockID, lockOK := parseLockContent(content)
+	err = withStateLock(dir, func() error {
+		recPID, recCleared := clearStaleRecord(dir, Identity{})
+		pid, cleared = recPID, recCleared
+		if retireRestartAddressed(dir) {
+			cleared = true
+		}
+		return nil
+	})
+	if len(content) > 0 {
+		if werr := l.writeContent(nil); werr == nil {
+			cleared = true
+		}
+	}
+	if pid == 0 && lockOK {
+		pid = lockID.PID
+	}
+	return pid, cleared, err
+}
+
+// maxLockContent bounds what is read of a lock file: one identity line.
+const maxLockContent = 4096
+
+// StalePIDs returns the pids named in dir's runner.lock and runner.json,
+// deduplicated, lock file's first. They are bare pids read from files, for a
+// starter to note before its child clears them; they prove nothing, and a
+// caller must verify an identity before acting on one. It locks nothing and
+// creates nothing.
+func StalePIDs(dir string) []int {
+	var pids []int
+	add := func(pid int) {
+		if pid <= 0 {
+			return
+		}
+		for _, p := range pids {
+			if p == pid {
+				return
+			}
+		}
+		pids = append(pids, pid)
+	}
+	if data, err := readHint(filepath.Join(dir, LockName), maxLockContent); err == nil {
+		if id, ok := parseLockContent(data); ok {
+			add(id.PID)
+		}
+	}
+	if rec, state, _ := readRecord(dir); state == fileOK {
+		add(rec.PID)
+	}
+	return pids
+}
+
+// Report is everything an operator needs to know about a runner directory,
+// from Status. Scripts parse its JSON; the field names are stable.
+type Report struct {
+	Dir      string     `json:"dir"`      // the directory, made absolute
+	Held     bool       `json:"held"`     // the kernel lock is held: a runner is running
+	Holder   Record     `json:"holder"`   // as Running reports it: the full record only when verified
+	Verified bool       `json:"verified"` // the holder's identity is confirmed alive
+	Verdict  string     `json:"verdict,omitempty"`
+	Restart  string     `json:"restart"`  // the pending restart mode, or ""
+	Waiting  []Identity `json:"waiting"`  // live starters waiting in Takeover, oldest first
+	Stale    []int      `json:"stale"`    // pids named in files that are not the live holder
+	Warnings []string   `json:"warnings"` // anything odd: corrupt files, foreign holders
+}
+
+// Status reports dir's state: whether a runner holds the lock and who it is,
+// the pending restart request, the starters waiting to take over, the stale
+// pids the files still name, and warnings about anything odd. Like Running it
+// creates nothing, modifies nothing and never makes an Acquire fail.
+//
+// Verdict, when the lock file names a holder, is the liveness verdict of that
+// identity: "self", "alive", "dead", "stale", "foreign", "other-namespace" or
+// "unverifiable".
+//
+// Errors: an error naming the path when dir exists but cannot be read, or
+// runner.lock is a symlink or a directory. A missing dir reports not held.
+func Status(dir string) (Report, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	r := Report{Dir: abs, Waiting: []Identity{}, Stale: []int{}, Warnings: []string{}}
+	lockPath := filepath.Join(dir, LockName)
+	st := inspectLock(lockPath)
+	if st.err != nil {
+		return r, st.err
+	}
+	r.Held = st.held
+	r.Verified = st.held && st.verified
+	if st.contentOK {
+		r.Verdict = st.verdict.String()
+	}
+	rec, recState, recErr := readRecord(dir)
+	if st.held {
+		r.Holder = Record{PID: st.pid}
+		if st.verified && recState == fileOK && rec.PID == st.pid && sameProcess(rec.Process, st.content) {
+			r.Holder = rec
+		}
+		switch st.verdict {
+		case liveness.Foreign:
+			r.Warnings = append(r.Warnings, fmt.Sprintf("%s names a holder on another machine (%s); it is never signalled", lockPath, st.content))
+		case liveness.OtherNamespace:
+			r.Warnings = append(r.Warnings, fmt.Sprintf("%s names a holder in another PID namespace (%s); it is never signalled", lockPath, st.content))
+		}
+		if st.held && !st.verified {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("the holder of %s cannot be verified (%s)", lockPath, st.reason))
+		}
+	}
+	if recState == fileCorrupt {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("%s cannot be read and is ignored: %v", filepath.Join(dir, RecordName), recErr))
+	}
+	// Stale pids: those the files name that are not the live holder.
+	for _, pid := range StalePIDs(dir) {
+		if st.held && st.verified && pid == st.pid {
+			continue
+		}
+		r.Stale = append(r.Stale, pid)
+	}
+	if mode, ok := RestartRequested(dir); ok {
+		r.Restart = mode
+	}
+	waiting, warn := waitingStarters(dir)
+	r.Waiting = append(r.Waiting, waiting...)
+	if warn != "" {
+		r.Warnings = append(r.Warnings, warn)
+	}
+	r.Warnings = append(r.Warnings, dirWarnings(dir)...)
+	return r, nil
+}
+
+// lockState is what inspectLock learned about a lock file.
+type lockState struct {
+	held      bool             // someone holds the lock (kernel or probe)
+	pid       int              // the holder's pid as far as it can be trusted, else 0
+	verified  bool             // pid's identity is confirmed alive and it holds the lock
+	content   Identity         // the identity in the lock file
+	contentOK bool             // content parsed
+	verdict   liveness.Verdict // of content, when contentOK
+	reason    string           // why not verified
+	err       error            // the lock path is unusable (symlink, directory...)
+}
+
+// inspectLock looks at a lock file without touching the lock: who holds it,
+// according to the kernel, and whether the identity written in it is that
+// holder and alive.
+func inspectLock(path string) lockState {
+	var st lockState
+	data, rerr := readHint(path, maxLockContent)
+	if rerr != nil && !isNotExist(rerr) && rerr != errTooLarge {
+		var pe *fs.PathError
+		if errors.As(rerr, &pe) && (errors.Is(rerr, errSymlink) || errors.Is(rerr, errIsDir) || errors.Is(rerr, errNotRegular)) {
+			st.err = rerr
+			return st
+		}
+	}
+	if rerr == nil || rerr == errTooLarge {
+		st.content, st.contentOK = parseLockContent(data)
+	}
+	if st.contentOK {
+		var why string
+		st.verdict, why = liveness.Check(liveness.Identity(st.content))
+		st.reason = st.content.String() + ": " + st.verdict.String() + " (" + why + ")"
+	} else {
+		st.reason = "the lock file names no holder"
+	}
+	alive := st.verdict == liveness.Alive || st.verdict == liveness.Self
+
+	locks, exists, known := kernelLocks(path)
+	if !exists {
+		return lockState{}
+	}
+	if known {
+		var firstPID int
+		for _, kl := range locks {
+			if !kl.exclusive {
+				continue
+			}
+			if st.contentOK && kl.pid == st.content.PID {
+				st.held, st.pid = true, kl.pid
+				st.verified = alive
+				return st
+			}
+			if kl.devMatch {
+				st.held = true
+				if firstPID == 0 {
+					firstPID = kl.pid
+				}
+			}
+		}
+		st.pid = firstPID
+		if st.held && st.contentOK {
+			st.reason = fmt.Sprintf("the kernel names pid %d as the holder, not the lock file's %s", firstPID, st.content)
+		}
+		return st
+	}
+	held, err := probeHeld(path)
+	if err != nil {
+		st.err = err
+		return st
+	}
+	st.held = held
+	if held && alive {
+		st.pid, st.verified = st.content.PID, true
+	}
+	return st
+}
+
+// probesInterfere reports whether lock holders can only be learned by
+// probing, so that a busy answer may be a probe's passing shared lock.
+func probesInterfere() bool { return !kernelListsLocks() }
+
+// dirWarnings reports what is odd about dir itself.
+func dirWarnings(dir string) []string {
+	fi, err := os.Stat(dir)
+	if err != nil || !fi.IsDir() {
+		return nil
+	}
+	if fi.Mode().Perm()&0o002 != 0 && fi.Mode()&fs.ModeSticky == 0 {
+		return []string{fmt.Sprintf("%s is world-writable without the sticky bit: any user can replace the runner's files; chmod o-w or +t it", dir)}
+	}
+	return nil
+}
+
+// ensureDir creates dir (0755, parents too) when it does not exist and checks
+// it is a directory.
+func ensureDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err == nil {
+		if !fi.IsDir() {
+			return pathError("refusing", dir, errors.New("is not a directory"))
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return pathError("stat", dir, unwrapPathErr(err))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return pathError("mkdir", dir, unwrapPathErr(err))
+	}
+	return nil
+}
+
+// release gives the directory up: it removes runner.json, retires a restart
+// request addressed to this runner, clears the identity in runner.lock and
+// frees the lock.
+func (h *holder) release() {
+	h.once.Do(func() {
+		holders.Lock()
+		if holders.m[h.key] == h {
+			delete(holders.m, h.key)
+		}
+		holders.Unlock()
+		if ok, _ := h.lock.atPath(kindExclusive); ok {
+			err := withStateLock(h.dir, func() error {
+				path := filepath.Join(h.dir, RecordName)
+				if rec, state, _ := readRecord(h.dir); state == fileOK && sameProcess(rec.Process, h.self) {
+					if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+						return pathError("remove", path, unwrapPathErr(err))
+					}
+				}
+				retireRestartFor(h.dir, h.self.Instance)
+				return syncDir(h.dir)
+			})
+			if err != nil {
+				logger().Warn("runnerstate: release could not clean up", "dir", h.dir, "err", err)
+			}
+			h.lock.writeContent(nil)
+		}
+		h.lock.release()
+	})
+}

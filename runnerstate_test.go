@@ -1,0 +1,630 @@
+//go:build linux
+
+package runnerstate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+func init() {
+	// acquire: Acquire and Publish dir, say "acquired", hold until stdin
+	// closes. Commands: "spawn" starts a long-lived `sleep` child and says
+	// "spawned <pid>"; "read" reads runner.lock with os.ReadFile in this
+	// process and says "read".
+	roles["acquire"] = func(dir string) int {
+		release, err := Acquire(dir)
+		if err != nil {
+			say("error %v", err)
+			return 1
+		}
+		if err := Publish(dir, Record{MaxParallel: 2, Specs: []string{"demo"}}); err != nil {
+			say("error %v", err)
+			return 1
+		}
+		say("acquired")
+		for cmd := range commands() {
+			switch cmd {
+			case "spawn":
+				c := exec.Command("sleep", "600")
+				if err := c.Start(); err != nil {
+					say("error %v", err)
+					return 1
+				}
+				say("spawned %d", c.Process.Pid)
+			case "read":
+				os.ReadFile(filepath.Join(dir, LockName))
+				say("read")
+			}
+		}
+		release()
+		return 0
+	}
+	// try-acquire: one Acquire; says "acquired" (and releases) or "busy <pid>".
+	roles["try-acquire"] = func(dir string) int {
+		release, err := Acquire(dir)
+		if err != nil {
+			var be *BusyError
+			if errors.As(err, &be) {
+				say("busy %d", be.PID)
+				return 0
+			}
+			say("error %v", err)
+			return 1
+		}
+		release()
+		say("acquired")
+		return 0
+	}
+	// acquire-loop: Acquire, Publish, release, over and over, until told
+	// "stop"; then says "done <admitted> <refused>".
+	roles["acquire-loop"] = func(dir string) int {
+		cmds := commands()
+		say("looping")
+		ok, busy := 0, 0
+		for {
+			select {
+			case <-cmds:
+				say("done %d %d", ok, busy)
+				return 0
+			default:
+			}
+			release, err := Acquire(dir)
+			if err != nil {
+				if errors.Is(err, ErrBusy) {
+					busy++
+					continue
+				}
+				say("error %v", err)
+				return 1
+			}
+			if err := Publish(dir, Record{}); err != nil {
+				say("error %v", err)
+				return 1
+			}
+			ok++
+			release()
+		}
+	}
+}
+
+func readRecordFile(t *testing.T, dir string) Record {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, RecordName))
+	require.NoError(t, err)
+	var rec Record
+	require.NoError(t, json.Unmarshal(data, &rec))
+	return rec
+}
+
+func TestAcquirePublishRunning(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "new", "dir")
+	release, err := Acquire(dir)
+	require.NoError(t, err, "Acquire creates dir")
+	require.NoError(t, Publish(dir, Record{MaxParallel: 3, Specs: []string{"a", "b"}, Meta: json.RawMessage(`{"k":1}`)}))
+
+	rec := readRecordFile(t, dir)
+	self := Self()
+	assert.Equal(t, os.Getpid(), rec.PID)
+	assert.Equal(t, self.Instance, rec.Process.Instance)
+	assert.Equal(t, 3, rec.MaxParallel)
+	assert.False(t, rec.StartedAt.IsZero())
+
+	got, ok, err := Running(dir)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, rec.PID, got.PID)
+	assert.Equal(t, []string{"a", "b"}, got.Specs)
+	assert.JSONEq(t, `{"k":1}`, string(got.Meta))
+
+	lockLine, err := os.ReadFile(filepath.Join(dir, LockName))
+	require.NoError(t, err)
+	id, ok := parseLockContent(lockLine)
+	require.True(t, ok)
+	assert.Equal(t, self.Instance, id.Instance)
+
+	_, err = Acquire(dir)
+	var be *BusyError
+	require.ErrorAs(t, err, &be, "a second Acquire in the same process is refused")
+	assert.Equal(t, os.Getpid(), be.PID)
+	assert.True(t, be.Verified)
+	assert.Contains(t, err.Error(), filepath.Join(dir, LockName))
+
+	release()
+	release()
+	_, ok, err = Running(dir)
+	require.NoError(t, err)
+	assert.False(t, ok)
+	assert.NoFileExists(t, filepath.Join(dir, RecordName))
+	assert.FileExists(t, filepath.Join(dir, LockName), "the lock file is never removed")
+	content, _ := os.ReadFile(filepath.Join(dir, LockName))
+	assert.Empty(t, content, "release clears the lock file's content")
+	assert.ErrorIs(t, Publish(dir, Record{}), ErrNotHolder)
+}
+
+func TestPublishNeedsTheLock(t *testing.T) {
+	dir := t.TempDir()
+	err := Publish(dir, Record{})
+	assert.ErrorIs(t, err, ErrNotHolder)
+	assert.Contains(t, err.Error(), dir)
+	// A lock taken with TryLock on the lock file is not a runner's hold.
+	unlock, err := TryLock(filepath.Join(dir, LockName))
+	require.NoError(t, err)
+	defer unlock()
+	assert.ErrorIs(t, Publish(dir, Record{}), ErrNotHolder)
+	assert.NoFileExists(t, filepath.Join(dir, RecordName))
+}
+
+func TestPublishAfterLockFileReplaced(t *testing.T) {
+	dir := t.TempDir()
+	release, err := Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+	require.NoError(t, os.Remove(filepath.Join(dir, LockName)))
+	assert.ErrorIs(t, Publish(dir, Record{}), ErrNotHolder, "a lock on an unlinked file protects nothing")
+}
+
+// Case: runner.json names this very process's pid but a different start
+// identity (a container restart gives the same pid every time); the lock is
+// free. Acquire succeeds at once and clears the record.
+func TestAcquireSamePIDOtherStartIdentity(t *testing.T) {
+	dir := t.TempDir()
+	self := Self()
+	old := self
+	old.Instance = "0123456789abcdef0123456789abcdef"
+	old.StartTicks = self.StartTicks - 1
+	writeJSON(t, filepath.Join(dir, RecordName), Record{PID: self.PID, Process: old})
+	writeJSON(t, filepath.Join(dir, LockName), old)
+	logs := captureLog(t)
+
+	release, err := Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+	assert.NoFileExists(t, filepath.Join(dir, RecordName))
+	assert.Contains(t, logs.String(), "cleared a stale record")
+	assert.Contains(t, logs.String(), "verdict=stale")
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := json.Marshal(v)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, append(data, '\n'), 0o644))
+}
+
+// Case: a child runner holds the lock, is killed with SIGKILL and not yet
+// reaped. Liveness says Dead; Acquire in another process succeeds at once.
+func TestAcquireAfterZombieHolder(t *testing.T) {
+	dir := t.TempDir()
+	runner := startChild(t, "acquire", dir)
+	runner.expect("acquired")
+	rec := readRecordFile(t, dir)
+	require.Equal(t, runner.pid(), rec.PID)
+
+	require.NoError(t, runner.cmd.Process.Signal(syscall.SIGKILL))
+	// Wait until the whole thread group has exited, without reaping it
+	// (WNOWAIT): then it is a zombie. A multi-threaded process's leader
+	// shows state Z in /proc while its other threads are still exiting and
+	// its files, the lock among them, still open.
+	var info unix.Siginfo
+	require.NoError(t, unix.Waitid(unix.P_PID, runner.pid(), &info, unix.WEXITED|unix.WNOWAIT, nil))
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(runner.pid()) + "/stat")
+	require.NoError(t, err, "not reaped yet")
+	st, err := liveness.ParseStat(data)
+	require.NoError(t, err)
+	require.Equal(t, byte('Z'), st.State)
+	v, why := liveness.Check(liveness.Identity(rec.Process))
+	assert.Equal(t, liveness.Dead, v, why)
+
+	_, ok, err := Running(dir)
+	require.NoError(t, err)
+	assert.False(t, ok, "a zombie holds no lock")
+
+	next := startChild(t, "try-acquire", dir)
+	next.expect("acquired")
+	require.NoError(t, next.wait())
+	runner.wait()
+}
+
+// Case: runner.json is empty, "{", garbage, "0", or 1.5 KB of NUL bytes (a
+// power loss without fsync). The lock is free: Acquire succeeds and logs what
+// it set aside. No pid <= 0 is ever probed or signalled.
+func TestAcquireCorruptRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		content []byte
+	}{
+		{"empty", nil},
+		{"open brace", []byte("{")},
+		{"garbage", []byte("\x8f\x00garbage\xff{]")},
+		{"zero", []byte("0")},
+		{"pid zero", []byte(`{"pid":0}`)},
+		{"negative pid", []byte(`{"pid":-1,"process":{"pid":-1}}`)},
+		{"nul bytes", bytes.Repeat([]byte{0}, 1536)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, RecordName)
+			require.NoError(t, os.WriteFile(path, tc.content, 0o644))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, LockName), tc.content, 0o644))
+			logs := captureLog(t)
+			var probed []int
+			defer liveness.SetProbeHook(func(pid int) { probed = append(probed, pid) })()
+
+			assert.Empty(t, StalePIDs(dir))
+			st, err := Status(dir)
+			require.NoError(t, err)
+			assert.False(t, st.Held)
+			assert.NotEmpty(t, st.Warnings)
+
+			release, err := Acquire(dir)
+			require.NoError(t, err)
+			assert.NoFileExists(t, path)
+			aside, err := os.ReadFile(path + corruptSuffix)
+			require.NoError(t, err, "the unreadable record is set aside, not lost")
+			assert.Equal(t, string(tc.content), string(aside))
+			assert.Contains(t, logs.String(), "set aside an unreadable runner record")
+			release()
+			for _, pid := range probed {
+				assert.Greater(t, pid, 0, "a pid <= 0 was probed")
+			}
+		})
+	}
+}
+
+// Case: a runner starts a long-lived child process (plain exec.Command) and
+// is then SIGKILLed. A new Acquire succeeds at once: the child never inherited
+// the lock.
+func TestChildNeverInheritsLock(t *testing.T) {
+	dir := t.TempDir()
+	runner := startChild(t, "acquire", dir)
+	runner.expect("acquired")
+	runner.send("spawn")
+	sleepPID, err := strconv.Atoi(runner.expect("spawned"))
+	require.NoError(t, err)
+	sleeper, _ := os.FindProcess(sleepPID)
+	t.Cleanup(func() { sleeper.Kill() })
+
+	runner.kill()
+	runner.wait()
+	release, err := Acquire(dir)
+	require.NoError(t, err, "the runner's child must not hold the lock")
+	release()
+	assert.NoError(t, sleeper.Signal(syscall.Signal(0)), "the runner's child is still alive")
+}
+
+// Case: a process holds the lock; it opens runner.lock for reading, reads it
+// and closes it (as os.ReadFile does) in its own process. A third process is
+// still refused (fcntl locks would have been dropped; flock locks are not).
+func TestReadingLockFileKeepsLock(t *testing.T) {
+	dir := t.TempDir()
+	runner := startChild(t, "acquire", dir)
+	runner.expect("acquired")
+	runner.send("read")
+	runner.expect("read")
+	// And this process reads it too.
+	_, err := os.ReadFile(filepath.Join(dir, LockName))
+	require.NoError(t, err)
+
+	third := startChild(t, "try-acquire", dir)
+	assert.Equal(t, strconv.Itoa(runner.pid()), third.expect("busy"))
+	require.NoError(t, third.wait())
+	require.NoError(t, runner.stop())
+}
+
+// Case: a symlink at runner.lock, runner.json or the temporary path, pointing
+// at a victim file, is refused with an error naming the path; the victim is
+// unchanged.
+func TestSymlinksRefused(t *testing.T) {
+	t.Run("runner.lock", func(t *testing.T) {
+		dir, victim := t.TempDir(), victimFile(t)
+		link := filepath.Join(dir, LockName)
+		require.NoError(t, os.Symlink(victim, link))
+		_, err := Acquire(dir)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), link)
+		assert.Contains(t, err.Error(), "symlink")
+		_, _, err = Running(dir)
+		assert.ErrorContains(t, err, link)
+		_, err = Status(dir)
+		assert.ErrorContains(t, err, link)
+		_, _, err = ClearStale(dir)
+		assert.ErrorContains(t, err, link)
+		assertVictim(t, victim)
+	})
+	t.Run("runner.json", func(t *testing.T) {
+		dir, victim := t.TempDir(), victimFile(t)
+		release, err := Acquire(dir)
+		require.NoError(t, err)
+		defer release()
+		link := filepath.Join(dir, RecordName)
+		require.NoError(t, os.Symlink(victim, link))
+		err = Publish(dir, Record{})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), link)
+		assertVictim(t, victim)
+	})
+	t.Run("stale runner.json symlink is set aside", func(t *testing.T) {
+		dir, victim := t.TempDir(), victimFile(t)
+		link := filepath.Join(dir, RecordName)
+		require.NoError(t, os.Symlink(victim, link))
+		release, err := Acquire(dir)
+		require.NoError(t, err)
+		release()
+		assert.NoFileExists(t, link)
+		assertVictim(t, victim)
+	})
+	t.Run("temporary file", func(t *testing.T) {
+		dir, victim := t.TempDir(), victimFile(t)
+		old := tempRandom
+		tempRandom = func() string { return "planted" }
+		defer func() { tempRandom = old }()
+		tmp := filepath.Join(dir, "."+"state"+tempInfix+writerTag()+"-planted")
+		require.NoError(t, os.Symlink(victim, tmp))
+		err := SaveLines(dir, "state", []string{"x"})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), tmp)
+		assertVictim(t, victim)
+		assert.NoFileExists(t, filepath.Join(dir, "state"))
+	})
+}
+
+func victimFile(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "victim")
+	require.NoError(t, os.WriteFile(p, []byte("precious"), 0o644))
+	return p
+}
+
+func assertVictim(t *testing.T, p string) {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	require.NoError(t, err)
+	assert.Equal(t, "precious", string(data), "the symlink's target was modified")
+}
+
+// Case: Running hammered from one process while others Acquire and release in
+// a loop: no Acquire ever fails because of a probe, and Running never reports
+// a record that does not name the holder.
+func TestRunningNeverInterferes(t *testing.T) {
+	var dirs []string
+	var loops []*child
+	for range 2 {
+		dir := t.TempDir()
+		c := startChild(t, "acquire-loop", dir)
+		c.expect("looping")
+		dirs, loops = append(dirs, dir), append(loops, c)
+	}
+	seenRecord, seenHeld := 0, 0
+	for i := 0; i < 4000; i++ {
+		k := i % len(dirs)
+		rec, ok, err := Running(dirs[k])
+		require.NoError(t, err)
+		if ok {
+			seenHeld++
+			if rec.PID != 0 {
+				assert.Equal(t, loops[k].pid(), rec.PID)
+			}
+			if rec.Process.Instance != "" {
+				seenRecord++
+				assert.Equal(t, loops[k].pid(), rec.Process.PID)
+			}
+		}
+		if i%3 == 0 {
+			_, err := Status(dirs[k])
+			require.NoError(t, err)
+		}
+	}
+	for _, c := range loops {
+		c.send("stop")
+		f := strings.Fields(c.expect("done"))
+		require.Len(t, f, 2)
+		assert.Equal(t, "0", f[1], "an Acquire failed while only probes competed")
+		assert.NotEqual(t, "0", f[0])
+		require.NoError(t, c.stop())
+	}
+	t.Logf("probes saw the lock held %d times, with a verified record %d times", seenHeld, seenRecord)
+}
+
+func TestRunningReportsOnlyVerifiedRecords(t *testing.T) {
+	dir := t.TempDir()
+	runner := startChild(t, "acquire", dir)
+	runner.expect("acquired")
+	rec, ok, err := Running(dir)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, runner.pid(), rec.PID)
+	assert.Equal(t, []string{"demo"}, rec.Specs)
+
+	// A record rewritten to name another process is not reported.
+	forged := rec
+	forged.Process.Instance = "ffffffffffffffffffffffffffffffff"
+	writeJSON(t, filepath.Join(dir, RecordName), forged)
+	rec, ok, err = Running(dir)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, Record{PID: runner.pid()}, rec)
+
+	// A lock file with only a bare pid (an older runner) names the holder
+	// the kernel confirms, but cannot verify it.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, LockName), []byte(strconv.Itoa(runner.pid())+"\n"), 0o644))
+	rec, ok, err = Running(dir)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, Record{PID: runner.pid()}, rec)
+	st, err := Status(dir)
+	require.NoError(t, err)
+	assert.True(t, st.Held)
+	assert.False(t, st.Verified)
+	assert.Equal(t, "unverifiable", st.Verdict)
+
+	// A lock file naming some other live process: the kernel's pid wins.
+	writeJSON(t, filepath.Join(dir, LockName), Self())
+	rec, ok, err = Running(dir)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, Record{PID: runner.pid()}, rec)
+
+	require.NoError(t, runner.stop())
+	_, ok, err = Running(dir)
+	require.NoError(t, err)
+	assert.False(t, ok)
+}
+
+func TestRunningCreatesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "absent")
+	_, ok, err := Running(dir)
+	require.NoError(t, err)
+	assert.False(t, ok)
+	st, err := Status(dir)
+	require.NoError(t, err)
+	assert.False(t, st.Held)
+	assert.NoDirExists(t, dir)
+
+	dir = t.TempDir()
+	_, _, err = Running(dir)
+	require.NoError(t, err)
+	_, err = Status(dir)
+	require.NoError(t, err)
+	entries, _ := os.ReadDir(dir)
+	assert.Empty(t, entries)
+}
+
+func TestClearStale(t *testing.T) {
+	dir := t.TempDir()
+	pid, cleared, err := ClearStale(dir)
+	require.NoError(t, err)
+	assert.False(t, cleared)
+	assert.Zero(t, pid)
+
+	// A dead runner's leftovers: cleared, and its pid returned.
+	runner := startChild(t, "acquire", dir)
+	runner.expect("acquired")
+	dead := runner.pid()
+	runner.kill()
+	runner.wait()
+	assert.Equal(t, []int{dead}, StalePIDs(dir))
+	pid, cleared, err = ClearStale(dir)
+	require.NoError(t, err)
+	assert.True(t, cleared)
+	assert.Equal(t, dead, pid)
+	assert.NoFileExists(t, filepath.Join(dir, RecordName))
+	assert.FileExists(t, filepath.Join(dir, LockName))
+	assert.Empty(t, StalePIDs(dir))
+
+	// Only the lock file names it (an older runner's bare pid).
+	require.NoError(t, os.WriteFile(filepath.Join(dir, LockName), []byte("4194304\n"), 0o644))
+	pid, cleared, err = ClearStale(dir)
+	require.NoError(t, err)
+	assert.True(t, cleared)
+	assert.Equal(t, 4194304, pid)
+
+	// A live runner: its pid and a busy error.
+	live := startChild(t, "acquire", dir)
+	live.expect("acquired")
+	pid, cleared, err = ClearStale(dir)
+	assert.ErrorIs(t, err, ErrBusy)
+	assert.ErrorIs(t, err, syscall.EWOULDBLOCK)
+	assert.False(t, cleared)
+	assert.Equal(t, live.pid(), pid)
+	assert.FileExists(t, filepath.Join(dir, RecordName), "a live runner's record is left alone")
+	require.NoError(t, live.stop())
+}
+
+func TestStatusJSON(t *testing.T) {
+	dir := t.TempDir()
+	release, err := Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+	require.NoError(t, Publish(dir, Record{MaxParallel: 2}))
+	require.NoError(t, RequestRestart(dir, RestartDrain))
+	st, err := Status(dir)
+	require.NoError(t, err)
+	data, err := json.Marshal(st)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(data, &m))
+	for _, k := range []string{"dir", "held", "holder", "verified", "restart", "waiting", "stale", "warnings"} {
+		assert.Contains(t, m, k)
+	}
+	assert.Equal(t, true, m["held"])
+	assert.Equal(t, true, m["verified"])
+	assert.Equal(t, "drain", m["restart"])
+	assert.Equal(t, float64(os.Getpid()), m["holder"].(map[string]any)["pid"])
+	assert.Equal(t, []any{}, m["waiting"])
+	assert.Equal(t, []any{}, m["stale"])
+}
+
+func TestStatusWarnsAboutWorldWritableDir(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o777))
+	st, err := Status(dir)
+	require.NoError(t, err)
+	require.Len(t, st.Warnings, 1)
+	assert.Contains(t, st.Warnings[0], "world-writable")
+	require.NoError(t, os.Chmod(dir, os.ModeSticky|0o777))
+	st, err = Status(dir)
+	require.NoError(t, err)
+	assert.Empty(t, st.Warnings)
+}
+
+func TestAcquireRefusesOddDirs(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	_, err := Acquire(file)
+	assert.ErrorContains(t, err, file)
+	assert.ErrorContains(t, err, "not a directory")
+
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, LockName), 0o755))
+	_, err = Acquire(dir)
+	assert.ErrorContains(t, err, filepath.Join(dir, LockName))
+	assert.ErrorContains(t, err, "directory")
+	_, _, err = Running(dir)
+	assert.ErrorContains(t, err, filepath.Join(dir, LockName))
+}
+
+func TestAcquireRetiresOnlyOthersRestartRequests(t *testing.T) {
+	dir := t.TempDir()
+	write := func(req restartRequest) {
+		writeJSON(t, filepath.Join(dir, RestartName), req)
+	}
+	// Made for another runner instance: retired.
+	write(restartRequest{Mode: RestartNow, RequestedAt: time.Now(), For: "another"})
+	release, err := Acquire(dir)
+	require.NoError(t, err)
+	_, ok := RestartRequested(dir)
+	assert.False(t, ok)
+	release()
+
+	// Made before this acquisition, for nobody: retired.
+	write(restartRequest{Mode: RestartDrain, RequestedAt: time.Now().Add(-time.Second)})
+	release, err = Acquire(dir)
+	require.NoError(t, err)
+	_, ok = RestartRequested(dir)
+	assert.False(t, ok)
+	release()
+
+	// Made while this runner was being admitted: kept for it.
+	since := time.Now()
+	write(restartRequest{Mode: RestartDrain, RequestedAt: time.Now()})
+	h, err := acquireRunner(dir, since)
+	require.NoError(t, err)
+	mode, ok := RestartRequested(dir)
+	assert.True(t, ok)
+	assert.Equal(t, RestartDrain, mode)
+	h.release()
+}

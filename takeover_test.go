@@ -1,0 +1,462 @@
+//go:build linux
+
+package runnerstate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Environment of the takeover roles.
+const (
+	envBehaviour = "RUNNERSTATE_TEST_BEHAVIOUR" // old runner: obey | stubborn
+	envOptions   = "RUNNERSTATE_TEST_OPTIONS"   // starter: TakeoverOptions as JSON
+	envWait      = "RUNNERSTATE_TEST_WAIT"      // starter: its context's timeout
+)
+
+func init() {
+	// runner: Acquire and Publish dir, say "acquired". "obey" exits at once
+	// on any restart request. "stubborn" says "ack <mode>" for each request
+	// and goes on holding, and says "term" for each SIGTERM it ignores.
+	roles["runner"] = func(dir string) int {
+		sigs := make(chan os.Signal, 4)
+		signal.Notify(sigs, syscall.SIGTERM)
+		release, err := Acquire(dir)
+		if err != nil {
+			say("error %v", err)
+			return 1
+		}
+		defer release()
+		if err := Publish(dir, Record{Specs: []string{"old"}}); err != nil {
+			say("error %v", err)
+			return 1
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		restarts := WatchRestart(ctx, dir)
+		say("acquired")
+		cmds := commands()
+		for {
+			select {
+			case mode := <-restarts:
+				if os.Getenv(envBehaviour) == "obey" {
+					say("exiting %s", mode)
+					return 0
+				}
+				say("ack %s", mode)
+			case <-sigs:
+				if os.Getenv(envBehaviour) == "obey" {
+					return 143
+				}
+				say("term")
+			case _, ok := <-cmds:
+				if !ok {
+					return 0
+				}
+			}
+		}
+	}
+	// starter: Takeover with the options and timeout from the environment;
+	// says "admitted" (and holds until stdin closes), "superseded", "busy
+	// <err>" or "error <err>". Every signal it sends is said first as
+	// "signal <number>".
+	roles["starter"] = func(dir string) int {
+		var opts TakeoverOptions
+		if s := os.Getenv(envOptions); s != "" {
+			if err := json.Unmarshal([]byte(s), &opts); err != nil {
+				say("error %v", err)
+				return 1
+			}
+		}
+		wait, _ := time.ParseDuration(os.Getenv(envWait))
+		if wait == 0 {
+			wait = childWait
+		}
+		var mu sync.Mutex
+		defer liveness.SetSignalHook(func(pid int, sig syscall.Signal) {
+			mu.Lock()
+			defer mu.Unlock()
+			say("signal %d %d", pid, int(sig))
+		})()
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		release, err := Takeover(ctx, dir, opts)
+		switch {
+		case errors.Is(err, ErrSuperseded):
+			say("superseded")
+			return 0
+		case errors.Is(err, ErrBusy):
+			say("busy %v", err)
+			return 0
+		case err != nil:
+			say("error %v", err)
+			return 1
+		}
+		say("admitted")
+		for range commands() {
+		}
+		release()
+		return 0
+	}
+}
+
+func startRunner(t *testing.T, dir, behaviour string) *child {
+	t.Setenv(envBehaviour, behaviour)
+	r := startChild(t, "runner", dir)
+	r.expect("acquired")
+	return r
+}
+
+func startStarter(t *testing.T, dir string, opts TakeoverOptions, wait time.Duration) *child {
+	data, err := json.Marshal(opts)
+	require.NoError(t, err)
+	t.Setenv(envOptions, string(data))
+	t.Setenv(envWait, wait.String())
+	return startChild(t, "starter", dir)
+}
+
+// signalsSeen records the signals this process sends through liveness.
+func signalsSeen(t *testing.T) func() []string {
+	var mu sync.Mutex
+	var seen []string
+	restore := liveness.SetSignalHook(func(pid int, sig syscall.Signal) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, strconv.Itoa(pid)+" "+sig.String())
+	})
+	t.Cleanup(restore)
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
+	}
+}
+
+func TestTakeoverNoRunnerAdmitsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	writeJSON(t, filepath.Join(dir, RestartName), restartRequest{Mode: RestartNow, RequestedAt: time.Now().Add(-time.Minute), For: "gone"})
+	release, err := Takeover(background(t), dir, TakeoverOptions{})
+	require.NoError(t, err)
+	rec, ok, err := Running(dir)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, os.Getpid(), rec.PID, "admitted only with the record published")
+	_, pending := RestartRequested(dir)
+	assert.False(t, pending, "a stale restart request is retired")
+	st, err := Status(dir)
+	require.NoError(t, err)
+	assert.Empty(t, st.Waiting)
+	release()
+}
+
+// Case: runner.json names a live unrelated process (sleep 600) with a
+// mismatched start identity; the lock is free. Takeover is admitted; the sleep
+// process and its process group receive no signal and are still alive.
+func TestTakeoverSparesUnrelatedProcess(t *testing.T) {
+	dir := t.TempDir()
+	sleep := exec.Command("sleep", "600")
+	sleep.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, sleep.Start())
+	t.Cleanup(func() { syscall.Kill(-sleep.Process.Pid, syscall.SIGKILL); sleep.Wait() })
+	id, err := liveness.Lookup(sleep.Process.Pid)
+	require.NoError(t, err)
+	forged := Identity(id)
+	forged.StartTicks++
+	forged.Instance = "00000000000000000000000000000001"
+	writeJSON(t, filepath.Join(dir, RecordName), Record{PID: forged.PID, Process: forged})
+	writeJSON(t, filepath.Join(dir, LockName), forged)
+	sent := signalsSeen(t)
+
+	release, err := Takeover(background(t), dir, TakeoverOptions{Grace: time.Millisecond, KillAfter: time.Millisecond})
+	require.NoError(t, err)
+	release()
+	assert.Empty(t, sent())
+	assert.NoError(t, syscall.Kill(sleep.Process.Pid, 0), "the unrelated process is alive")
+	v, _ := liveness.Check(id)
+	assert.Equal(t, liveness.Alive, v)
+}
+
+// Case: the old runner exits promptly on "now": the new one is admitted
+// without any signal being sent.
+func TestTakeoverCooperative(t *testing.T) {
+	dir := t.TempDir()
+	old := startRunner(t, dir, "obey")
+	sent := signalsSeen(t)
+	start := time.Now()
+	release, err := Takeover(background(t), dir, TakeoverOptions{Grace: time.Minute})
+	require.NoError(t, err)
+	t.Logf("takeover of a cooperative runner took %v", time.Since(start))
+	old.expect("exiting now")
+	require.NoError(t, old.wait())
+	assert.Empty(t, sent(), "a cooperative runner is never signalled")
+	rec, ok, _ := Running(dir)
+	require.True(t, ok)
+	assert.Equal(t, os.Getpid(), rec.PID)
+	_, pending := RestartRequested(dir)
+	assert.False(t, pending, "the restart request is consumed")
+	release()
+}
+
+// Case: an old runner acknowledges the request but keeps draining and
+// ignores SIGTERM. With NoSignal the starter's context ends with a busy
+// error, the old runner untouched. With signals it gets SIGTERM, then SIGKILL
+// after re-verification, and the starter is admitted.
+func TestTakeoverStubbornRunner(t *testing.T) {
+	t.Run("no signal", func(t *testing.T) {
+		dir := t.TempDir()
+		old := startRunner(t, dir, "stubborn")
+		sent := signalsSeen(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := Takeover(ctx, dir, TakeoverOptions{NoSignal: true, Grace: time.Millisecond, KillAfter: time.Millisecond})
+		require.Error(t, err)
+		assert.ErrorIs(t, err, ErrBusy)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		var be *BusyError
+		require.ErrorAs(t, err, &be)
+		assert.Equal(t, old.pid(), be.PID)
+		assert.True(t, be.Verified)
+		old.expect("ack now")
+		assert.Empty(t, sent())
+		rec, ok, _ := Running(dir)
+		require.True(t, ok, "the old runner still runs")
+		assert.Equal(t, old.pid(), rec.PID)
+		st, _ := Status(dir)
+		assert.Empty(t, st.Waiting, "the starter withdrew")
+		require.NoError(t, old.stop())
+	})
+	t.Run("escalates", func(t *testing.T) {
+		dir := t.TempDir()
+		old := startRunner(t, dir, "stubborn")
+		sent := signalsSeen(t)
+		start := time.Now()
+		release, err := Takeover(background(t), dir, TakeoverOptions{Grace: 300 * time.Millisecond, KillAfter: 300 * time.Millisecond})
+		require.NoError(t, err)
+		elapsed := time.Since(start)
+		t.Logf("takeover of a runner that ignores requests and SIGTERM took %v", elapsed)
+		assert.GreaterOrEqual(t, elapsed, 600*time.Millisecond, "grace and kill-after were honoured")
+		old.expect("ack now")
+		old.expect("term")
+		err = old.wait()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee)
+		assert.Equal(t, syscall.SIGKILL, ee.Sys().(syscall.WaitStatus).Signal())
+		pid := strconv.Itoa(old.pid())
+		assert.Equal(t, []string{pid + " terminated", pid + " killed"}, sent())
+		assert.NoFileExists(t, filepath.Join(dir, RestartName), "the restart file is gone afterwards")
+		rec, ok, _ := Running(dir)
+		require.True(t, ok)
+		assert.Equal(t, os.Getpid(), rec.PID)
+		release()
+	})
+}
+
+// Case: ten starters launched one after another against a live runner:
+// exactly one ends admitted, the last one launched; nine get ErrSuperseded;
+// the old runner is signalled at most once per step.
+func TestTakeoverNewestStarterWins(t *testing.T) {
+	dir := t.TempDir()
+	old := startRunner(t, dir, "stubborn")
+	// The first nine would wait an hour before signalling; the tenth, whose
+	// options govern once it is the newest, only 300 ms counted from the
+	// first starter's request: escalation is not postponed by the stream of
+	// starters, and the old runner is signalled once per step.
+	patient := TakeoverOptions{Grace: time.Hour, KillAfter: time.Hour}
+	hasty := TakeoverOptions{Grace: 300 * time.Millisecond, KillAfter: 300 * time.Millisecond}
+	var starters []*child
+	for i := range 10 {
+		opts := patient
+		if i == 9 {
+			opts = hasty
+		}
+		s := startStarter(t, dir, opts, childWait)
+		starters = append(starters, s)
+		eventually(t, "starter "+strconv.Itoa(i)+" waits", func() bool {
+			st, err := Status(dir)
+			return err == nil && len(st.Waiting) > 0 && st.Waiting[len(st.Waiting)-1].PID == s.pid()
+		})
+	}
+	signals := map[string]int{}
+	for i, s := range starters {
+		var outcome string
+		for {
+			line := s.expect("")
+			if f := strings.Fields(line); len(f) == 3 && f[0] == "signal" {
+				assert.Equal(t, strconv.Itoa(old.pid()), f[1], "only the old runner is signalled")
+				signals[f[2]]++
+				continue
+			}
+			outcome = line
+			break
+		}
+		if i == len(starters)-1 {
+			assert.Equal(t, "admitted", outcome, "the last starter wins")
+		} else {
+			assert.Equal(t, "superseded", outcome, "starter %d", i)
+		}
+	}
+	assert.Equal(t, 1, signals[strconv.Itoa(int(syscall.SIGTERM))], "SIGTERM once")
+	assert.Equal(t, 1, signals[strconv.Itoa(int(syscall.SIGKILL))], "SIGKILL once")
+	old.wait()
+	st, err := Status(dir)
+	require.NoError(t, err)
+	assert.True(t, st.Verified)
+	assert.Equal(t, starters[9].pid(), st.Holder.PID)
+	assert.Empty(t, st.Waiting)
+	for _, s := range starters {
+		require.NoError(t, s.stop())
+	}
+}
+
+// Case: a starter whose context is cancelled while waiting returns promptly;
+// its waiting mark and its restart request are gone; the old runner keeps
+// running.
+func TestTakeoverCancelledStarterWithdraws(t *testing.T) {
+	dir := t.TempDir()
+	// An old runner that does not watch for requests: it never acts on one.
+	old := startChild(t, "acquire", dir)
+	old.expect("acquired")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := Takeover(ctx, dir, TakeoverOptions{Grace: time.Minute})
+		done <- err
+	}()
+	eventually(t, "the starter waits and asked for a restart", func() bool {
+		st, err := Status(dir)
+		return err == nil && len(st.Waiting) == 1 && st.Restart == RestartNow
+	})
+	start := time.Now()
+	cancel()
+	err := <-done
+	t.Logf("a cancelled starter returned after %v", time.Since(start))
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorIs(t, err, ErrBusy)
+	st, err := Status(dir)
+	require.NoError(t, err)
+	assert.Empty(t, st.Waiting)
+	assert.Empty(t, st.Restart, "the starter's own request is withdrawn")
+	assert.True(t, st.Verified)
+	assert.Equal(t, old.pid(), st.Holder.PID, "the old runner keeps running")
+	require.NoError(t, old.stop())
+}
+
+func TestTakeoverDeadStarterIsPruned(t *testing.T) {
+	dir := t.TempDir()
+	old := startChild(t, "acquire", dir)
+	old.expect("acquired")
+	s := startStarter(t, dir, TakeoverOptions{Grace: time.Minute}, childWait)
+	eventually(t, "the starter waits", func() bool {
+		st, err := Status(dir)
+		return err == nil && len(st.Waiting) == 1
+	})
+	s.kill()
+	s.wait()
+	st, err := Status(dir)
+	require.NoError(t, err)
+	assert.Empty(t, st.Waiting, "a kill -9ed starter is not shown as waiting")
+	require.NoError(t, old.stop())
+	// And it blocks nobody.
+	release, err := Takeover(background(t), dir, TakeoverOptions{})
+	require.NoError(t, err)
+	release()
+}
+
+func TestTakeoverBadMode(t *testing.T) {
+	_, err := Takeover(background(t), t.TempDir(), TakeoverOptions{Mode: "later"})
+	assert.ErrorIs(t, err, ErrBadMode)
+}
+
+func TestTakeoverUnverifiableHolderIsNeverSignalled(t *testing.T) {
+	dir := t.TempDir()
+	old := startChild(t, "acquire", dir)
+	old.expect("acquired")
+	// An older runner wrote only its bare pid: it holds the lock, but its
+	// identity cannot be verified.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, LockName), []byte(strconv.Itoa(old.pid())+"\n"), 0o644))
+	sent := signalsSeen(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := Takeover(ctx, dir, TakeoverOptions{Grace: time.Millisecond, KillAfter: time.Millisecond})
+	assert.ErrorIs(t, err, ErrBusy)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	var be *BusyError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, old.pid(), be.PID)
+	assert.False(t, be.Verified)
+	assert.Empty(t, sent())
+	require.NoError(t, old.stop())
+}
+
+func TestStandby(t *testing.T) {
+	t.Run("no owner", func(t *testing.T) {
+		res, err := Standby(background(t), t.TempDir(), StandbyOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, StandbyResult{Resumed: true}, res)
+	})
+	t.Run("owner exits", func(t *testing.T) {
+		dir := t.TempDir()
+		owner := startChild(t, "acquire", dir)
+		owner.expect("acquired")
+		logs := captureLog(t)
+		got := make(chan StandbyResult, 1)
+		go func() {
+			res, err := Standby(background(t), dir, StandbyOptions{Interval: time.Hour})
+			assert.NoError(t, err)
+			got <- res
+		}()
+		eventually(t, "standby names the owner", func() bool { return strings.Contains(logs.String(), "standing by") })
+		owner.kill()
+		owner.wait()
+		res := <-got
+		assert.Equal(t, StandbyResult{Resumed: true, PreviousOwnerPID: owner.pid()}, res)
+		assert.Equal(t, 1, strings.Count(logs.String(), "standing by"), "logged once")
+	})
+	t.Run("work completed", func(t *testing.T) {
+		dir := t.TempDir()
+		owner := startChild(t, "acquire", dir)
+		owner.expect("acquired")
+		var mu sync.Mutex
+		done := false
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			mu.Lock()
+			done = true
+			mu.Unlock()
+		}()
+		res, err := Standby(background(t), dir, StandbyOptions{Interval: 5 * time.Millisecond, WorkIsComplete: func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return done
+		}})
+		require.NoError(t, err)
+		assert.Equal(t, StandbyResult{PreviousOwnerPID: owner.pid(), WorkCompleted: true}, res)
+		require.NoError(t, owner.stop())
+	})
+	t.Run("context ends", func(t *testing.T) {
+		dir := t.TempDir()
+		owner := startChild(t, "acquire", dir)
+		owner.expect("acquired")
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err := Standby(ctx, dir, StandbyOptions{})
+		assert.ErrorIs(t, err, ErrBusy)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NoError(t, owner.stop())
+	})
+}
