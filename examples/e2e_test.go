@@ -1,0 +1,196 @@
+//go:build linux
+
+// Package examples_test plays the main job with the example programs as a
+// user would: it builds examples/runner and examples/runnerctl and runs the
+// story of ../shared/tools/e2e-takeover.sh with real processes and the
+// examples' defaults: runner A; runner B takes over; restart --drain; runner
+// C; restart --now; runner E killed -9; runner D admitted.
+package examples_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// storyWait bounds every step of the story; reached only when it is broken.
+const storyWait = 60 * time.Second
+
+type story struct {
+	t                 *testing.T
+	bin, tmp, logs    string
+	runner, runnerctl string
+	exited            map[*exec.Cmd]chan struct{} // closed when the runner is reaped
+}
+
+func newStory(t *testing.T) *story {
+	s := &story{t: t, bin: t.TempDir(), tmp: t.TempDir(), logs: t.TempDir(), exited: map[*exec.Cmd]chan struct{}{}}
+	s.runner = filepath.Join(s.bin, "runner")
+	s.runnerctl = filepath.Join(s.bin, "runnerctl")
+	for _, p := range []struct{ out, pkg string }{{s.runner, "./runner"}, {s.runnerctl, "./runnerctl"}} {
+		cmd := exec.Command("go", "build", "-o", p.out, p.pkg)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "go build %s: %s", p.pkg, out)
+	}
+	return s
+}
+
+func (s *story) env() []string { return append(os.Environ(), "TMPDIR="+s.tmp) }
+
+// start runs the runner with its defaults; it is killed and reaped at the end.
+func (s *story) start(name string) *exec.Cmd {
+	log, err := os.Create(filepath.Join(s.logs, name+".log"))
+	require.NoError(s.t, err)
+	cmd := exec.Command(s.runner)
+	cmd.Env = s.env()
+	cmd.Stdout, cmd.Stderr = log, log
+	require.NoError(s.t, cmd.Start())
+	done := make(chan struct{})
+	go func() { cmd.Wait(); log.Close(); close(done) }()
+	s.t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	s.exited[cmd] = done
+	return cmd
+}
+
+func (s *story) ctl(args ...string) (string, error) {
+	cmd := exec.Command(s.runnerctl, args...)
+	cmd.Env = s.env()
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+type report struct {
+	Held     bool `json:"held"`
+	Verified bool `json:"verified"`
+	Holder   struct {
+		PID int `json:"pid"`
+	} `json:"holder"`
+}
+
+// waitHolder waits until `runnerctl status --json` names pid as the
+// verified holder.
+func (s *story) waitHolder(name string, pid int) {
+	s.t.Helper()
+	deadline := time.Now().Add(storyWait)
+	for time.Now().Before(deadline) {
+		out, err := s.ctl("status", "--json")
+		var r report
+		if err == nil && json.Unmarshal([]byte(out), &r) == nil && r.Held && r.Verified && r.Holder.PID == pid {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.t.Fatalf("runner %s (pid %d) never held the dir verified; its log:\n%s", name, pid, s.log(name))
+}
+
+func (s *story) waitGone(name string, cmd *exec.Cmd) {
+	s.t.Helper()
+	select {
+	case <-s.exited[cmd]:
+	case <-time.After(storyWait):
+		s.t.Fatalf("runner %s still alive after %v; its log:\n%s", name, storyWait, s.log(name))
+	}
+}
+
+func (s *story) log(name string) string {
+	data, _ := os.ReadFile(filepath.Join(s.logs, name+".log"))
+	return string(data)
+}
+
+func TestMainJobStory(t *testing.T) {
+	s := newStory(t)
+	a := s.start("a")
+	s.waitHolder("a", a.Process.Pid)
+
+	t0 := time.Now()
+	b := s.start("b")
+	s.waitGone("a", a)
+	s.waitHolder("b", b.Process.Pid)
+	t1 := time.Now()
+	require.Contains(t, s.log("a"), "restart requested", "A left because it was asked")
+	require.Equal(t, 0, a.ProcessState.ExitCode())
+
+	out, err := s.ctl("restart", "--drain")
+	require.NoError(t, err, out)
+	s.waitGone("b", b)
+	t2 := time.Now()
+	require.Contains(t, s.log("b"), "job finished", "drain lets the running job finish")
+	require.Equal(t, 0, b.ProcessState.ExitCode())
+
+	c := s.start("c")
+	s.waitHolder("c", c.Process.Pid)
+	t3 := time.Now()
+	out, err = s.ctl("restart", "--now")
+	require.NoError(t, err, out)
+	s.waitGone("c", c)
+	t4 := time.Now()
+
+	e := s.start("e")
+	s.waitHolder("e", e.Process.Pid)
+	require.NoError(t, e.Process.Signal(syscall.SIGKILL))
+	s.waitGone("e", e)
+	t5 := time.Now()
+	d := s.start("d")
+	s.waitHolder("d", d.Process.Pid)
+	t6 := time.Now()
+	require.NotContains(t, s.log("d"), "signalled the runner", "a dead runner is never signalled")
+
+	// SIGTERM: a clean exit, 143.
+	require.NoError(t, d.Process.Signal(syscall.SIGTERM))
+	s.waitGone("d", d)
+	require.Equal(t, 143, d.ProcessState.ExitCode())
+	out, err = s.ctl("status")
+	require.NoError(t, err)
+	require.True(t, strings.Contains(out, "none"), "status after the story:\n%s", out)
+
+	t.Logf("takeover %v, drain exit %v, now exit %v, admit after kill -9 %v",
+		t1.Sub(t0).Round(time.Millisecond), t2.Sub(t1).Round(time.Millisecond),
+		t4.Sub(t3).Round(time.Millisecond), t6.Sub(t5).Round(time.Millisecond))
+}
+
+func TestRunnerctl(t *testing.T) {
+	s := newStory(t)
+	out, err := s.ctl("status")
+	require.NoError(t, err)
+	require.Contains(t, out, "runner")
+	require.Contains(t, out, "none")
+
+	_, err = s.ctl("restart", "--now")
+	require.Error(t, err, "nothing to restart")
+
+	_, err = s.ctl("bogus")
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 2, ee.ExitCode())
+
+	a := s.start("a")
+	s.waitHolder("a", a.Process.Pid)
+	out, err = s.ctl("clear-stale")
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 75, ee.ExitCode(), "refused: a runner is running\n%s", out)
+	_, err = s.ctl("wait", "--timeout", "100ms")
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 75, ee.ExitCode())
+
+	out, err = s.ctl("status")
+	require.NoError(t, err)
+	require.Contains(t, out, "verified alive")
+
+	require.NoError(t, a.Process.Signal(syscall.SIGKILL))
+	s.waitGone("a", a)
+	out, err = s.ctl("wait", "--timeout", "10s")
+	require.NoError(t, err, out)
+	out, err = s.ctl("clear-stale")
+	require.NoError(t, err)
+	require.Contains(t, out, "cleared")
+}

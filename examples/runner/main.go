@@ -1,0 +1,158 @@
+// Command runner is a demo daemon built on runnerstate: it enters its
+// directory through Takeover (asking a runner already there to restart, and
+// escalating to signals only when that runner is verified), publishes its
+// record, and runs fake jobs until it is asked to stop.
+//
+//	go run ./examples/runner                 # dir $TMPDIR/runnerstate-demo, 2 s jobs, 2 at a time
+//	go run ./examples/runner -job 500ms -parallel 4 -jobs 10
+//
+// It honours restart requests (runnerctl restart --drain finishes the running
+// jobs and takes no new one; --now stops at once) and SIGTERM (exit 143).
+// Refused (a runner it may not signal holds the directory, or a newer starter
+// won), it exits with runnerstate.ExitBusy (75).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/runnerstate/runnerstate"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	dir := flag.String("dir", filepath.Join(os.TempDir(), "runnerstate-demo"), "the runner directory")
+	job := flag.Duration("job", 2*time.Second, "how long each fake job runs")
+	parallel := flag.Int("parallel", 2, "how many jobs run at once")
+	jobs := flag.Int("jobs", 0, "stop after this many jobs (0: run until asked to stop)")
+	mode := flag.String("mode", runnerstate.RestartNow, "what to ask a runner already there: now or drain")
+	grace := flag.Duration("grace", runnerstate.DefaultGrace, "how long a runner already there has to stop before SIGTERM")
+	killAfter := flag.Duration("kill-after", runnerstate.DefaultKillAfter, "how long after SIGTERM before SIGKILL")
+	noSignal := flag.Bool("no-signal", false, "never signal a runner already there; only ask")
+	wait := flag.Duration("wait", time.Minute, "how long to wait to be admitted")
+	flag.Parse()
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("pid", os.Getpid())
+	runnerstate.SetLogger(log)
+
+	// SIGTERM and SIGINT end the runner; the context carries them to jobs.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+
+	admitCtx, cancelAdmit := context.WithTimeout(context.Background(), *wait)
+	go func() {
+		select {
+		case <-sigs:
+			cancelAdmit()
+		case <-admitCtx.Done():
+		}
+	}()
+	start := time.Now()
+	release, err := runnerstate.Takeover(admitCtx, *dir, runnerstate.TakeoverOptions{
+		Mode: *mode, Grace: *grace, KillAfter: *killAfter, NoSignal: *noSignal, Logger: log,
+	})
+	cancelAdmit()
+	if err != nil {
+		log.Error("not admitted", "dir", *dir, "err", err)
+		if errors.Is(err, runnerstate.ErrBusy) || errors.Is(err, runnerstate.ErrSuperseded) {
+			return runnerstate.ExitBusy
+		}
+		return 1
+	}
+	defer release()
+	log.Info("admitted", "dir", *dir, "after", time.Since(start).Round(time.Millisecond))
+
+	meta, _ := json.Marshal(map[string]any{"job_seconds": job.Seconds()})
+	if err := runnerstate.Publish(*dir, runnerstate.Record{
+		MaxParallel: *parallel, Specs: []string{"demo-job"}, Meta: meta,
+	}); err != nil {
+		log.Error("publish", "err", err)
+		return 1
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	restarts := runnerstate.WatchRestart(ctx, *dir)
+
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, *parallel)
+	jobCtx, stopJobs := context.WithCancel(ctx)
+	defer stopJobs()
+	draining := false
+	started := 0
+	exit := 0
+	for !draining {
+		if *jobs > 0 && started >= *jobs {
+			break
+		}
+		select {
+		case slots <- struct{}{}:
+			started++
+			n := started
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				runJob(jobCtx, log, n, *job)
+			}()
+			continue
+		case mode := <-restarts:
+			log.Info("restart requested", "mode", mode)
+			if mode == runnerstate.RestartNow {
+				stopJobs()
+			}
+			draining = true
+		case sig := <-sigs:
+			log.Info("signalled; stopping", "signal", sig.String())
+			stopJobs()
+			draining = true
+			exit = 128 + int(sig.(syscall.Signal))
+		}
+	}
+	// Drain: no new job; the running ones finish (or were cancelled). A
+	// "now" or a signal while draining stops them at once.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for {
+		select {
+		case <-done:
+			log.Info("stopped", "jobs", started)
+			return exit
+		case mode := <-restarts:
+			if mode == runnerstate.RestartNow {
+				log.Info("restart requested while draining", "mode", mode)
+				stopJobs()
+			}
+		case sig := <-sigs:
+			log.Info("signalled while draining; stopping", "signal", sig.String())
+			stopJobs()
+			exit = 128 + int(sig.(syscall.Signal))
+		}
+	}
+}
+
+// runJob is a fake job: it takes d, or less when ctx ends.
+func runJob(ctx context.Context, log *slog.Logger, n int, d time.Duration) {
+	log.Info("job started", "job", n)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		log.Info("job finished", "job", n)
+	case <-ctx.Done():
+		log.Info("job cancelled", "job", n)
+	}
+}
