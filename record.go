@@ -211,14 +211,18 @@ func parseLockContent(data []byte) (id Identity, ok bool) {
 // this package manages. A line may not contain "\n".
 //
 // Errors name the path: a symlink or a directory at the path is refused, a
-// bad name or line is refused; otherwise the system's error. Touches dir/name
-// and a temporary file beside it, under the directory's state lock.
+// bad name or line is refused; otherwise the system's error. Creates dir
+// (0755) when it does not exist; touches dir/name and a temporary file beside
+// it, under the directory's state lock.
 func SaveLines(dir, name string, lines []string) error {
 	if err := checkStateName(dir, name); err != nil {
 		return err
 	}
 	var b bytes.Buffer
 	if err := appendLines(&b, dir, name, lines); err != nil {
+		return err
+	}
+	if err := ensureDir(dir); err != nil {
 		return err
 	}
 	return withStateLock(dir, func() error {
@@ -263,6 +267,9 @@ func AppendLine(dir, name, line string) error {
 	}
 	if strings.ContainsRune(line, '\n') {
 		return pathError("append", filepath.Join(dir, name), errors.New("line contains a newline"))
+	}
+	if err := ensureDir(dir); err != nil {
+		return err
 	}
 	return withStateLock(dir, func() error {
 		path := filepath.Join(dir, name)
