@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 )

@@ -21,8 +21,10 @@
 //	              Never unlinked; its content is cleared on release.
 //	runner.json   the Record the holder published (Publish); removed on release.
 //	restart.json  a pending restart request (RequestRestart).
-//	gate.lock, gate.json
-//	              the takeover gate: waiting starters (Takeover, Status).
+//	gate.json     the takeover gate: waiting starters (Takeover, Status).
+//
+// A scope directory (AcquireScope) holds scope.lock and scope.owner.json; a
+// data root (SyncRunning, NoSyncRunning) holds sync.lock.
 //
 // State files are written atomically: a temporary file in the same
 // directory, fsynced, renamed over the target, and the directory fsynced. No

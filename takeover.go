@@ -187,6 +187,9 @@ func (t *takeover) run(ctx context.Context) (*holder, error) {
 		if err == errWouldBlock {
 			var next time.Time
 			next, err = t.step(ctx)
+			if ctx.Err() != nil {
+				return nil, t.busy(ctx.Err())
+			}
 			if err != nil {
 				return nil, err
 			}

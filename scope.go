@@ -1,0 +1,439 @@
+package runnerstate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/runnerstate/runnerstate/internal/liveness"
+)
+
+// Two more coordination shapes besides the runner lock:
+//
+//   - One server per scope: several would-be servers share a scope directory
+//     and only one may serve at a time (AcquireScope). The refused one learns
+//     which data dir the other serves from a sidecar file beside the lock.
+//   - The sync mark: many syncs or imports may run on a data root at once, and
+//     a reset must run only while none does (SyncRunning, NoSyncRunning). It is
+//     a reader/writer lock on one file: syncs share it, a reset takes it alone.
+
+// The files of a scope directory and of a data root.
+const (
+	scopeLockName  = "scope.lock"       // the scope's kernel lock; the holder's identity in it
+	scopeOwnerName = "scope.owner.json" // the holder's ScopeOwner, a hint for refusal messages
+	syncLockName   = "sync.lock"        // the sync mark in a data root
+)
+
+// ErrSyncRunning is NoSyncRunning's refusal: a sync or import holds the sync
+// mark of the data root, so a reset now would pull the data from under it.
+// It is also the answer when another reset holds the mark. The refusal is
+// also a *BusyError (errors.Is(err, ErrBusy)) naming the mark's path.
+var ErrSyncRunning = errors.New("runnerstate: a sync or import is running on this data root; reset again when it finishes")
+
+// ErrSyncUnknown is NoSyncRunning's refusal when the sync mark cannot be
+// taken at all (the filesystem refuses locks, sync.lock is a directory, a
+// symlink or unreadable): nobody can tell whether a sync is running, and a
+// reset must never be half-sure. The message names the path and what to do.
+var ErrSyncUnknown = errors.New("runnerstate: cannot tell whether a sync or import is running on this data root")
+
+// ScopeOwner is what the holder of a scope writes into scope.owner.json
+// beside scope.lock: the data dir it serves and who it is.
+//
+// Trust: a ScopeOwner is a hint that names the holder in a refusal message,
+// nothing more. It is never liveness evidence: a holder killed with SIGKILL
+// leaves its ScopeOwner behind until the next holder replaces it, while the
+// kernel lock it held is already free. Ask the lock, not this file, whether a
+// server is running.
+type ScopeOwner struct {
+	DataDir string   `json:"data_dir"` // the data dir the holder serves, absolute
+	PID     int      `json:"pid"`      // the holder's pid, as seen in its PID namespace
+	Process Identity `json:"process"`  // the holder's full identity
+}
+
+// AcquireScope makes this process the one server of scopeDir, serving
+// dataDir. It creates scopeDir (0755, with its parents) when it does not
+// exist, takes the exclusive kernel lock on scopeDir/scope.lock (created 0644
+// when absent, never truncated before it is held, never removed), waiting
+// until it is free or ctx ends, writes this process's Identity into the lock
+// file (except on Windows, where a locked file cannot be read), and then
+// writes scope.owner.json (a ScopeOwner with dataDir made absolute)
+// atomically: a temporary file beside it, fsynced, renamed over any sidecar a
+// previous holder left, and the directory fsynced. dataDir itself is neither
+// created nor touched.
+//
+// release removes scope.owner.json first, then clears the lock file's content
+// and frees the lock, so a successor never finds the lock free while the
+// sidecar still names this process. It is idempotent. A process that dies
+// without calling release loses the lock at once all the same (the kernel
+// drops it); the sidecar it leaves is replaced by the next holder, which
+// takes the scope without waiting.
+//
+// Errors:
+//   - The scope is held and ctx ends first: a *BusyError naming scope.lock
+//     and the holder's pid as far as it is known, with Owner set to the data
+//     dir the holder serves when scope.owner.json can be read (and does not
+//     name a process that is provably gone). It satisfies errors.Is for
+//     ErrBusy and for ctx.Err(), as Lock's does. A ctx that is already done
+//     still gets one attempt without waiting.
+//   - A filesystem without working locks (ENOLCK, EOPNOTSUPP):
+//     ErrLockingUnsupported, in a message naming scope.lock in scopeDir.
+//   - An empty scopeDir or dataDir, a scopeDir that is not a directory, a
+//     symlink, a directory or another non-regular file at scope.lock or
+//     scope.owner.json: an error naming the path. Nothing is held then.
+//
+// A wait that ends early may leave one goroutine blocked in flock(2) until
+// the holder releases, as Lock documents.
+//
+// One server per data dir, too: a server usually also owns its data dir
+// alone. That is a plain lock on a file in the data dir,
+// Lock(ctx, filepath.Join(dataDir, "server.lock")), taken after the scope:
+//
+//  1. Take the scope, then the data dir, always in that order, so two
+//     servers never wait for each other crosswise.
+//  2. When the data dir is refused, release the scope before exiting, so the
+//     scope does not stay held (and named after a data dir) by a process
+//     that serves nothing.
+//  3. On shutdown, finish the teardown (stop accepting, flush, close files,
+//     stop children) before releasing anything, then release the data dir and
+//     the scope: a successor admitted by the release must never start while
+//     this process still holds resources.
+//
+// The example shows the whole shape, and examples/scope is a server built
+// on it.
+func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func(), err error) {
+	if scopeDir == "" {
+		return nil, errorf("AcquireScope: the scope dir is empty")
+	}
+	if dataDir == "" {
+		return nil, errorf("AcquireScope %s: the data dir is empty", scopeDir)
+	}
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	if err := ensureDir(scopeDir); err != nil {
+		return nil, err
+	}
+	lockPath := filepath.Join(scopeDir, scopeLockName)
+	l, err := acquireWait(ctx, lockPath, kindExclusive)
+	if err != nil {
+		var be *BusyError
+		if errors.As(err, &be) {
+			be.Owner = holderDataDir(scopeDir)
+		}
+		return nil, err
+	}
+	self := Self()
+	line, err := jsonLine(self)
+	if err == nil {
+		err = l.writeContent(line)
+	}
+	if err != nil {
+		l.release()
+		return nil, err
+	}
+	prev, prevState, _ := readScopeOwner(scopeDir)
+	data, err := jsonLine(ScopeOwner{DataDir: dataDir, PID: self.PID, Process: self})
+	if err == nil {
+		err = writeAtomic(scopeDir, scopeOwnerName, data)
+	}
+	if err != nil {
+		l.writeContent(nil)
+		l.release()
+		return nil, err
+	}
+	switch ownerPath := filepath.Join(scopeDir, scopeOwnerName); prevState {
+	case fileOK:
+		if !sameProcess(prev.Process, self) {
+			logger().Info("runnerstate: replaced the scope owner record a previous holder left",
+				"path", ownerPath, "pid", prev.PID, "data_dir", prev.DataDir)
+		}
+	case fileCorrupt:
+		logger().Info("runnerstate: replaced an unreadable scope owner record", "path", ownerPath)
+	}
+	h := &scopeHold{dir: scopeDir, lock: l, self: self}
+	return h.release, nil
+}
+
+// scopeHold is this process's hold on a scope, from AcquireScope.
+type scopeHold struct {
+	dir  string
+	lock *lockFile
+	self Identity
+	once sync.Once
+}
+
+// release removes the sidecar while the lock is still held, then clears the
+// lock file's identity and frees the lock. When the lock file was replaced
+// under it, the sidecar there may be another holder's, so it is left alone.
+func (h *scopeHold) release() {
+	h.once.Do(func() {
+		if ok, _ := h.lock.atPath(kindExclusive); ok {
+			path := filepath.Join(h.dir, scopeOwnerName)
+			if cur, state, _ := readScopeOwner(h.dir); state == fileOK && sameProcess(cur.Process, h.self) {
+				if err := os.Remove(path); err != nil && !isNotExist(err) {
+					logger().Warn("runnerstate: could not remove the scope owner record", "path", path, "err", err)
+				} else {
+					syncDir(h.dir)
+				}
+			}
+			h.lock.writeContent(nil)
+		}
+		h.lock.release()
+	})
+}
+
+// ReadScopeOwner returns the ScopeOwner recorded in scopeDir/scope.owner.json,
+// and false when the file is absent, cannot be read (a symlink, a directory,
+// larger than 1 MiB), is not a JSON object or names no data_dir. An
+// unreadable or unparsable file is logged once. It locks nothing, creates
+// nothing and writes nothing.
+//
+// The answer is a hint (see ScopeOwner): it does not say whether the owner
+// still runs. A refusal from AcquireScope already carries the owner's data
+// dir in BusyError.Owner.
+func ReadScopeOwner(scopeDir string) (ScopeOwner, bool) {
+	owner, state, err := readScopeOwner(scopeDir)
+	if state == fileCorrupt {
+		path := filepath.Join(scopeDir, scopeOwnerName)
+		warnOnce("scope-owner:"+path, "runnerstate: the scope owner record cannot be read and is ignored", "path", path, "err", err)
+	}
+	return owner, state == fileOK
+}
+
+func readScopeOwner(scopeDir string) (ScopeOwner, fileState, error) {
+	path := filepath.Join(scopeDir, scopeOwnerName)
+	data, err := readHint(path, maxRecordSize)
+	if err != nil {
+		if isNotExist(err) {
+			return ScopeOwner{}, fileAbsent, nil
+		}
+		if err == errTooLarge {
+			err = pathError("read", path, errTooLarge)
+		}
+		return ScopeOwner{}, fileCorrupt, err
+	}
+	owner, err := parseScopeOwner(data)
+	if err != nil {
+		return ScopeOwner{}, fileCorrupt, pathError("parse", path, err)
+	}
+	return owner, fileOK, nil
+}
+
+// parseScopeOwner parses scope.owner.json: a JSON object naming a data dir.
+func parseScopeOwner(data []byte) (ScopeOwner, error) {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return ScopeOwner{}, errors.New("empty file")
+	}
+	if data[0] != '{' {
+		return ScopeOwner{}, errors.New("not a JSON object")
+	}
+	var owner ScopeOwner
+	if err := json.Unmarshal(data, &owner); err != nil {
+		return ScopeOwner{}, err
+	}
+	if owner.DataDir == "" {
+		return ScopeOwner{}, errors.New("names no data_dir")
+	}
+	return owner, nil
+}
+
+// holderDataDir is the data dir a refused AcquireScope names: the sidecar's,
+// unless the sidecar names a process that is provably gone. That happens for
+// an instant when a holder was killed and its successor holds the lock but
+// has not yet replaced the sidecar; naming the dead holder's data dir then
+// would be wrong. Anything that cannot be proven gone is trusted as a name.
+func holderDataDir(scopeDir string) string {
+	owner, ok := ReadScopeOwner(scopeDir)
+	if !ok {
+		return ""
+	}
+	switch v, _ := liveness.Check(liveness.Identity(owner.Process)); v {
+	case liveness.Dead, liveness.Stale:
+		return ""
+	}
+	return owner.DataDir
+}
+
+// SyncRunning marks a sync or import as running on the data root: it takes a
+// shared kernel lock on root/sync.lock, for the caller to hold for the whole
+// sync and free with release (idempotent). Any number of syncs, in any
+// processes, hold the mark together; while a reset holds it (NoSyncRunning),
+// SyncRunning waits until the reset releases or ctx ends, without holding
+// back other syncs. root is created (0755, with its parents) when it does not
+// exist, and sync.lock (0644) in it; sync.lock is never truncated nor
+// removed, and only read permission on it is needed.
+//
+// When the mark cannot be taken at all (the filesystem refuses locks,
+// sync.lock is a directory, a symlink, not a regular file or unreadable),
+// SyncRunning logs exactly one warning naming the path and returns a no-op
+// release and a nil error: the sync runs unmarked. A reset then cannot take
+// the mark either and is refused with ErrSyncUnknown, so running unmarked
+// does not let a reset through (unless the reset runs as a user who can lock
+// the file where this one cannot).
+//
+// Errors: when ctx ends while a reset holds the mark, a *BusyError naming
+// sync.lock that satisfies errors.Is for ErrBusy and for ctx.Err(); an error
+// naming root when root is empty, is not a directory or cannot be created.
+// A wait that ends early may leave one goroutine blocked in flock(2) until the
+// reset releases, as Lock documents.
+func SyncRunning(ctx context.Context, root string) (release func(), err error) {
+	if root == "" {
+		return nil, errorf("SyncRunning: the data root is empty")
+	}
+	path := filepath.Join(root, syncLockName)
+	for attempt := 0; ; attempt++ {
+		if err := ensureDir(root); err != nil {
+			return nil, err
+		}
+		l, err := acquireWait(ctx, path, kindShared)
+		if err == nil {
+			return l.release, nil
+		}
+		var be *BusyError
+		if errors.As(err, &be) {
+			return nil, err
+		}
+		if isNotExist(err) && attempt < maxReplaced {
+			continue // root was removed while we waited: make it again and lock there
+		}
+		logger().Warn("runnerstate: the sync mark cannot be taken; this sync runs unmarked, and resets are refused until the mark is fixed",
+			"path", path, "err", err)
+		return func() {}, nil
+	}
+}
+
+// NoSyncRunning takes the sync mark of the data root alone, for a reset:
+// an exclusive kernel lock on root/sync.lock, without waiting. While the
+// caller holds it, no sync or import runs on root and a new one waits in
+// SyncRunning. release (idempotent) frees it. root is created (0755, with its
+// parents) when it does not exist, and sync.lock (0644) in it.
+//
+// A reset may delete everything in root except sync.lock: removing or
+// replacing sync.lock while holding it would let a sync that starts meanwhile
+// lock the new file and run beside the reset.
+//
+// Errors:
+//   - A sync or import holds the mark (or another reset does): an error
+//     satisfying errors.Is for ErrSyncRunning and ErrBusy, with a *BusyError
+//     (errors.As) naming sync.lock and, on Linux, a holder's pid; the
+//     message names the path and every holder pid the kernel lists.
+//   - The mark cannot be taken at all (the filesystem refuses locks, sync.lock
+//     is a directory, a symlink, not a regular file or unreadable):
+//     ErrSyncUnknown, in a message that names the path and says what to do:
+//     stop every process using root, remove the path, and reset again. The
+//     underlying error stays reachable (errors.Is(err,
+//     ErrLockingUnsupported) on a filesystem without locks).
+//   - An empty root, or a root that is not a directory or cannot be created:
+//     an error naming root.
+func NoSyncRunning(root string) (release func(), err error) {
+	if root == "" {
+		return nil, errorf("NoSyncRunning: the data root is empty")
+	}
+	path := filepath.Join(root, syncLockName)
+	for attempt := 0; ; attempt++ {
+		if err := ensureDir(root); err != nil {
+			return nil, err
+		}
+		l, err := acquireNB(path, kindExclusive)
+		switch {
+		case err == nil:
+			return l.release, nil
+		case err == errWouldBlock:
+			return nil, syncBusy(path)
+		case isNotExist(err) && attempt < maxReplaced:
+			continue // root was removed under us: make it again
+		}
+		return nil, syncUnknown(root, path, err)
+	}
+}
+
+// syncBusy is NoSyncRunning's answer when the mark is held: the holders the
+// kernel lists (Linux), told apart as syncs (shared) and resets (exclusive).
+func syncBusy(path string) error {
+	be := &BusyError{Path: path}
+	locks, _, _ := kernelLocks(path)
+	var shared, exclusive []int
+	for _, kl := range locks {
+		if kl.pid <= 0 {
+			continue
+		}
+		if kl.exclusive {
+			exclusive = append(exclusive, kl.pid)
+		} else {
+			shared = append(shared, kl.pid)
+		}
+	}
+	slices.Sort(shared)
+	shared = slices.Compact(shared)
+	slices.Sort(exclusive)
+	exclusive = slices.Compact(exclusive)
+	var msg string
+	switch {
+	case len(exclusive) > 0:
+		be.PID = exclusive[0]
+		msg = "runnerstate: another reset holds " + path + " (" + pidList(exclusive) + "); reset again when it finishes"
+	case len(shared) > 0:
+		be.PID = shared[0]
+		msg = ErrSyncRunning.Error() + ": " + path + " is held by " + pidList(shared)
+	default:
+		msg = ErrSyncRunning.Error() + ": " + path + " is held"
+	}
+	return &multiError{msg: msg, errs: []error{ErrSyncRunning, be}}
+}
+
+func pidList(pids []int) string {
+	s := make([]string, len(pids))
+	for i, p := range pids {
+		s[i] = strconv.Itoa(p)
+	}
+	if len(pids) == 1 {
+		return "pid " + s[0]
+	}
+	return "pids " + strings.Join(s, ", ")
+}
+
+// syncUnknown is NoSyncRunning's answer when the mark cannot be taken at all.
+func syncUnknown(root, path string, cause error) error {
+	var why string
+	switch {
+	case errors.Is(cause, ErrLockingUnsupported):
+		why = "the filesystem refuses file locks"
+	case errors.Is(cause, errIsDir):
+		why = "it is a directory"
+	case errors.Is(cause, errSymlink):
+		why = "it is a symlink"
+	case errors.Is(cause, errNotRegular):
+		why = "it is not a regular file"
+	default:
+		why = cause.Error()
+		var pe *fs.PathError
+		if errors.As(cause, &pe) {
+			why = pe.Err.Error()
+		}
+	}
+	msg := ErrSyncUnknown.Error() + ": " + path + " cannot be locked (" + why + "); stop every process that uses " +
+		root + ", remove " + path + ", and reset again"
+	if errors.Is(cause, ErrLockingUnsupported) {
+		msg += "; if locks still fail, move the data root to a local disk"
+	}
+	return &multiError{msg: msg, errs: []error{ErrSyncUnknown, cause}}
+}
+
+// multiError has a message of its own and stands for each of errs under
+// errors.Is and errors.As.
+type multiError struct {
+	msg  string
+	errs []error
+}
+
+func (e *multiError) Error() string   { return e.msg }
+func (e *multiError) Unwrap() []error { return e.errs }

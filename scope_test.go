@@ -1,0 +1,749 @@
+//go:build linux
+
+package runnerstate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// scopeBusy is what the "scope" role reports about a refused AcquireScope.
+type scopeBusy struct {
+	Owner    string `json:"owner"`
+	PID      int    `json:"pid"`
+	Verified bool   `json:"verified"`
+	Msg      string `json:"msg"`
+	Busy     bool   `json:"busy"`     // errors.Is(err, ErrBusy)
+	Deadline bool   `json:"deadline"` // errors.Is(err, context.DeadlineExceeded)
+	Millis   int64  `json:"ms"`       // how long the call took
+}
+
+func init() {
+	// scope: a would-be server of the scope and data dir in arg
+	// ("<scope>\n<data>"). Commands: "acquire <ms>" calls AcquireScope with a
+	// deadline of ms milliseconds (0: no deadline) and says "held", "busy
+	// <scopeBusy JSON>" or "error <err>"; "release" releases and says
+	// "released". At EOF it releases what it holds and exits.
+	roles["scope"] = func(arg string) int {
+		scopeDir, dataDir, _ := strings.Cut(arg, "\n")
+		var release func()
+		for cmd := range commands() {
+			switch {
+			case strings.HasPrefix(cmd, "acquire "):
+				ms, _ := strconv.Atoi(strings.TrimPrefix(cmd, "acquire "))
+				ctx, cancel := context.WithCancel(context.Background())
+				if ms > 0 {
+					ctx, cancel = context.WithTimeout(context.Background(), time.Duration(ms)*time.Millisecond)
+				}
+				start := time.Now()
+				r, err := AcquireScope(ctx, scopeDir, dataDir)
+				took := time.Since(start)
+				cancel()
+				var be *BusyError
+				switch {
+				case err == nil:
+					release = r
+					say("held")
+				case errors.As(err, &be):
+					line, _ := json.Marshal(scopeBusy{
+						Owner: be.Owner, PID: be.PID, Verified: be.Verified, Msg: err.Error(),
+						Busy: errors.Is(err, ErrBusy), Deadline: errors.Is(err, context.DeadlineExceeded),
+						Millis: took.Milliseconds(),
+					})
+					say("busy %s", line)
+				default:
+					say("error %v", err)
+				}
+			case cmd == "release":
+				if release != nil {
+					release()
+					release = nil
+				}
+				say("released")
+			}
+		}
+		if release != nil {
+			release()
+		}
+		return 0
+	}
+	// scope-raw: wait for the scope's bare lock file with Lock, as a process
+	// that does not go through AcquireScope, and say whether a scope owner
+	// record was there at the moment the lock became ours.
+	roles["scope-raw"] = func(scopeDir string) int {
+		say("waiting")
+		unlock, err := Lock(context.Background(), filepath.Join(scopeDir, scopeLockName))
+		if err != nil {
+			say("error %v", err)
+			return 1
+		}
+		_, ok := ReadScopeOwner(scopeDir)
+		say("locked owner=%t", ok)
+		unlock()
+		return 0
+	}
+	// sync: say "starting", hold the sync mark of root from SyncRunning (no
+	// deadline), say "marked", hold it until stdin closes.
+	roles["sync"] = func(root string) int {
+		say("starting")
+		release, err := SyncRunning(context.Background(), root)
+		if err != nil {
+			say("error %v", err)
+			return 1
+		}
+		say("marked")
+		for range commands() {
+		}
+		release()
+		return 0
+	}
+	// reset: NoSyncRunning on root; say "reset" and hold the mark until stdin
+	// closes, or say why it was refused: "syncrunning <msg>", "unknown <msg>"
+	// or "error <msg>".
+	roles["reset"] = func(root string) int {
+		release, err := NoSyncRunning(root)
+		switch {
+		case err == nil:
+			say("reset")
+			for range commands() {
+			}
+			release()
+		case errors.Is(err, ErrSyncRunning):
+			say("syncrunning %v", err)
+		case errors.Is(err, ErrSyncUnknown):
+			say("unknown %v", err)
+		default:
+			say("error %v", err)
+		}
+		return 0
+	}
+}
+
+// scopeArg is the "scope" role's argument.
+func scopeArg(scopeDir, dataDir string) string { return scopeDir + "\n" + dataDir }
+
+// expectBusy waits for a "busy" line from a "scope" child and decodes it.
+func expectBusy(t *testing.T, c *child) scopeBusy {
+	t.Helper()
+	var b scopeBusy
+	require.NoError(t, json.Unmarshal([]byte(c.expect("busy ")), &b))
+	return b
+}
+
+// blockedOn counts the processes the kernel lists as blocked in flock(2) on
+// the file at path: proof that a waiter really waits in the kernel, not in a
+// sleep loop of its own.
+func blockedOn(t testing.TB, path string) int {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return 0
+	}
+	data, err := os.ReadFile("/proc/locks")
+	require.NoError(t, err)
+	suffix := ":" + strconv.FormatUint(st.Ino, 10)
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		// "1: -> FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+		if len(f) >= 7 && f[1] == "->" && f[2] == "FLOCK" && strings.HasSuffix(f[6], suffix) {
+			n++
+		}
+	}
+	return n
+}
+
+// cancelled is a context that has already ended: a call given it may make
+// one attempt but never wait.
+func cancelled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+// Case: two processes AcquireScope one scope with different data dirs; the
+// second is refused within its 200 ms and told the first one's data dir;
+// once the first releases, the sidecar is gone and the second gets in.
+func TestScopeSecondServerRefusedNamesFirstDataDir(t *testing.T) {
+	base := t.TempDir()
+	scopeDir := filepath.Join(base, "shared", "scope") // AcquireScope creates it
+	dataA, dataB := filepath.Join(base, "data-a"), filepath.Join(base, "data-b")
+	sidecar := filepath.Join(scopeDir, scopeOwnerName)
+
+	a := startChild(t, "scope", scopeArg(scopeDir, dataA))
+	a.send("acquire 0")
+	a.expect("held")
+	owner, ok := ReadScopeOwner(scopeDir)
+	require.True(t, ok)
+	assert.Equal(t, dataA, owner.DataDir)
+	assert.Equal(t, a.pid(), owner.PID)
+	assert.Equal(t, a.pid(), owner.Process.PID)
+	assert.NotZero(t, owner.Process.StartTicks)
+
+	b := startChild(t, "scope", scopeArg(scopeDir, dataB))
+	b.send("acquire 200")
+	busy := expectBusy(t, b)
+	assert.Equal(t, dataA, busy.Owner, "the refusal names the data dir the holder serves")
+	assert.Contains(t, busy.Msg, dataA)
+	assert.Contains(t, busy.Msg, filepath.Join(scopeDir, scopeLockName))
+	assert.Equal(t, a.pid(), busy.PID)
+	assert.True(t, busy.Verified, "the lock file carries the holder's identity")
+	assert.True(t, busy.Busy, "errors.Is(err, ErrBusy)")
+	assert.True(t, busy.Deadline, "errors.Is(err, context.DeadlineExceeded)")
+	assert.GreaterOrEqual(t, busy.Millis, int64(200), "it waited for its whole deadline")
+
+	a.send("release")
+	a.expect("released")
+	_, err := os.Lstat(sidecar)
+	assert.True(t, os.IsNotExist(err), "release removes the sidecar: %v", err)
+	_, ok = ReadScopeOwner(scopeDir)
+	assert.False(t, ok)
+
+	b.send("acquire 200")
+	b.expect("held")
+	owner, ok = ReadScopeOwner(scopeDir)
+	require.True(t, ok)
+	assert.Equal(t, dataB, owner.DataDir)
+	assert.Equal(t, b.pid(), owner.PID)
+
+	require.NoError(t, b.stop())
+	require.NoError(t, a.stop())
+	_, err = os.Lstat(sidecar)
+	assert.True(t, os.IsNotExist(err), "the second server's release removed its sidecar too")
+	content, err := os.ReadFile(filepath.Join(scopeDir, scopeLockName))
+	require.NoError(t, err, "the lock file is never removed")
+	assert.Empty(t, content, "release clears the holder's identity")
+}
+
+// A waiting AcquireScope waits in the kernel and is admitted the moment the
+// holder releases.
+func TestScopeWaiterAdmittedOnRelease(t *testing.T) {
+	base := t.TempDir()
+	scopeDir := filepath.Join(base, "scope")
+	a := startChild(t, "scope", scopeArg(scopeDir, filepath.Join(base, "a")))
+	a.send("acquire 0")
+	a.expect("held")
+	b := startChild(t, "scope", scopeArg(scopeDir, filepath.Join(base, "b")))
+	b.send("acquire 0")
+	lockPath := filepath.Join(scopeDir, scopeLockName)
+	eventually(t, "the second server blocks in flock", func() bool { return blockedOn(t, lockPath) == 1 })
+	a.send("release")
+	a.expect("released")
+	b.expect("held")
+	owner, ok := ReadScopeOwner(scopeDir)
+	require.True(t, ok)
+	assert.Equal(t, filepath.Join(base, "b"), owner.DataDir)
+	require.NoError(t, b.stop())
+	require.NoError(t, a.stop())
+}
+
+// Case: a corrupt sidecar reads as no owner, and a refusal still names the
+// scope path.
+func TestScopeCorruptSidecar(t *testing.T) {
+	base := t.TempDir()
+	scopeDir := filepath.Join(base, "scope")
+	sidecar := filepath.Join(scopeDir, scopeOwnerName)
+	holder := startChild(t, "scope", scopeArg(scopeDir, filepath.Join(base, "data")))
+	holder.send("acquire 0")
+	holder.expect("held")
+	_, ok := ReadScopeOwner(scopeDir)
+	require.True(t, ok)
+
+	log := captureLog(t)
+	for _, content := range []string{"not json", "[]", `{"data_dir": 3}`, "", "{}", `{"data_dir": ""}`, `{"data_dir": "/x"} trailing`, `"/x"`} {
+		t.Run(content, func(t *testing.T) {
+			require.NoError(t, os.WriteFile(sidecar, []byte(content), 0o644))
+			owner, ok := ReadScopeOwner(scopeDir)
+			assert.False(t, ok)
+			assert.Equal(t, ScopeOwner{}, owner)
+
+			_, err := AcquireScope(cancelled(), scopeDir, filepath.Join(base, "other"))
+			var be *BusyError
+			require.ErrorAs(t, err, &be)
+			assert.Empty(t, be.Owner)
+			assert.Equal(t, holder.pid(), be.PID)
+			assert.Contains(t, err.Error(), scopeDir, "the refusal names the scope")
+			assert.ErrorIs(t, err, ErrBusy)
+			assert.ErrorIs(t, err, context.Canceled)
+		})
+	}
+	assert.Contains(t, log.String(), sidecar)
+	assert.Equal(t, 1, strings.Count(log.String(), "scope owner record cannot be read"), "an unreadable sidecar is logged once")
+
+	// A sidecar that is a symlink or a directory is not read either.
+	require.NoError(t, os.Remove(sidecar))
+	good := filepath.Join(base, "good.json")
+	require.NoError(t, os.WriteFile(good, []byte(`{"data_dir":"/elsewhere","pid":1}`), 0o644))
+	require.NoError(t, os.Symlink(good, sidecar))
+	_, ok = ReadScopeOwner(scopeDir)
+	assert.False(t, ok, "a symlinked sidecar is never followed")
+	require.NoError(t, os.Remove(sidecar))
+	require.NoError(t, os.Mkdir(sidecar, 0o755))
+	_, ok = ReadScopeOwner(scopeDir)
+	assert.False(t, ok)
+	require.NoError(t, os.Remove(sidecar))
+
+	_, ok = ReadScopeOwner(filepath.Join(base, "nowhere"))
+	assert.False(t, ok, "an absent scope has no owner")
+	require.NoError(t, holder.stop())
+}
+
+// A sidecar whose owner is provably gone (its successor holds the lock but
+// has not replaced it yet) never names the holder; one that cannot be proven
+// gone does.
+func TestScopeRefusalSkipsDeadOwnersSidecar(t *testing.T) {
+	base := t.TempDir()
+	scopeDir := filepath.Join(base, "scope")
+	sidecar := filepath.Join(scopeDir, scopeOwnerName)
+	holder := startChild(t, "scope", scopeArg(scopeDir, filepath.Join(base, "data")))
+	holder.send("acquire 0")
+	holder.expect("held")
+
+	gone := Self()
+	gone.StartTicks++ // this pid, another start: a process that no longer exists
+	data, err := json.Marshal(ScopeOwner{DataDir: "/gone", PID: gone.PID, Process: gone})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(sidecar, data, 0o644))
+	owner, ok := ReadScopeOwner(scopeDir)
+	require.True(t, ok, "the file itself reads fine: it is only a hint")
+	assert.Equal(t, "/gone", owner.DataDir)
+	_, err = AcquireScope(cancelled(), scopeDir, filepath.Join(base, "other"))
+	var be *BusyError
+	require.ErrorAs(t, err, &be)
+	assert.Empty(t, be.Owner)
+	assert.NotContains(t, err.Error(), "/gone")
+
+	require.NoError(t, os.WriteFile(sidecar, []byte(`{"data_dir":"/named"}`), 0o644))
+	_, err = AcquireScope(cancelled(), scopeDir, filepath.Join(base, "other"))
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, "/named", be.Owner, "an owner that cannot be proven gone is named")
+	require.NoError(t, holder.stop())
+}
+
+// Case: the scope's holder is killed with SIGKILL: the next AcquireScope is
+// admitted without waiting and replaces the stale sidecar.
+func TestScopeHolderKilled(t *testing.T) {
+	base := t.TempDir()
+	scopeDir := filepath.Join(base, "scope")
+	dataA, dataB := filepath.Join(base, "a"), filepath.Join(base, "b")
+	a := startChild(t, "scope", scopeArg(scopeDir, dataA))
+	a.send("acquire 0")
+	a.expect("held")
+	a.kill()
+	require.Error(t, a.wait())
+	owner, ok := ReadScopeOwner(scopeDir)
+	require.True(t, ok, "a killed holder leaves its sidecar")
+	require.Equal(t, a.pid(), owner.PID)
+
+	log := captureLog(t)
+	// A context that has already ended: admitted means admitted at once.
+	release, err := AcquireScope(cancelled(), scopeDir, dataB)
+	require.NoError(t, err)
+	owner, ok = ReadScopeOwner(scopeDir)
+	require.True(t, ok)
+	assert.Equal(t, dataB, owner.DataDir)
+	assert.Equal(t, os.Getpid(), owner.PID)
+	assert.True(t, sameProcess(owner.Process, Self()))
+	assert.Contains(t, log.String(), "replaced the scope owner record a previous holder left")
+	assert.Contains(t, log.String(), "pid="+strconv.Itoa(a.pid()))
+
+	content, err := os.ReadFile(filepath.Join(scopeDir, scopeLockName))
+	require.NoError(t, err)
+	id, ok := parseLockContent(content)
+	require.True(t, ok)
+	assert.True(t, sameProcess(id, Self()), "the lock file names the new holder")
+
+	release()
+	release() // idempotent
+	_, ok = ReadScopeOwner(scopeDir)
+	assert.False(t, ok)
+	entries, err := os.ReadDir(scopeDir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.Equal(t, []string{scopeLockName}, names, "no temporary file or sidecar is left")
+}
+
+// The sidecar is removed before the lock is freed: a process that gets the
+// bare lock the instant it is released never finds it.
+func TestScopeReleaseRemovesSidecarBeforeUnlock(t *testing.T) {
+	scopeDir := filepath.Join(t.TempDir(), "scope")
+	release, err := AcquireScope(background(t), scopeDir, t.TempDir())
+	require.NoError(t, err)
+	raw := startChild(t, "scope-raw", scopeDir)
+	raw.expect("waiting")
+	eventually(t, "the raw locker blocks in flock", func() bool {
+		return blockedOn(t, filepath.Join(scopeDir, scopeLockName)) == 1
+	})
+	release()
+	assert.Equal(t, "owner=false", raw.expect("locked"))
+	require.NoError(t, raw.wait())
+}
+
+// In one process a scope excludes a second AcquireScope exactly as it does
+// across processes, and the refusal names this process and its data dir.
+func TestScopeInProcess(t *testing.T) {
+	base := t.TempDir()
+	scopeDir := filepath.Join(base, "scope")
+	dataA := filepath.Join(base, "a")
+	release, err := AcquireScope(background(t), scopeDir, dataA)
+	require.NoError(t, err)
+	_, err = AcquireScope(cancelled(), scopeDir, filepath.Join(base, "b"))
+	var be *BusyError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, os.Getpid(), be.PID)
+	assert.True(t, be.Verified)
+	assert.Equal(t, dataA, be.Owner)
+	assert.Equal(t, filepath.Join(scopeDir, scopeLockName), be.Path)
+	assert.Equal(t, "runnerstate: "+be.Path+" is locked by pid "+strconv.Itoa(os.Getpid())+
+		" (verified alive) serving "+dataA+": context canceled", err.Error())
+	release()
+	release2, err := AcquireScope(cancelled(), scopeDir, filepath.Join(base, "b"))
+	require.NoError(t, err)
+	release2()
+	assert.Equal(t, 0, parked.parkedCount(), "no wait was parked")
+}
+
+// A relative data dir is recorded absolute: the refused server may run in
+// another working directory.
+func TestScopeRecordsAbsoluteDataDir(t *testing.T) {
+	base := t.TempDir()
+	t.Chdir(base)
+	release, err := AcquireScope(background(t), "scope", "data")
+	require.NoError(t, err)
+	defer release()
+	owner, ok := ReadScopeOwner(filepath.Join(base, "scope"))
+	require.True(t, ok)
+	assert.Equal(t, filepath.Join(base, "data"), owner.DataDir)
+	_, err = os.Stat(filepath.Join(base, "data"))
+	assert.True(t, os.IsNotExist(err), "the data dir is not created")
+}
+
+func TestScopeLockingUnsupported(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.ENOLCK, syscall.EOPNOTSUPP} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			scopeDir := filepath.Join(t.TempDir(), "scope")
+			restore := injectFlockError(errno)
+			_, err := AcquireScope(background(t), scopeDir, t.TempDir())
+			restore()
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrLockingUnsupported)
+			assert.ErrorIs(t, err, errno)
+			assert.NotErrorIs(t, err, ErrBusy)
+			assert.Contains(t, err.Error(), scopeDir)
+			assert.Contains(t, err.Error(), "move it to a local disk")
+			_, ok := ReadScopeOwner(scopeDir)
+			assert.False(t, ok, "no sidecar without the lock")
+		})
+	}
+}
+
+func TestScopeRefusesOddPaths(t *testing.T) {
+	base := t.TempDir()
+	file := filepath.Join(base, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+
+	_, err := AcquireScope(background(t), "", base)
+	assert.ErrorContains(t, err, "scope dir is empty")
+	_, err = AcquireScope(background(t), base, "")
+	assert.ErrorContains(t, err, "data dir is empty")
+	_, err = AcquireScope(background(t), file, base)
+	assert.ErrorContains(t, err, file)
+	assert.ErrorContains(t, err, "not a directory")
+
+	for _, tc := range []struct {
+		name, file, want string
+		plant            func(path string) error
+	}{
+		{"lock is a symlink", scopeLockName, "symlink", func(p string) error { return os.Symlink(file, p) }},
+		{"lock is a directory", scopeLockName, "directory", func(p string) error { return os.Mkdir(p, 0o755) }},
+		{"sidecar is a symlink", scopeOwnerName, "symlink", func(p string) error { return os.Symlink(file, p) }},
+		{"sidecar is a directory", scopeOwnerName, "directory", func(p string) error { return os.Mkdir(p, 0o755) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scopeDir := t.TempDir()
+			path := filepath.Join(scopeDir, tc.file)
+			require.NoError(t, tc.plant(path))
+			_, err := AcquireScope(background(t), scopeDir, base)
+			require.Error(t, err)
+			assert.NotErrorIs(t, err, ErrBusy)
+			assert.Contains(t, err.Error(), path)
+			assert.Contains(t, err.Error(), tc.want)
+			if tc.file == scopeOwnerName {
+				// Refused after the lock was taken: it was let go again.
+				unlock, err := TryLock(filepath.Join(scopeDir, scopeLockName))
+				require.NoError(t, err, "the scope lock was released")
+				unlock()
+			}
+		})
+	}
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	assert.Empty(t, data, "nothing was written through a symlink")
+}
+
+// Case: two syncs in two processes hold the mark together; a reset in a third
+// is refused with ErrSyncRunning; once both finish, a reset succeeds.
+func TestSyncMarkSharedResetRefused(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root") // SyncRunning creates it
+	lockPath := filepath.Join(root, syncLockName)
+	s1 := startChild(t, "sync", root)
+	s1.expect("starting")
+	s1.expect("marked")
+	s2 := startChild(t, "sync", root)
+	s2.expect("starting")
+	s2.expect("marked")
+
+	r := startChild(t, "reset", root)
+	msg := r.expect("syncrunning ")
+	require.NoError(t, r.wait())
+	assert.Contains(t, msg, lockPath)
+	assert.Contains(t, msg, "reset again when it finishes")
+	assert.Contains(t, msg, strconv.Itoa(s1.pid()))
+	assert.Contains(t, msg, strconv.Itoa(s2.pid()))
+
+	// The same refusal in this process, with the whole error vocabulary.
+	_, err := NoSyncRunning(root)
+	assert.ErrorIs(t, err, ErrSyncRunning)
+	assert.ErrorIs(t, err, ErrBusy)
+	assert.NotErrorIs(t, err, ErrSyncUnknown)
+	var be *BusyError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, lockPath, be.Path)
+	assert.Contains(t, []int{s1.pid(), s2.pid()}, be.PID)
+
+	require.NoError(t, s1.stop())
+	r = startChild(t, "reset", root)
+	assert.Contains(t, r.expect("syncrunning "), strconv.Itoa(s2.pid()), "one sync still runs")
+	require.NoError(t, r.wait())
+	require.NoError(t, s2.stop())
+
+	r = startChild(t, "reset", root)
+	r.expect("reset")
+	// While a reset holds the mark, another reset is refused too, and told so.
+	_, err = NoSyncRunning(root)
+	assert.ErrorIs(t, err, ErrSyncRunning)
+	assert.ErrorContains(t, err, "another reset holds "+lockPath)
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, r.pid(), be.PID)
+	require.NoError(t, r.stop())
+}
+
+// Case: a sync started while a reset holds the mark waits, in the kernel,
+// and runs once the reset ends; waiting syncs do not hold each other back.
+func TestSyncWaitsForReset(t *testing.T) {
+	root := t.TempDir()
+	lockPath := filepath.Join(root, syncLockName)
+	release, err := NoSyncRunning(root)
+	require.NoError(t, err)
+
+	s1 := startChild(t, "sync", root)
+	s1.expect("starting")
+	s2 := startChild(t, "sync", root)
+	s2.expect("starting")
+	eventually(t, "both syncs block in flock", func() bool { return blockedOn(t, lockPath) == 2 })
+
+	// A sync in this process with a deadline gives up, naming the mark.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err = SyncRunning(ctx, root)
+	cancel()
+	assert.ErrorIs(t, err, ErrBusy)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorContains(t, err, lockPath)
+	select {
+	case line := <-s1.lines:
+		t.Fatalf("a sync ran while the reset held the mark: %q", line)
+	default:
+	}
+
+	release()
+	s1.expect("marked")
+	s2.expect("marked")
+	_, err = NoSyncRunning(root)
+	assert.ErrorIs(t, err, ErrSyncRunning)
+	require.NoError(t, s1.stop())
+	require.NoError(t, s2.stop())
+	eventually(t, "the parked goroutine leaves", func() bool { return parked.parkedCount() == 0 })
+	release, err = NoSyncRunning(root)
+	require.NoError(t, err)
+	release()
+	release() // idempotent
+}
+
+// Syncs in one process share the mark; a reset in this process is refused
+// while any of them runs.
+func TestSyncMarkInProcess(t *testing.T) {
+	root := t.TempDir()
+	r1, err := SyncRunning(background(t), root)
+	require.NoError(t, err)
+	r2, err := SyncRunning(cancelled(), root)
+	require.NoError(t, err, "a second sync never waits for the first")
+	_, err = NoSyncRunning(root)
+	assert.ErrorIs(t, err, ErrSyncRunning)
+	r1()
+	r1()
+	_, err = NoSyncRunning(root)
+	assert.ErrorIs(t, err, ErrSyncRunning)
+	r2()
+	reset, err := NoSyncRunning(root)
+	require.NoError(t, err)
+	reset()
+}
+
+// Case: when the mark cannot be taken at all (sync.lock replaced by a
+// directory, and its kin), a sync runs unmarked with exactly one warning and
+// a reset is refused with ErrSyncUnknown naming the path and what to do.
+func TestSyncMarkCannotBeTaken(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		plant  func(t *testing.T, path string) (restore func())
+		reason string
+	}{
+		{"directory", func(t *testing.T, path string) func() {
+			require.NoError(t, os.Remove(path))
+			require.NoError(t, os.Mkdir(path, 0o755))
+			return func() {}
+		}, "it is a directory"},
+		{"symlink", func(t *testing.T, path string) func() {
+			require.NoError(t, os.Remove(path))
+			require.NoError(t, os.Symlink(filepath.Join(filepath.Dir(path), "elsewhere"), path))
+			return func() {}
+		}, "it is a symlink"},
+		{"fifo", func(t *testing.T, path string) func() {
+			require.NoError(t, os.Remove(path))
+			require.NoError(t, syscall.Mkfifo(path, 0o644))
+			return func() {}
+		}, "it is not a regular file"},
+		{"ENOLCK", func(t *testing.T, path string) func() { return injectFlockError(syscall.ENOLCK) }, "the filesystem refuses file locks"},
+		{"EOPNOTSUPP", func(t *testing.T, path string) func() { return injectFlockError(syscall.EOPNOTSUPP) }, "the filesystem refuses file locks"},
+		{"unreadable", func(t *testing.T, path string) func() {
+			if os.Getuid() == 0 {
+				t.Skip("root reads any file")
+			}
+			require.NoError(t, os.Chmod(path, 0))
+			return func() {}
+		}, "permission denied"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			path := filepath.Join(root, syncLockName)
+			// A working mark first, then replaced by something unlockable.
+			r, err := NoSyncRunning(root)
+			require.NoError(t, err)
+			r()
+			restore := tc.plant(t, path)
+			defer restore()
+
+			log := captureLog(t)
+			release, err := SyncRunning(background(t), root)
+			require.NoError(t, err, "the sync runs, unmarked")
+			require.NotNil(t, release)
+			release()
+			release()
+			assert.Equal(t, 1, strings.Count(log.String(), "level=WARN"), "exactly one warning:\n%s", log)
+			assert.Contains(t, log.String(), "runs unmarked")
+			assert.Contains(t, log.String(), path)
+
+			_, err = NoSyncRunning(root)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrSyncUnknown)
+			assert.NotErrorIs(t, err, ErrSyncRunning)
+			assert.NotErrorIs(t, err, ErrBusy)
+			msg := err.Error()
+			assert.Contains(t, msg, path)
+			assert.Contains(t, msg, tc.reason)
+			assert.Contains(t, msg, "stop every process that uses "+root)
+			assert.Contains(t, msg, "remove "+path)
+			assert.Contains(t, msg, "reset again")
+			if strings.HasPrefix(tc.reason, "the filesystem") {
+				assert.ErrorIs(t, err, ErrLockingUnsupported)
+				assert.Contains(t, msg, "local disk")
+			}
+		})
+	}
+}
+
+// The same, with the unlockable mark met by a sync in another process: it
+// runs and says so on stderr, and the reset there is refused.
+func TestSyncMarkDirectoryAcrossProcesses(t *testing.T) {
+	root := t.TempDir()
+	path := filepath.Join(root, syncLockName)
+	require.NoError(t, os.Mkdir(path, 0o755))
+	s := startChild(t, "sync", root)
+	s.expect("starting")
+	s.expect("marked")
+	r := startChild(t, "reset", root)
+	assert.Contains(t, r.expect("unknown "), "remove "+path)
+	require.NoError(t, r.wait())
+	require.NoError(t, s.stop())
+}
+
+// A root that is not a directory is an error for both sides, not a warning.
+func TestSyncMarkBadRoot(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	log := captureLog(t)
+	_, err := SyncRunning(background(t), file)
+	assert.ErrorContains(t, err, file)
+	_, err = NoSyncRunning(file)
+	assert.ErrorContains(t, err, file)
+	assert.NotErrorIs(t, err, ErrSyncUnknown)
+	_, err = SyncRunning(background(t), "")
+	assert.Error(t, err)
+	_, err = NoSyncRunning("")
+	assert.Error(t, err)
+	assert.NotContains(t, log.String(), "level=WARN")
+}
+
+func TestParseScopeOwner(t *testing.T) {
+	id := Self()
+	good, err := json.Marshal(ScopeOwner{DataDir: "/d", PID: id.PID, Process: id})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{string(good), true},
+		{" \n" + string(good) + "\n", true},
+		{`{"data_dir":"/d"}`, true},
+		{`{"data_dir":"/d","extra":[1,2]}`, true},
+		{"", false},
+		{"   ", false},
+		{"not json", false},
+		{"[]", false},
+		{"null", false},
+		{`{"data_dir": 3}`, false},
+		{`{"data_dir": null}`, false},
+		{`{"pid": 3}`, false},
+		{`{"data_dir":"/d"`, false},
+	} {
+		owner, err := parseScopeOwner([]byte(tc.in))
+		if tc.want {
+			assert.NoError(t, err, "%q", tc.in)
+			assert.Equal(t, "/d", owner.DataDir)
+		} else {
+			assert.Error(t, err, "%q", tc.in)
+		}
+	}
+	// The JSON field names are the contract.
+	var fields map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(good, &fields))
+	for _, k := range []string{"data_dir", "pid", "process"} {
+		assert.Contains(t, fields, k)
+	}
+	assert.True(t, bytes.Contains(fields["process"], []byte(`"start_ticks"`)))
+}
