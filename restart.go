@@ -86,7 +86,7 @@ func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
 // one of equal or greater strength kept).
 func requestRestartLocked(dir, mode string, by Identity) (pending restartRequest, wrote bool, err error) {
 	target := ""
-	if st := inspectLock(filepath.Join(dir, LockName)); st.held && st.contentOK {
+	if st := inspectRunner(dir); st.held && st.contentOK {
 		target = st.content.Instance
 	}
 	if old, ok := readRestart(dir); ok && old.For == target && strength(old.Mode) >= strength(mode) {

@@ -241,7 +241,7 @@ func clearStaleRecord(dir string, self Identity) (int, bool) {
 // Errors: an error naming the path when runner.lock is a symlink or a
 // directory, or cannot be read; a missing dir is simply not running.
 func Running(dir string) (Record, bool, error) {
-	st := inspectLock(filepath.Join(dir, LockName))
+	st := inspectRunner(dir)
 	if st.err != nil {
 		return Record{}, false, st.err
 	}
@@ -373,7 +373,7 @@ func Status(dir string) (Report, error) {
 	}
 	r := Report{Dir: abs, Waiting: []Identity{}, Stale: []int{}, Warnings: []string{}}
 	lockPath := filepath.Join(dir, LockName)
-	st := inspectLock(lockPath)
+	st := inspectRunner(dir)
 	if st.err != nil {
 		return r, st.err
 	}
@@ -493,6 +493,28 @@ func inspectLock(path string) lockState {
 	st.held = held
 	if held && alive {
 		st.pid, st.verified = st.content.PID, true
+	}
+	return st
+}
+
+// inspectRunner is inspectLock for dir's runner lock. Where the lock file
+// carries no identity (Windows, whose locked files cannot be read), the
+// holder is named from runner.json instead, and trusted only when verified
+// alive.
+func inspectRunner(dir string) lockState {
+	st := inspectLock(filepath.Join(dir, LockName))
+	if st.err != nil || !st.held || st.contentOK || kernelListsLocks() {
+		return st
+	}
+	rec, state, _ := readRecord(dir)
+	if state != fileOK {
+		return st
+	}
+	v, why := liveness.Check(liveness.Identity(rec.Process))
+	st.content, st.contentOK, st.verdict = rec.Process, true, v
+	st.reason = rec.Process.String() + " (from " + RecordName + "): " + v.String() + " (" + why + ")"
+	if v == liveness.Alive || v == liveness.Self {
+		st.pid, st.verified = rec.PID, true
 	}
 	return st
 }

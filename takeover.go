@@ -230,7 +230,7 @@ func (t *takeover) busy(cause error) error {
 func (t *takeover) step(ctx context.Context) (time.Time, error) {
 	now := time.Now()
 	next := now.Add(notifySafetyInterval)
-	st := inspectLock(t.lockPath)
+	st := inspectRunner(t.dir)
 	if st.err != nil {
 		return next, st.err
 	}
@@ -443,7 +443,7 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 	defer func() { owner.stop() }()
 	nextCheck := time.Now()
 	for {
-		st := inspectLock(lockPath)
+		st := inspectRunner(dir)
 		if st.err != nil {
 			return res, st.err
 		}
