@@ -1,0 +1,516 @@
+//go:build linux
+
+// Package bench measures runnerstate side by side, in the same run, with what
+// a user would pick instead and with the raw syscall floor. It is a module of
+// its own so that the peers never become dependencies of runnerstate's users.
+//
+//	cd bench && go test -run '^$' -bench . -count 6 | tee new.txt
+//	go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da new.txt
+//
+// Latency benchmarks report percentiles as custom metrics (p50-µs, p99-µs,
+// max-µs); with BENCH_SAMPLES=dir they also write their raw samples there, for
+// `go run ./cmd/chart`.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gofrs/flock"
+	"github.com/nightlyone/lockfile"
+	"github.com/runnerstate/runnerstate"
+	"github.com/shirou/gopsutil/v4/process"
+	"golang.org/x/sys/unix"
+)
+
+const roleEnv = "BENCH_ROLE"
+
+func TestMain(m *testing.M) {
+	// The library's info lines (a stale record cleared, standing by) would
+	// drown the results.
+	runnerstate.SetLogger(slog.New(slog.DiscardHandler))
+	if role := os.Getenv(roleEnv); role != "" {
+		os.Exit(runRole(role, os.Args[len(os.Args)-1]))
+	}
+	os.Exit(m.Run())
+}
+
+// ---------------------------------------------------------------------------
+// Uncontended exclusive lock + unlock of one path.
+
+func BenchmarkTryLock(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "x.lock")
+	b.Run("impl=raw-syscalls", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+				b.Fatal(err)
+			}
+			unix.Close(fd)
+		}
+	})
+	// The same plus what safety costs in syscalls alone: O_NOFOLLOW, and the
+	// post-lock fstat+lstat that proves the locked inode is still the path's.
+	b.Run("impl=raw-syscalls-checked", func(b *testing.B) {
+		b.ReportAllocs()
+		var fst, pst unix.Stat_t
+		for b.Loop() {
+			fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o644)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+				b.Fatal(err)
+			}
+			unix.Fstat(fd, &fst)
+			unix.Lstat(path, &pst)
+			if fst.Ino != pst.Ino {
+				b.Fatal("replaced")
+			}
+			unix.Close(fd)
+		}
+	})
+	b.Run("impl=runnerstate", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			unlock, err := runnerstate.TryLock(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			unlock()
+		}
+	})
+	b.Run("impl=gofrs-flock", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			f := flock.New(path)
+			ok, err := f.TryLock()
+			if err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+			f.Unlock()
+		}
+	})
+	b.Run("impl=nightlyone-lockfile", func(b *testing.B) {
+		pidPath := filepath.Join(b.TempDir(), "x.pid")
+		b.ReportAllocs()
+		for b.Loop() {
+			l, err := lockfile.New(pidPath)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.TryLock(); err != nil {
+				b.Fatal(err)
+			}
+			l.Unlock()
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// "Is a runner alive here?" with a live, verified holder in another process.
+
+func BenchmarkRunning(b *testing.B) {
+	dir := b.TempDir()
+	holder := startRole(b, "hold-runner", dir)
+	holder.expect("ready")
+	b.Run("impl=runnerstate", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			rec, ok, err := runnerstate.Running(dir)
+			if err != nil || !ok || rec.PID != holder.pid() {
+				b.Fatal(rec.PID, ok, err)
+			}
+		}
+	})
+	// What a naive user writes: read the pid from the record, ask gopsutil.
+	// It is less correct: a recycled pid passes, it cannot tell who holds
+	// the lock, and its IsRunning compares gopsutil's millisecond CreateTime,
+	// derived from the wall clock, so it can call a live process dead: those
+	// answers are counted as false-dead.
+	b.Run("impl=gopsutil-naive", func(b *testing.B) {
+		b.ReportAllocs()
+		falseDead := 0
+		for b.Loop() {
+			data, err := os.ReadFile(filepath.Join(dir, runnerstate.RecordName))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var rec struct {
+				PID int32 `json:"pid"`
+			}
+			if err := json.Unmarshal(data, &rec); err != nil {
+				b.Fatal(err)
+			}
+			p, err := process.NewProcess(rec.PID)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ok, err := p.IsRunning()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !ok {
+				falseDead++
+			}
+		}
+		b.ReportMetric(float64(falseDead)/float64(b.N), "false-dead/op")
+	})
+	holder.stop()
+}
+
+// ---------------------------------------------------------------------------
+// Cross-process handoff: the holder releases; a waiter blocked in another
+// process returns from its wait. The waiter stamps CLOCK_MONOTONIC, which is
+// one clock for every process of the machine.
+
+func BenchmarkHandoff(b *testing.B) {
+	for _, impl := range []string{"flock-blocking", "runnerstate", "gofrs-poll-10ms"} {
+		b.Run("impl="+impl, func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "x.lock")
+			waiter := startRole(b, "handoff-"+impl, path)
+			var samples []time.Duration
+			for b.Loop() {
+				unlock, err := runnerstate.TryLock(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				waiter.send("go")
+				waiter.expect("waiting")
+				if impl == "gofrs-poll-10ms" {
+					time.Sleep(15 * time.Millisecond) // it polls: no kernel waiter to see
+				} else {
+					waitBlocked(b, path, waiter.pid())
+				}
+				t0 := monotonic()
+				unlock()
+				t1, err := strconv.ParseInt(waiter.expect("locked"), 10, 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				samples = append(samples, time.Duration(t1-t0))
+				waiter.expect("released")
+			}
+			reportLatency(b, "handoff-"+impl, samples)
+			waiter.stop()
+		})
+	}
+}
+
+// waitBlocked waits until /proc/locks shows pid blocked in flock on path:
+// only then does the handoff measure the kernel's wake-up, not a race.
+func waitBlocked(b *testing.B, path string, pid int) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		b.Fatal(err)
+	}
+	want := fmt.Sprintf(" %d %02x:%02x:%d ", pid, unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		data, _ := os.ReadFile("/proc/locks")
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, "->") && strings.Contains(line, want) {
+				return
+			}
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	b.Fatalf("pid %d never blocked on %s", pid, path)
+}
+
+// ---------------------------------------------------------------------------
+// Contention: 8 processes x 1000 lock/unlock cycles on one path.
+
+func BenchmarkContention(b *testing.B) {
+	const procs, cycles = 8, 1000
+	for _, impl := range []string{"flock-blocking", "runnerstate"} {
+		b.Run("impl="+impl, func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "x.lock")
+			var waits []time.Duration
+			var total time.Duration
+			for b.Loop() {
+				var kids []*role
+				for range procs {
+					kids = append(kids, startRole(b, "contend-"+impl, path))
+				}
+				for _, k := range kids {
+					k.expect("ready")
+				}
+				start := time.Now()
+				for _, k := range kids {
+					k.send(strconv.Itoa(cycles))
+				}
+				for _, k := range kids {
+					for _, f := range strings.Fields(k.expect("waits")) {
+						ns, _ := strconv.ParseInt(f, 10, 64)
+						waits = append(waits, time.Duration(ns))
+					}
+				}
+				total += time.Since(start)
+				for _, k := range kids {
+					k.stop()
+				}
+			}
+			n := float64(b.N * procs * cycles)
+			b.ReportMetric(n/total.Seconds(), "locks/s")
+			slices.Sort(waits)
+			med := waits[len(waits)/2]
+			b.ReportMetric(float64(med.Microseconds()), "median-wait-µs")
+			b.ReportMetric(float64(waits[len(waits)*99/100].Microseconds()), "p99-wait-µs")
+			b.ReportMetric(float64(waits[len(waits)-1].Microseconds()), "max-wait-µs")
+			if med > 0 {
+				b.ReportMetric(float64(waits[len(waits)-1])/float64(med), "max/median")
+			}
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Takeover of a runner that honours "now" at once, against the old runner's
+// own exit time after the same request.
+
+func BenchmarkTakeover(b *testing.B) {
+	b.Run("impl=old-runner-exit", func(b *testing.B) {
+		dir := b.TempDir()
+		var samples []time.Duration
+		for b.Loop() {
+			old := startRole(b, "obey-runner", dir)
+			old.expect("ready")
+			t0 := time.Now()
+			if err := runnerstate.RequestRestart(dir, runnerstate.RestartNow); err != nil {
+				b.Fatal(err)
+			}
+			old.wait()
+			samples = append(samples, time.Since(t0))
+		}
+		reportLatency(b, "takeover-floor", samples)
+	})
+	b.Run("impl=runnerstate", func(b *testing.B) {
+		dir := b.TempDir()
+		var samples []time.Duration
+		for b.Loop() {
+			old := startRole(b, "obey-runner", dir)
+			old.expect("ready")
+			t0 := time.Now()
+			release, err := runnerstate.Takeover(context.Background(), dir, runnerstate.TakeoverOptions{Grace: time.Minute})
+			if err != nil {
+				b.Fatal(err)
+			}
+			samples = append(samples, time.Since(t0))
+			release()
+			old.wait()
+		}
+		reportLatency(b, "takeover", samples)
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Standby wake-up after the owner exits.
+
+func BenchmarkStandbyWake(b *testing.B) {
+	dir := b.TempDir()
+	var samples []time.Duration
+	for b.Loop() {
+		owner := startRole(b, "obey-runner", dir)
+		owner.expect("ready")
+		got := make(chan time.Time, 1)
+		go func() {
+			runnerstate.Standby(context.Background(), dir, runnerstate.StandbyOptions{})
+			got <- time.Now()
+		}()
+		// Let Standby see the owner first.
+		time.Sleep(20 * time.Millisecond)
+		t0 := time.Now()
+		owner.kill()
+		samples = append(samples, (<-got).Sub(t0))
+		owner.wait()
+	}
+	reportLatency(b, "standby", samples)
+}
+
+// ---------------------------------------------------------------------------
+// WatchRestart: from the RequestRestart call (which writes and fsyncs
+// restart.json) to the runner receiving the mode (inotify on Linux).
+
+func BenchmarkWatchRestart(b *testing.B) {
+	dir := b.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	modes := runnerstate.WatchRestart(ctx, dir)
+	var samples []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if err := runnerstate.RequestRestart(dir, runnerstate.RestartDrain); err != nil {
+			b.Fatal(err)
+		}
+		<-modes
+		samples = append(samples, time.Since(t0))
+		if err := runnerstate.ClearRestart(dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportLatency(b, "watch-restart", samples)
+}
+
+// ---------------------------------------------------------------------------
+// Status as work grows: waiting starters and a large state file.
+
+func BenchmarkStatus(b *testing.B) {
+	for _, tc := range []struct {
+		waiting, lines int
+	}{{0, 0}, {10, 0}, {100, 0}, {0, 10000}} {
+		b.Run(fmt.Sprintf("waiting=%d/lines=%d", tc.waiting, tc.lines), func(b *testing.B) {
+			dir := b.TempDir()
+			release, err := runnerstate.Acquire(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer release()
+			if err := runnerstate.Publish(dir, runnerstate.Record{}); err != nil {
+				b.Fatal(err)
+			}
+			writeGate(b, dir, tc.waiting)
+			if tc.lines > 0 {
+				lines := make([]string, tc.lines)
+				for i := range lines {
+					lines[i] = fmt.Sprintf("job-%06d done", i)
+				}
+				if err := runnerstate.SaveLines(dir, "done", lines); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				st, err := runnerstate.Status(dir)
+				if err != nil || !st.Verified || len(st.Waiting) != tc.waiting {
+					b.Fatal(err, st.Verified, len(st.Waiting))
+				}
+			}
+		})
+	}
+}
+
+// writeGate writes a takeover gate with n waiting starters, all this process
+// (so they verify as live).
+func writeGate(b *testing.B, dir string, n int) {
+	type entry struct {
+		Seq     uint64               `json:"seq"`
+		Starter runnerstate.Identity `json:"starter"`
+		Since   time.Time            `json:"since"`
+	}
+	g := struct {
+		Seq     uint64  `json:"seq"`
+		Waiting []entry `json:"waiting"`
+	}{Seq: uint64(n)}
+	for i := range n {
+		g.Waiting = append(g.Waiting, entry{Seq: uint64(i + 1), Starter: runnerstate.Self(), Since: time.Now()})
+	}
+	data, _ := json.Marshal(g)
+	if err := os.WriteFile(filepath.Join(dir, "gate.json"), data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Helpers.
+
+func monotonic() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+func reportLatency(b *testing.B, name string, samples []time.Duration) {
+	if len(samples) == 0 {
+		return
+	}
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	b.ReportMetric(float64(q(0.50).Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(q(0.99).Nanoseconds())/1e3, "p99-µs")
+	b.ReportMetric(float64(s[len(s)-1].Nanoseconds())/1e3, "max-µs")
+	b.ReportMetric(0, "ns/op")
+	if dir := os.Getenv("BENCH_SAMPLES"); dir != "" {
+		f, err := os.OpenFile(filepath.Join(dir, name+".txt"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err == nil {
+			for _, d := range samples {
+				fmt.Fprintln(f, d.Nanoseconds())
+			}
+			f.Close()
+		}
+	}
+}
+
+// role is a re-executed bench binary; it talks in lines.
+type role struct {
+	tb    testing.TB
+	cmd   *exec.Cmd
+	in    *os.File
+	lines chan string
+	done  chan struct{}
+}
+
+func startRole(tb testing.TB, name, arg string) *role {
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$", arg)
+	cmd.Env = append(os.Environ(), roleEnv+"="+name)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	r := &role{tb: tb, cmd: cmd, in: in.(*os.File), lines: make(chan string, 16), done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(nil, 1<<24)
+		for sc.Scan() {
+			r.lines <- sc.Text()
+		}
+		close(r.lines)
+	}()
+	go func() { cmd.Wait(); close(r.done) }()
+	tb.Cleanup(func() { r.kill(); <-r.done })
+	return r
+}
+
+func (r *role) pid() int         { return r.cmd.Process.Pid }
+func (r *role) send(line string) { fmt.Fprintln(r.in, line) }
+func (r *role) kill()            { r.cmd.Process.Kill() }
+func (r *role) wait()            { <-r.done }
+func (r *role) stop()            { r.in.Close(); <-r.done }
+
+func (r *role) expect(prefix string) string {
+	select {
+	case line, ok := <-r.lines:
+		if !ok || !strings.HasPrefix(line, prefix) {
+			r.tb.Fatalf("role %d said %q (open %v), want %q", r.pid(), line, ok, prefix)
+		}
+		return strings.TrimSpace(strings.TrimPrefix(line, prefix))
+	case <-time.After(30 * time.Second):
+		r.tb.Fatalf("role %d silent, want %q", r.pid(), prefix)
+	}
+	return ""
+}

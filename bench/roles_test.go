@@ -1,0 +1,155 @@
+//go:build linux
+
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofrs/flock"
+	"github.com/runnerstate/runnerstate"
+	"golang.org/x/sys/unix"
+)
+
+// The child processes of the benchmarks. Each says "ready" (or waits for a
+// command) on stdout and takes commands on stdin.
+var roles = map[string]func(arg string) int{
+	// hold-runner: Acquire and Publish dir, hold until stdin closes.
+	"hold-runner": func(dir string) int {
+		release, err := runnerstate.Acquire(dir)
+		if err != nil {
+			return fail(err)
+		}
+		defer release()
+		if err := runnerstate.Publish(dir, runnerstate.Record{MaxParallel: 2}); err != nil {
+			return fail(err)
+		}
+		fmt.Println("ready")
+		drain()
+		return 0
+	},
+	// obey-runner: a runner that exits at once when asked to restart.
+	"obey-runner": func(dir string) int {
+		release, err := runnerstate.Acquire(dir)
+		if err != nil {
+			return fail(err)
+		}
+		defer release()
+		if err := runnerstate.Publish(dir, runnerstate.Record{}); err != nil {
+			return fail(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		restarts := runnerstate.WatchRestart(ctx, dir)
+		fmt.Println("ready")
+		<-restarts
+		return 0
+	},
+	"handoff-runnerstate": handoff(func(path string) func() {
+		unlock, err := runnerstate.Lock(context.Background(), path)
+		if err != nil {
+			os.Exit(fail(err))
+		}
+		return unlock
+	}),
+	"handoff-flock-blocking": handoff(blockingFlock),
+	"handoff-gofrs-poll-10ms": handoff(func(path string) func() {
+		f := flock.New(path)
+		if ok, err := f.TryLockContext(context.Background(), 10*time.Millisecond); err != nil || !ok {
+			os.Exit(fail(fmt.Errorf("gofrs: %v %v", ok, err)))
+		}
+		return func() { f.Unlock() }
+	}),
+	"contend-runnerstate": contend(func(path string) func() {
+		unlock, err := runnerstate.Lock(context.Background(), path)
+		if err != nil {
+			os.Exit(fail(err))
+		}
+		return unlock
+	}),
+	"contend-flock-blocking": contend(blockingFlock),
+}
+
+func runRole(name, arg string) int {
+	fn, ok := roles[name]
+	if !ok {
+		fmt.Fprintln(os.Stderr, "unknown role", name)
+		return 2
+	}
+	return fn(arg)
+}
+
+func fail(err error) int {
+	fmt.Fprintln(os.Stderr, "role:", err)
+	return 1
+}
+
+func drain() {
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+	}
+}
+
+// blockingFlock is the floor: open, blocking flock(LOCK_EX), and close to
+// release.
+func blockingFlock(path string) func() {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		os.Exit(fail(err))
+	}
+	for {
+		err = unix.Flock(fd, unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		os.Exit(fail(err))
+	}
+	return func() { unix.Close(fd) }
+}
+
+// handoff: on each "go", say "waiting", wait for the lock, say "locked
+// <CLOCK_MONOTONIC ns>", release it and say "released".
+func handoff(lock func(path string) func()) func(string) int {
+	return func(path string) int {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			fmt.Println("waiting")
+			unlock := lock(path)
+			t1 := monotonic()
+			fmt.Println("locked", t1)
+			unlock()
+			fmt.Println("released")
+		}
+		return 0
+	}
+}
+
+// contend: say "ready"; on "<n>", lock and unlock n times as fast as it can,
+// then say "waits" and every wait in nanoseconds.
+func contend(lock func(path string) func()) func(string) int {
+	return func(path string) int {
+		fmt.Println("ready")
+		sc := bufio.NewScanner(os.Stdin)
+		if !sc.Scan() {
+			return 0
+		}
+		n, _ := strconv.Atoi(sc.Text())
+		waits := make([]string, 0, n)
+		for range n {
+			t := time.Now()
+			unlock := lock(path)
+			waits = append(waits, strconv.FormatInt(int64(time.Since(t)), 10))
+			unlock()
+		}
+		fmt.Println("waits", strings.Join(waits, " "))
+		drain()
+		return 0
+	}
+}
