@@ -21,6 +21,7 @@ var (
 	errIsDir      = errors.New("is a directory where a file belongs; move it away")
 	errNotRegular = errors.New("is not a regular file; move it away")
 	errBadName    = errors.New("is not a plain file name of its own")
+	errHardLinked = errors.New("has another name (a hard link), and writing to it would write there too; remove the other link")
 )
 
 // pathError names the operation and path. The operation carries the package

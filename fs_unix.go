@@ -35,3 +35,14 @@ func keyOf(dir string) (dirKey, error) {
 	}
 	return dirKey{dev: uint64(st.Dev), ino: uint64(st.Ino)}, nil
 }
+
+// createPrivate creates path 0600 if it does not exist, without following a
+// symlink, and leaves an existing file as it is. The runner lock is created
+// so: a shared lock on it refuses every runner, and only its owner can open
+// it to take one.
+func createPrivate(path string) {
+	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0o600)
+	if err == nil {
+		syscall.Close(fd)
+	}
+}

@@ -27,3 +27,7 @@ func keyOf(dir string) (dirKey, error) {
 }
 
 func renameNoReplace(oldPath, newPath string) error { return renameLink(oldPath, newPath) }
+
+// createPrivate: Windows files have no mode bits to narrow; the lock is
+// created by the locker as usual.
+func createPrivate(path string) {}

@@ -122,6 +122,22 @@ func (g *gateState) newerThan(seq uint64) bool {
 	return false
 }
 
+// next hands out the next sequence number: above every number the gate
+// knows (a hand-edited or corrupt gate.json may hold an admitted number above
+// seq), and never wrapping: far up, with nobody waiting, it starts again.
+func (g *gateState) next() uint64 {
+	base := max(g.Seq, g.Admitted)
+	for _, e := range g.Waiting {
+		base = max(base, e.Seq)
+	}
+	if base >= 1<<62 && (len(g.Waiting) == 0 || base >= 1<<63) {
+		g.Waiting = nil // only a forged gate gets this far with starters in it
+		base, g.Admitted = 0, 0
+	}
+	g.Seq = base + 1
+	return g.Seq
+}
+
 // remove drops the entry with seq.
 func (g *gateState) remove(seq uint64) {
 	for i, e := range g.Waiting {

@@ -106,8 +106,16 @@ func (l *lockFile) atPath(kind lockKind) (bool, error) {
 	if err := unix.Fstat(l.fd, &fst); err != nil {
 		return false, pathError("stat", l.path, err)
 	}
-	if kind != kindDir && fst.Mode&unix.S_IFMT != unix.S_IFREG {
-		return false, notRegular(l.path)
+	if kind != kindDir {
+		if fst.Mode&unix.S_IFMT != unix.S_IFREG {
+			return false, notRegular(l.path)
+		}
+		if fst.Nlink > 1 {
+			// Another name for the same file: the identity written into a
+			// lock file would land in (and release would empty) whatever
+			// the other name is.
+			return false, pathError("refusing", l.path, errHardLinked)
+		}
 	}
 	var err error
 	if kind == kindDir {

@@ -125,6 +125,9 @@ func Publish(dir string, rec Record) error {
 		return errorf("publish %s: %w", filepath.Join(dir, RecordName), err)
 	}
 	data = append(data, '\n')
+	if len(data) > maxRecordSize {
+		return pathError("publish", filepath.Join(dir, RecordName), fmt.Errorf("the record is %d bytes, over the %d a reader accepts; keep Meta small", len(data), maxRecordSize))
+	}
 	return withStateLock(dir, func() error {
 		return writeAtomic(dir, RecordName, data)
 	})
@@ -171,8 +174,8 @@ func parseRecord(data []byte) (Record, error) {
 	if err := json.Unmarshal(data, &rec); err != nil {
 		return Record{}, err
 	}
-	if rec.PID <= 0 {
-		return Record{}, fmt.Errorf("names no pid (pid %d)", rec.PID)
+	if !validPID(rec.PID) {
+		return Record{}, fmt.Errorf("names no valid pid (pid %d)", rec.PID)
 	}
 	if rec.Process.PID != 0 && rec.Process.PID != rec.PID {
 		return Record{}, fmt.Errorf("pid %d disagrees with its process identity's pid %d", rec.PID, rec.Process.PID)
@@ -193,17 +196,25 @@ func parseLockContent(data []byte) (id Identity, ok bool) {
 		return Identity{}, false
 	}
 	if data[0] == '{' {
-		if err := json.Unmarshal(data, &id); err != nil || id.PID <= 0 {
+		if err := json.Unmarshal(data, &id); err != nil || !validPID(id.PID) {
 			return Identity{}, false
 		}
 		return id, true
 	}
 	pid, err := strconv.Atoi(string(data))
-	if err != nil || pid <= 0 {
+	if err != nil || !validPID(pid) {
 		return Identity{}, false
 	}
 	return Identity{PID: pid}, true
 }
+
+// maxPID is the largest pid a pid_t holds. A larger number read from a file is
+// no pid at all: kill(2) would truncate it into another pid (4294967297 is
+// pid 1, 4294967295 is -1: every process).
+const maxPID = 1<<31 - 1
+
+// validPID reports whether pid can name a process.
+func validPID(pid int) bool { return pid > 0 && pid <= maxPID }
 
 // SaveLines replaces the state file dir/name with lines, one per line, each
 // ended by "\n", atomically: a reader or a crash sees the old content or the
@@ -221,6 +232,9 @@ func SaveLines(dir, name string, lines []string) error {
 	var b bytes.Buffer
 	if err := appendLines(&b, dir, name, lines); err != nil {
 		return err
+	}
+	if b.Len() > maxStateSize {
+		return pathError("save", filepath.Join(dir, name), errors.New("larger than the 64 MiB LoadLines reads"))
 	}
 	if err := ensureDir(dir); err != nil {
 		return err
@@ -290,6 +304,9 @@ func AppendLine(dir, name, line string) error {
 		}
 		data = append(data, line...)
 		data = append(data, '\n')
+		if len(data) > maxStateSize {
+			return pathError("append", path, errors.New("would grow past the 64 MiB LoadLines reads"))
+		}
 		return writeAtomic(dir, name, data)
 	})
 }

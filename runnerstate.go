@@ -54,6 +54,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/liveness"
@@ -108,7 +109,8 @@ func heldBy(dir string) *holder {
 }
 
 // Acquire takes dir's runner lock without waiting, creating dir (0755) and
-// runner.lock (0644) when they do not exist. On success this process is the
+// runner.lock (0600: a shared lock taken by anyone who could read it would
+// refuse every runner) when they do not exist. On success this process is the
 // one runner of dir: its Identity is written into runner.lock, a stale
 // runner.json left by a previous runner is removed (an unreadable one is set
 // aside as runner.json.corrupt and logged once), and a restart request is
@@ -140,6 +142,7 @@ func acquireRunner(dir string, since time.Time) (*holder, error) {
 		return nil, err
 	}
 	lockPath := filepath.Join(dir, LockName)
+	createPrivate(lockPath)
 	l, err := acquireNB(lockPath, kindExclusive)
 	for try := 0; err == errWouldBlock && probesInterfere() && try < 5; try++ {
 		// Where lock holders can only be probed, a probe holds a shared lock
@@ -275,6 +278,7 @@ func ClearStale(dir string) (pid int, cleared bool, err error) {
 		return 0, false, pathError("refusing", dir, errors.New("is not a directory"))
 	}
 	lockPath := filepath.Join(dir, LockName)
+	createPrivate(lockPath)
 	l, err := acquireNB(lockPath, kindExclusive)
 	for try := 0; err == errWouldBlock && probesInterfere() && try < 5; try++ {
 		time.Sleep(time.Millisecond)
@@ -434,16 +438,20 @@ type lockState struct {
 
 // inspectLock looks at a lock file without touching the lock: who holds it,
 // according to the kernel, and whether the identity written in it is that
-// holder and alive.
+// holder and alive. A shared lock counts as held too: it refuses Acquire as
+// surely as an exclusive one (any user who can read the file can take one).
 func inspectLock(path string) lockState {
 	var st lockState
 	data, rerr := readHint(path, maxLockContent)
 	if rerr != nil && !isNotExist(rerr) && rerr != errTooLarge {
-		var pe *fs.PathError
-		if errors.As(rerr, &pe) && (errors.Is(rerr, errSymlink) || errors.Is(rerr, errIsDir) || errors.Is(rerr, errNotRegular)) {
+		if errors.Is(rerr, errSymlink) || errors.Is(rerr, errIsDir) || errors.Is(rerr, errNotRegular) {
 			st.err = rerr
 			return st
 		}
+	}
+	if errors.Is(rerr, syscall.ENOTDIR) {
+		st.err = pathError("refusing", filepath.Dir(path), errors.New("is not a directory"))
+		return st
 	}
 	if rerr == nil || rerr == errTooLarge {
 		st.content, st.contentOK = parseLockContent(data)
@@ -461,27 +469,41 @@ func inspectLock(path string) lockState {
 	if !exists {
 		return lockState{}
 	}
+	if known && len(locks) == 0 && alive {
+		// A release clears the identity before it unlocks, so a live
+		// identity in the file with no lock listed is most likely a pass of
+		// /proc/locks that missed the entry: the file is read a page per
+		// read(2), resumed by position, and locks that come and go between
+		// the reads shift entries out of view. Look again.
+		for range 3 {
+			if locks, _, _ = kernelLocks(path); len(locks) > 0 {
+				break
+			}
+		}
+	}
 	if known {
 		var firstPID int
 		for _, kl := range locks {
-			if !kl.exclusive {
-				continue
-			}
 			if st.contentOK && kl.pid == st.content.PID {
 				st.held, st.pid = true, kl.pid
-				st.verified = alive
-				return st
+				st.verified = alive && kl.exclusive
+				if st.verified {
+					return st
+				}
+				continue
 			}
 			if kl.devMatch {
 				st.held = true
-				if firstPID == 0 {
+				if firstPID == 0 || kl.exclusive {
 					firstPID = kl.pid
 				}
 			}
 		}
-		st.pid = firstPID
-		if st.held && st.contentOK {
-			st.reason = fmt.Sprintf("the kernel names pid %d as the holder, not the lock file's %s", firstPID, st.content)
+		if st.pid == 0 {
+			st.pid = firstPID
+		}
+		if st.held && st.contentOK && !st.verified {
+			st.reason = fmt.Sprintf("the kernel names pid %d as the holder, not the lock file's %s", st.pid, st.content)
 		}
 		return st
 	}
@@ -495,6 +517,16 @@ func inspectLock(path string) lockState {
 		st.pid, st.verified = st.content.PID, true
 	}
 	return st
+}
+
+// holdsExclusive reports whether the kernel lists pid as an exclusive holder.
+func holdsExclusive(locks []kernelLock, pid int) bool {
+	for _, kl := range locks {
+		if kl.exclusive && kl.pid == pid {
+			return true
+		}
+	}
+	return false
 }
 
 // inspectRunner is inspectLock for dir's runner lock. Where the lock file

@@ -243,6 +243,9 @@ func parseScopeOwner(data []byte) (ScopeOwner, error) {
 	if owner.DataDir == "" {
 		return ScopeOwner{}, errors.New("names no data_dir")
 	}
+	if owner.PID != 0 && !validPID(owner.PID) {
+		return ScopeOwner{}, errors.New("names no valid pid")
+	}
 	return owner, nil
 }
 

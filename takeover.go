@@ -101,6 +101,7 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 		return nil, err
 	}
 	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger}
+	createPrivate(t.lockPath)
 	if err := t.register(); err != nil {
 		return nil, err
 	}
@@ -127,8 +128,7 @@ type takeover struct {
 // register takes the next sequence number and enters the waiting list.
 func (t *takeover) register() error {
 	return updateGate(t.dir, func(g *gateState) error {
-		g.Seq++
-		t.seq = g.Seq
+		t.seq = g.next()
 		g.Waiting = append(g.Waiting, gateEntry{Seq: t.seq, Starter: t.self, Since: t.start})
 		return nil
 	})
@@ -313,6 +313,16 @@ func (t *takeover) step(ctx context.Context) (time.Time, error) {
 // signal sends sig to the pinned holder, which re-verifies it first.
 func (t *takeover) signal(sig syscall.Signal, why string) {
 	if t.pinned == nil {
+		return
+	}
+	// The step was decided from a look taken before the gate update, which
+	// may have waited for the state lock: the runner may have let go since.
+	// Where the kernel lists lock holders, signal only a pinned process it
+	// still names as the holder. (The kernel has no "signal if it holds the
+	// lock"; what is left is the microseconds between this look and the
+	// signal, against a process that is verified and pinned.)
+	if locks, _, known := kernelLocks(t.lockPath); known && !holdsExclusive(locks, t.pinned.PID()) {
+		t.log.Info("runnerstate: takeover did not signal the runner: it released the directory", "dir", t.dir, "pid", t.pinned.PID(), "signal", sig.String())
 		return
 	}
 	err := t.pinned.Signal(sig)
