@@ -84,9 +84,18 @@ const childWait = 20 * time.Second
 // reaped when the test ends, whatever happened.
 func startChild(t testing.TB, role, arg string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", arg)
-	// atexit_sleep_ms: a race-enabled child otherwise sleeps 1 s at exit.
-	cmd.Env = append(os.Environ(), roleEnv+"="+role, "GORACE=atexit_sleep_ms=0")
+	return startChildCmd(t, exec.Command(os.Args[0], "-test.run=^$", arg), role)
+}
+
+// startChildCmd is startChild for a command the caller prepared (another
+// uid, a namespace, a prefix command). The child is killed and reaped when
+// the test ends.
+func startChildCmd(t testing.TB, cmd *exec.Cmd, role string) *child {
+	t.Helper()
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, roleEnv+"="+role, "GORACE=atexit_sleep_ms=0")
 	cmd.Stderr = &prefixWriter{t: t, prefix: role + ": "}
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
