@@ -341,12 +341,17 @@ func inspect(pid int, want uint64, pinned bool, exited func() (bool, error)) (Ve
 	if st.StartTicks != want {
 		return Stale, fmt.Sprintf("start ticks %d != %d recorded (pid reused)", st.StartTicks, want)
 	}
-	status, err := readStatus(procRoot, pid)
-	if err != nil {
-		return unreadable(pid, err, exited)
-	}
-	if status.tgid != pid {
-		return Stale, fmt.Sprintf("pid %d is a thread of process %d, not a process", pid, status.tgid)
+	if !pinned {
+		// Without a pidfd nothing has yet said pid is a process and not a
+		// thread id. pidfd_open has: it refuses a thread that does not lead
+		// its group, which saves reading status on the common path.
+		status, err := readStatus(procRoot, pid)
+		if err != nil {
+			return unreadable(pid, err, exited)
+		}
+		if status.tgid != pid {
+			return Stale, fmt.Sprintf("pid %d is a thread of process %d, not a process", pid, status.tgid)
+		}
 	}
 	if gone, err := exited(); err != nil {
 		return Unverifiable, err.Error()
