@@ -142,14 +142,7 @@ func acquireRunner(dir string, since time.Time) (*holder, error) {
 		return nil, err
 	}
 	lockPath := filepath.Join(dir, LockName)
-	createPrivate(lockPath)
-	l, err := acquireNB(lockPath, kindExclusive)
-	for try := 0; err == errWouldBlock && probesInterfere() && try < 5; try++ {
-		// Where lock holders can only be probed, a probe holds a shared lock
-		// for an instant; a busy answer may be one.
-		time.Sleep(time.Millisecond)
-		l, err = acquireNB(lockPath, kindExclusive)
-	}
+	l, err := tryRunnerLock(lockPath)
 	if err == errWouldBlock {
 		return nil, busyError(lockPath, nil)
 	}
@@ -173,6 +166,19 @@ func acquireRunner(dir string, since time.Time) (*holder, error) {
 	holders.m[key] = h
 	holders.Unlock()
 	return h, nil
+}
+
+// tryRunnerLock makes a non-blocking attempt on a runner lock, creating it
+// 0600. Where lock holders can only be probed, a probe holds a shared lock
+// for an instant, so a busy answer is tried again for a few milliseconds.
+func tryRunnerLock(lockPath string) (*lockFile, error) {
+	createPrivate(lockPath)
+	l, err := acquireNB(lockPath, kindExclusive)
+	for try := 0; err == errWouldBlock && probesInterfere() && try < 5; try++ {
+		time.Sleep(time.Millisecond)
+		l, err = acquireNB(lockPath, kindExclusive)
+	}
+	return l, err
 }
 
 // adopt clears what a previous runner left, now that this process holds the
@@ -278,12 +284,7 @@ func ClearStale(dir string) (pid int, cleared bool, err error) {
 		return 0, false, pathError("refusing", dir, errors.New("is not a directory"))
 	}
 	lockPath := filepath.Join(dir, LockName)
-	createPrivate(lockPath)
-	l, err := acquireNB(lockPath, kindExclusive)
-	for try := 0; err == errWouldBlock && probesInterfere() && try < 5; try++ {
-		time.Sleep(time.Millisecond)
-		l, err = acquireNB(lockPath, kindExclusive)
-	}
+	l, err := tryRunnerLock(lockPath)
 	if err == errWouldBlock {
 		be := busyError(lockPath, nil)
 		return be.PID, false, be

@@ -151,21 +151,8 @@ func (p *Process) verify() (Verdict, string) {
 
 func signalSupported(syscall.Signal) error { return nil }
 
-// signal: verified just before; send with kill(2), then verify again so that
-// a pid recycled in between is at least reported.
-func (p *Process) signal(sig syscall.Signal) error {
-	pid := p.id.PID
-	if err := unix.Kill(pid, sig); err != nil {
-		if errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("liveness: signal %v to pid %d: exited first: %w", sig, pid, ErrNotAlive)
-		}
-		return fmt.Errorf("liveness: signal %v to pid %d: %w", sig, pid, err)
-	}
-	if v, why := p.Verify(); v != Alive && v != Dead {
-		return fmt.Errorf("liveness: signalled pid %d with %v, but afterwards it is %s (%s): the signal may have reached a process that reused the pid", pid, sig, v, why)
-	}
-	return nil
-}
+// signal: verified just before; killVerified sends and verifies again.
+func (p *Process) signal(sig syscall.Signal) error { return p.killVerified(sig) }
 
 func (p *Process) exitedNow() bool {
 	v, _ := p.Verify()

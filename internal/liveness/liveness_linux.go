@@ -432,18 +432,9 @@ func signalSupported(syscall.Signal) error { return nil }
 func (p *Process) signal(sig syscall.Signal) error {
 	pid := p.id.PID
 	if p.h.f == nil {
-		// No pidfd: verified just before; send, then verify again so that a
-		// pid recycled in between is at least reported.
-		if err := unix.Kill(pid, sig); err != nil {
-			if errors.Is(err, unix.ESRCH) {
-				return fmt.Errorf("liveness: signal %v to pid %d: exited first: %w", sig, pid, ErrNotAlive)
-			}
-			return fmt.Errorf("liveness: signal %v to pid %d: %w", sig, pid, err)
-		}
-		if v, why := p.Verify(); v != Alive && v != Dead {
-			return fmt.Errorf("liveness: signalled pid %d with %v, but afterwards it is %s (%s): the signal may have reached a process that reused the pid", pid, sig, v, why)
-		}
-		return nil
+		// No pidfd: verified just before; killVerified sends and verifies
+		// again.
+		return p.killVerified(sig)
 	}
 	var serr error
 	if err := p.h.rc.Control(func(fd uintptr) { serr = unix.PidfdSendSignal(int(fd), sig, nil, 0) }); err != nil {
