@@ -2,6 +2,7 @@ package runnerstate
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"path/filepath"
@@ -151,8 +152,8 @@ func (g *gateState) remove(seq uint64) {
 // updateGate runs fn on the gate under dir's state lock and writes the result
 // back. fn runs with the lock held and may touch other state files with the
 // *Locked helpers; it must not take the state lock itself.
-func updateGate(dir string, fn func(g *gateState) error) error {
-	return withStateLock(dir, func() error { return updateGateLocked(dir, fn) })
+func updateGate(ctx context.Context, dir string, fn func(g *gateState) error) error {
+	return withStateLockCtx(ctx, dir, func() error { return updateGateLocked(dir, fn) })
 }
 
 func updateGateLocked(dir string, fn func(g *gateState) error) error {

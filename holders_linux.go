@@ -30,7 +30,12 @@ type kernelLock struct {
 func kernelLocks(path string) (locks []kernelLock, exists, known bool) {
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); err != nil {
-		return nil, false, true
+		if err == unix.ENOENT {
+			return nil, false, true
+		}
+		// Permission denied, a name too long...: the kernel cannot be asked
+		// about this file, and the probe will say why, naming the path.
+		return nil, true, false
 	}
 	bp := procBufs.Get().(*[]byte)
 	defer procBufs.Put(bp)

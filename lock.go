@@ -128,6 +128,9 @@ func Lock(ctx context.Context, path string) (unlock func(), err error) {
 
 // TryLock takes an exclusive lock on the file at path like Lock, without
 // waiting: when the lock is held it returns a *BusyError naming the holder.
+// After a Lock of this process gave up waiting, its parked goroutine takes
+// the lock for an instant when the holder releases it (and lets it go at
+// once); a TryLock in that instant is refused.
 func TryLock(path string) (unlock func(), err error) {
 	return lockTry(path, kindExclusive)
 }

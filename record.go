@@ -274,6 +274,10 @@ func LoadLines(dir, name string) ([]string, error) {
 // serialised by the directory's state lock and lose nothing, and the file is
 // replaced atomically, so a crash leaves the old content or the new.
 //
+// The whole file is read and rewritten under the state lock, so an append
+// costs in proportion to the file's size (a few milliseconds for a small file,
+// most of it the fsyncs); keep appended files small, or rotate them.
+//
 // Errors are those of SaveLines.
 func AppendLine(dir, name, line string) error {
 	if err := checkStateName(dir, name); err != nil {
@@ -398,7 +402,7 @@ func checkStateName(dir, name string) error {
 
 func reservedName(name string) bool {
 	switch name {
-	case LockName, RecordName, RestartName, gateName, stateLockName:
+	case LockName, RecordName, RestartName, gateName, stateLockName, scopeLockName, scopeOwnerName, syncLockName:
 		return true
 	}
 	return strings.HasPrefix(name, ".") && strings.Contains(name, tempInfix)
@@ -597,13 +601,18 @@ func tempWriterGone(tag string) bool {
 // read-modify-write of state files across goroutines and processes. The wait
 // is bounded by stateLockWait.
 func withStateLock(dir string, fn func() error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), stateLockWait)
+	return withStateLockCtx(context.Background(), dir, fn)
+}
+
+// withStateLockCtx is withStateLock whose wait also ends with ctx.
+func withStateLockCtx(ctx context.Context, dir string, fn func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, stateLockWait)
 	defer cancel()
 	l, err := acquireWait(ctx, dir, kindDir)
 	if err != nil {
 		var be *BusyError
-		if errors.As(err, &be) {
-			return errorf("state lock on %s stayed busy for %v; a process is stuck writing state there: %w", dir, stateLockWait, err)
+		if errors.As(err, &be) && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return errorf("state lock on %s stayed busy for %v; a process is stuck writing state there (stopped?): %w", dir, stateLockWait, err)
 		}
 		return err
 	}

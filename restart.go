@@ -33,6 +33,10 @@ type restartRequest struct {
 	// was made, or "" when none did. A fresh holder retires requests made for
 	// another instance.
 	For string `json:"for"`
+	// Takeover marks a request left by a starter in Takeover: it is meant for
+	// the runner being taken over, never for the starter admitted after it,
+	// so an admission retires it whatever its addressee and time.
+	Takeover bool `json:"takeover,omitempty"`
 }
 
 // strength orders modes: a request never weakens a pending one.
@@ -47,8 +51,9 @@ func strength(mode string) int {
 }
 
 // RequestRestart leaves a restart request for dir's runner in restart.json,
-// addressed to the runner that holds the lock now (or to the next one when
-// none does). It never weakens a pending request: "now" stays "now", and "now"
+// addressed to the runner that holds the lock now. When none does, the
+// request is kept only for a runner being admitted at that moment; a runner
+// that starts afterwards retires it as meant for its predecessor. It never weakens a pending request: "now" stays "now", and "now"
 // upgrades a pending "drain". The runner sees it through RestartRequested or
 // WatchRestart; this call does not wait for the runner to act.
 //
@@ -75,7 +80,7 @@ func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
 	var pending restartRequest
 	err := withStateLock(dir, func() error {
 		var err error
-		pending, _, err = requestRestartLocked(dir, mode, by)
+		pending, _, err = requestRestartLocked(dir, mode, by, false)
 		return err
 	})
 	return pending, err
@@ -84,7 +89,7 @@ func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
 // requestRestartLocked is requestRestart for a caller that holds dir's state
 // lock. wrote says whether a new request was written (rather than a pending
 // one of equal or greater strength kept).
-func requestRestartLocked(dir, mode string, by Identity) (pending restartRequest, wrote bool, err error) {
+func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending restartRequest, wrote bool, err error) {
 	target := ""
 	if st := inspectRunner(dir); st.held && st.contentOK {
 		target = st.content.Instance
@@ -92,7 +97,7 @@ func requestRestartLocked(dir, mode string, by Identity) (pending restartRequest
 	if old, ok := readRestart(dir); ok && old.For == target && strength(old.Mode) >= strength(mode) {
 		return old, false, nil
 	}
-	pending = restartRequest{Mode: mode, RequestedAt: time.Now(), By: by, For: target}
+	pending = restartRequest{Mode: mode, RequestedAt: time.Now(), By: by, For: target, Takeover: takeover}
 	data, err := json.Marshal(pending)
 	if err != nil {
 		return restartRequest{}, false, err
@@ -189,7 +194,7 @@ func retireRestart(dir string, self Identity, since time.Time) {
 		setAside(dir, RestartName, err)
 		return
 	}
-	if (req.For != "" && req.For != self.Instance) || req.RequestedAt.Before(since) {
+	if req.Takeover || (req.For != "" && req.For != self.Instance) || req.RequestedAt.Before(since) {
 		if err := removeState(dir, RestartName); err == nil {
 			logger().Info("runnerstate: retired a restart request meant for the previous runner", "path", path, "mode", req.Mode, "requested_at", req.RequestedAt)
 		}

@@ -30,6 +30,25 @@
 // directory, fsynced, renamed over the target, and the directory fsynced. No
 // path is ever followed through a symlink.
 //
+// # The state lock
+//
+// Read-modify-write of the files above (an append, a restart request, the
+// gate) is serialised across goroutines and processes by the directory's
+// state lock: an exclusive flock(2) on the directory itself (a ".state.lock"
+// file on Windows), held only for one small file write. A wait for it ends
+// with the caller's context where there is one, and after 30 s in any case;
+// a writer stopped (SIGSTOP) while holding it stalls the others until then.
+//
+// # What is not promised
+//
+// The lock file must not be deleted while held: a runner whose runner.lock is
+// unlinked keeps its lock on the unlinked file, so the next Acquire locks a
+// new file and two runners run (Publish notices and fails with ErrNotHolder).
+// Only the runner's own process is ever signalled, never its process group or
+// children: a runner that starts job processes must stop them itself. A
+// restart request left by a starter that is then killed still reaches the
+// runner.
+//
 // # Waits
 //
 // Every wait takes a context.Context and every busy answer is a *BusyError

@@ -102,7 +102,10 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	}
 	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger}
 	createPrivate(t.lockPath)
-	if err := t.register(); err != nil {
+	if err := t.register(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, t.busy(ctx.Err())
+		}
 		return nil, err
 	}
 	h, err := t.run(ctx)
@@ -126,8 +129,8 @@ type takeover struct {
 }
 
 // register takes the next sequence number and enters the waiting list.
-func (t *takeover) register() error {
-	return updateGate(t.dir, func(g *gateState) error {
+func (t *takeover) register(ctx context.Context) error {
+	return updateGate(ctx, t.dir, func(g *gateState) error {
 		t.seq = g.next()
 		g.Waiting = append(g.Waiting, gateEntry{Seq: t.seq, Starter: t.self, Since: t.start})
 		return nil
@@ -141,7 +144,9 @@ func (t *takeover) withdraw() {
 		t.pinned.Close()
 		t.pinned = nil
 	}
-	err := updateGate(t.dir, func(g *gateState) error {
+	// Withdrawing must happen even when the caller's context has ended; the
+	// state lock's own bound keeps it finite.
+	err := updateGate(context.Background(), t.dir, func(g *gateState) error {
 		g.remove(t.seq)
 		if len(g.Waiting) > 0 || t.request == nil {
 			return nil
@@ -190,6 +195,9 @@ func (t *takeover) run(ctx context.Context) (*holder, error) {
 			if ctx.Err() != nil {
 				return nil, t.busy(ctx.Err())
 			}
+			if err == errNotNewest {
+				return nil, ErrSuperseded
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -206,14 +214,17 @@ func (t *takeover) run(ctx context.Context) (*holder, error) {
 		if err != nil {
 			return nil, err
 		}
-		h, err := t.admit(l)
+		h, err := t.admit(ctx, l)
 		if err == errNotNewest {
 			return nil, ErrSuperseded
+		}
+		if err != nil && ctx.Err() != nil {
+			return nil, t.busy(ctx.Err())
 		}
 		if err != nil {
 			return nil, err
 		}
-		t.awaitPrevious()
+		t.awaitPrevious(ctx)
 		return h, nil
 	}
 }
@@ -254,7 +265,12 @@ func (t *takeover) step(ctx context.Context) (time.Time, error) {
 			"runnerstate: takeover will not signal the holder; it leaves a restart request and waits", "dir", t.dir, "pid", st.pid, "why", st.reason, "no_signal", t.opts.NoSignal)
 	}
 	var sendTerm, sendKill bool
-	err := updateGate(t.dir, func(g *gateState) error {
+	err := updateGate(ctx, t.dir, func(g *gateState) error {
+		// Admissions happen under this same lock: a starter that is no longer
+		// the newest must not ask (or signal) the runner just admitted.
+		if g.newerThan(t.seq) {
+			return errNotNewest
+		}
 		a := g.Attempt
 		need := false
 		if a == nil || a.For != st.content.Instance || a.PID != st.pid {
@@ -266,7 +282,7 @@ func (t *takeover) step(ctx context.Context) (time.Time, error) {
 			need = true
 		}
 		if need {
-			req, wrote, err := requestRestartLocked(t.dir, a.Mode, t.self)
+			req, wrote, err := requestRestartLocked(t.dir, a.Mode, t.self, true)
 			if err != nil {
 				return err
 			}
@@ -338,7 +354,7 @@ func (t *takeover) signal(sig syscall.Signal, why string) {
 // starter, it leaves the gate, writes its identity, clears what the previous
 // runner left and publishes its record. Otherwise it lets l go and returns
 // errNotNewest.
-func (t *takeover) admit(l *lockFile) (*holder, error) {
+func (t *takeover) admit(ctx context.Context, l *lockFile) (*holder, error) {
 	key, err := keyOf(t.dir)
 	if err != nil {
 		l.release()
@@ -346,7 +362,7 @@ func (t *takeover) admit(l *lockFile) (*holder, error) {
 	}
 	h := &holder{dir: t.dir, key: key, lock: l, self: t.self, acquiredAt: time.Now()}
 	newest := true
-	err = withStateLock(t.dir, func() error {
+	err = withStateLockCtx(ctx, t.dir, func() error {
 		return updateGateLocked(t.dir, func(g *gateState) error {
 			if g.newerThan(t.seq) {
 				newest = false
@@ -385,16 +401,17 @@ func (t *takeover) admit(l *lockFile) (*holder, error) {
 	return h, nil
 }
 
-// awaitPrevious waits, at most KillAfter, for the previous runner's process
-// to exit: it released the lock, but may still be finishing its exit.
-func (t *takeover) awaitPrevious() {
+// awaitPrevious waits, at most KillAfter and never past ctx, for the previous
+// runner's process to exit: it released the lock, but may still be finishing
+// its exit. The starter is admitted either way.
+func (t *takeover) awaitPrevious(ctx context.Context) {
 	p := t.pinned
 	if p == nil {
 		return
 	}
 	t.pinned = nil
 	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), t.opts.KillAfter)
+	ctx, cancel := context.WithTimeout(ctx, t.opts.KillAfter)
 	defer cancel()
 	if err := p.Wait(ctx); err != nil {
 		t.log.Warn("runnerstate: the previous runner released the directory but has not exited", "dir", t.dir, "pid", p.PID(), "waited", t.opts.KillAfter)

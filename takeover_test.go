@@ -460,3 +460,40 @@ func TestStandby(t *testing.T) {
 		require.NoError(t, owner.stop())
 	})
 }
+
+// Starters launched at the same instant on a free directory: one ends as the
+// verified runner, and no restart request is left pending for it (a request
+// aimed at a starter caught between taking the lock and writing its identity
+// used to be kept for the runner admitted next, which then stopped at once).
+func TestTakeoverSimultaneousStartersLeaveARunner(t *testing.T) {
+	for round := range 3 {
+		dir := t.TempDir()
+		var starters []*child
+		for range 8 {
+			starters = append(starters, startStarter(t, dir, TakeoverOptions{Grace: 200 * time.Millisecond, KillAfter: 200 * time.Millisecond}, childWait))
+		}
+		admitted := 0
+		for _, s := range starters {
+			for {
+				line := s.expect("")
+				if strings.HasPrefix(line, "signal ") {
+					continue
+				}
+				if line == "admitted" {
+					admitted++
+				} else {
+					assert.Equal(t, "superseded", line, "round %d", round)
+				}
+				break
+			}
+		}
+		require.GreaterOrEqual(t, admitted, 1, "round %d: someone is admitted", round)
+		st, err := Status(dir)
+		require.NoError(t, err)
+		assert.True(t, st.Held && st.Verified, "round %d: a verified runner holds the dir: %+v", round, st)
+		assert.Empty(t, st.Restart, "round %d: no restart request is left for the admitted runner", round)
+		for _, s := range starters {
+			s.stop()
+		}
+	}
+}

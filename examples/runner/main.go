@@ -44,7 +44,7 @@ func run() int {
 	wait := flag.Duration("wait", time.Minute, "how long to wait to be admitted")
 	flag.Parse()
 
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("pid", os.Getpid())
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("self", os.Getpid())
 	runnerstate.SetLogger(log)
 
 	// SIGTERM and SIGINT end the runner; the context carries them to jobs.

@@ -118,8 +118,10 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 		row("runner", "none")
 	case r.Verified:
 		row("runner", fmt.Sprintf("pid %d (verified alive)", r.Holder.PID))
-	case r.Holder.PID > 0:
+	case r.Holder.PID > 0 && r.Verdict != "":
 		row("runner", fmt.Sprintf("pid %d (unverified: %s)", r.Holder.PID, r.Verdict))
+	case r.Holder.PID > 0:
+		row("runner", fmt.Sprintf("pid %d (unverified: the lock file names no holder)", r.Holder.PID))
 	default:
 		row("runner", "held by a process that cannot be named")
 	}
