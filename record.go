@@ -444,6 +444,18 @@ func splitLines(data []byte) []string {
 
 const tempInfix = ".tmp-"
 
+// tempPrefix is how the temporary files of name begin: ".<name>.tmp-". A long
+// name is shortened and a hash of it added, so that the temporary name still
+// fits where the name itself does (255 bytes on most filesystems).
+func tempPrefix(name string) string {
+	if len(name) > 160 {
+		h := fnv.New64a()
+		h.Write([]byte(name))
+		name = name[:120] + "~" + strconv.FormatUint(h.Sum64(), 16)
+	}
+	return "." + name + tempInfix
+}
+
 // tempLeftoverAge is the age past which any leftover temporary file is
 // removed: a younger one may be a concurrent writer's.
 const tempLeftoverAge = time.Minute
@@ -489,7 +501,7 @@ func writeAtomicOpt(dir, name string, data []byte, durable bool) error {
 	}
 	removeLeftovers(dir, name)
 
-	prefix := "." + name + tempInfix + writerTag() + "-"
+	prefix := tempPrefix(name) + writerTag() + "-"
 	var f *os.File
 	var tmp string
 	for range 4 {
@@ -505,7 +517,8 @@ func writeAtomicOpt(dir, name string, data []byte, durable bool) error {
 			}
 			continue
 		}
-		return pathError("create", tmp, unwrapPathErr(err))
+		// Name the file the caller asked for, not our temporary one.
+		return pathError("write", target, unwrapPathErr(err))
 	}
 	if f == nil {
 		return pathError("create", tmp, fs.ErrExist)
@@ -551,7 +564,7 @@ func removeLeftovers(dir, name string) {
 	if err != nil {
 		return
 	}
-	prefix := "." + name + tempInfix
+	prefix := tempPrefix(name)
 	for _, n := range names {
 		if !strings.HasPrefix(n, prefix) {
 			continue

@@ -229,3 +229,14 @@ func TestLoadLinesRefusesHugeFile(t *testing.T) {
 	assert.ErrorContains(t, err, filepath.Join(dir, "big"))
 	assert.ErrorContains(t, err, "64 MiB")
 }
+
+func TestLongStateNames(t *testing.T) {
+	dir := t.TempDir()
+	name := strings.Repeat("n", 240)
+	require.NoError(t, SaveLines(dir, name, []string{"a"}))
+	require.NoError(t, AppendLine(dir, name, "b"))
+	lines, err := LoadLines(dir, name)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "b"}, lines)
+	assertNoTemps(t, dir)
+}

@@ -100,6 +100,11 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	if err := ensureDir(dir); err != nil {
 		return nil, err
 	}
+	if heldBy(dir) != nil {
+		// This process is the runner already: there is nobody to take over
+		// from, and waiting on itself would only end with ctx.
+		return nil, busyError(filepath.Join(dir, LockName), nil)
+	}
 	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger}
 	createPrivate(t.lockPath)
 	if err := t.register(ctx); err != nil {

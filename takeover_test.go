@@ -497,3 +497,16 @@ func TestTakeoverSimultaneousStartersLeaveARunner(t *testing.T) {
 		}
 	}
 }
+
+func TestTakeoverOfItsOwnDirIsBusyAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	release, err := Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+	start := time.Now()
+	_, err = Takeover(background(t), dir, TakeoverOptions{})
+	var be *BusyError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, os.Getpid(), be.PID)
+	assert.Less(t, time.Since(start), childWait/2, "no wait on itself")
+}
