@@ -85,7 +85,7 @@ func parseLocksLine(line []byte) (kl kernelLock, major, minor, ino uint64, ok bo
 		f[n], line = line[:i], line[i:]
 		n++
 	}
-	if n < 6 || string(f[1]) != "FLOCK" {
+	if n < 6 || string(f[1]) != "FLOCK" || !isOrdinal(f[0]) {
 		return kl, 0, 0, 0, false
 	}
 	switch string(f[3]) {
@@ -133,6 +133,19 @@ var kernelListsLocks = sync.OnceValue(func() bool {
 	unix.Close(fd)
 	return true
 })
+
+// isOrdinal reports whether b is a /proc/locks line number: digits and ':'.
+func isOrdinal(b []byte) bool {
+	if len(b) < 2 || b[len(b)-1] != ':' {
+		return false
+	}
+	for _, c := range b[:len(b)-1] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 var procBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
 
