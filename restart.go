@@ -185,13 +185,13 @@ func retireRestart(dir string, self Identity, since time.Time) {
 	data, err := readHint(path, maxRecordSize)
 	if err != nil {
 		if !isNotExist(err) && !errors.Is(err, errIsDir) {
-			setAside(dir, RestartName, err)
+			setAside(dir, RestartName, "file", err)
 		}
 		return
 	}
 	req, err := parseRestart(data)
 	if err != nil {
-		setAside(dir, RestartName, err)
+		setAside(dir, RestartName, "file", err)
 		return
 	}
 	if req.Takeover || (req.For != "" && req.For != self.Instance) || req.RequestedAt.Before(since) {
@@ -218,16 +218,19 @@ func retireRestartAddressed(dir string) bool {
 }
 
 // setAside renames an unreadable state file to <name>.corrupt, replacing an
-// older one, and logs it. Called only under the runner lock.
-func setAside(dir, name string, why error) {
+// older one, and logs it; what names the file in the log ("file", "runner
+// record"). It reports whether the file was moved. Called only under the
+// runner lock.
+func setAside(dir, name, what string, why error) bool {
 	path := filepath.Join(dir, name)
 	aside := path + corruptSuffix
 	if err := os.Rename(path, aside); err != nil {
-		warnOnce("aside:"+path, "runnerstate: could not set aside an unreadable file", "path", path, "err", why, "rename_err", err)
-		return
+		warnOnce("aside:"+path, "runnerstate: could not set aside an unreadable "+what, "path", path, "err", why, "rename_err", err)
+		return false
 	}
 	syncDir(dir)
-	logger().Warn("runnerstate: set aside an unreadable file", "path", path, "aside", aside, "err", why)
+	logger().Warn("runnerstate: set aside an unreadable "+what, "path", path, "aside", aside, "err", why)
+	return true
 }
 
 // WatchRestart delivers dir's restart requests: one already pending when it

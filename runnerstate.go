@@ -181,10 +181,15 @@ func acquireRunner(dir string, since time.Time) (*holder, error) {
 		return nil, err
 	}
 	h.adopt(since)
-	holders.Lock()
-	holders.m[key] = h
-	holders.Unlock()
+	h.register()
 	return h, nil
+}
+
+// register records h as this process's hold on its directory, for Publish.
+func (h *holder) register() {
+	holders.Lock()
+	holders.m[h.key] = h
+	holders.Unlock()
 }
 
 // tryRunnerLock makes a non-blocking attempt on a runner lock, creating it
@@ -245,14 +250,7 @@ func clearStaleRecord(dir string, self Identity) (int, bool) {
 		warnOnce("dir:"+path, "runnerstate: a directory stands where the runner record belongs; Publish will fail until it is moved", "path", path)
 		return 0, false
 	}
-	aside := path + corruptSuffix
-	if rerr := os.Rename(path, aside); rerr != nil {
-		warnOnce("corrupt:"+path, "runnerstate: an unreadable runner record could not be set aside", "path", path, "err", err, "rename_err", rerr)
-		return 0, false
-	}
-	syncDir(dir)
-	logger().Warn("runnerstate: set aside an unreadable runner record", "path", path, "aside", aside, "err", err)
-	return 0, true
+	return 0, setAside(dir, RecordName, "runner record", err)
 }
 
 // Running reports whether a runner holds dir's lock now, and who. The kernel
@@ -276,12 +274,18 @@ func Running(dir string) (Record, bool, error) {
 	if !st.held {
 		return Record{}, false, nil
 	}
-	if st.verified {
-		if rec, state, _ := readRecord(dir); state == fileOK && rec.PID == st.pid && sameProcess(rec.Process, st.content) {
-			return rec, true, nil
-		}
+	rec, state, _ := readRecord(dir)
+	return holderRecord(st, rec, state), true, nil
+}
+
+// holderRecord is the Record to report for a held lock: the published one
+// when it names the process the kernel says holds the lock and that identity
+// is verified alive, else only the holder's pid.
+func holderRecord(st lockState, rec Record, state fileState) Record {
+	if st.verified && state == fileOK && rec.PID == st.pid && sameProcess(rec.Process, st.content) {
+		return rec
 	}
-	return Record{PID: st.pid}, true, nil
+	return Record{PID: st.pid}
 }
 
 // ClearStale clears what a previous runner left in dir (runner.json, and the
@@ -408,10 +412,7 @@ func Status(dir string) (Report, error) {
 	}
 	rec, recState, recErr := readRecord(dir)
 	if st.held {
-		r.Holder = Record{PID: st.pid}
-		if st.verified && recState == fileOK && rec.PID == st.pid && sameProcess(rec.Process, st.content) {
-			r.Holder = rec
-		}
+		r.Holder = holderRecord(st, rec, recState)
 		switch st.verdict {
 		case liveness.Foreign:
 			r.Warnings = append(r.Warnings, fmt.Sprintf("%s names a holder on another machine (%s); it is never signalled", lockPath, st.content))

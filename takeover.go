@@ -396,9 +396,7 @@ func (t *takeover) admit(ctx context.Context, l *lockFile) (*holder, error) {
 		return nil, err
 	}
 	t.request = nil // retired with the previous runner
-	holders.Lock()
-	holders.m[key] = h
-	holders.Unlock()
+	h.register()
 	if err := Publish(t.dir, Record{}); err != nil {
 		h.release()
 		return nil, err
