@@ -72,20 +72,20 @@ func parseLocksLine(line []byte) (kl kernelLock, major, minor, ino uint64, ok bo
 	var f [8][]byte
 	n := 0
 	for n < len(f) {
-		for len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+		for len(line) > 0 && isSpace(line[0]) {
 			line = line[1:]
 		}
 		if len(line) == 0 {
 			break
 		}
-		i := bytes.IndexAny(line, " \t")
+		i := bytes.IndexFunc(line, func(r rune) bool { return r < 0x80 && isSpace(byte(r)) })
 		if i < 0 {
 			i = len(line)
 		}
 		f[n], line = line[:i], line[i:]
 		n++
 	}
-	if n < 6 || string(f[1]) != "FLOCK" || !isOrdinal(f[0]) {
+	if n < 6 || string(f[1]) != "FLOCK" || !isOrdinal(f[0]) || (string(f[2]) != "ADVISORY" && string(f[2]) != "MANDATORY") {
 		return kl, 0, 0, 0, false
 	}
 	switch string(f[3]) {
@@ -133,6 +133,16 @@ var kernelListsLocks = sync.OnceValue(func() bool {
 	unix.Close(fd)
 	return true
 })
+
+// isSpace reports whether c is ASCII white space, as bytes.Fields splits on:
+// a form feed or carriage return inside a line separates fields too.
+func isSpace(c byte) bool {
+	switch c {
+	case ' ', '\t', '\n', '\v', '\f', '\r':
+		return true
+	}
+	return false
+}
 
 // isOrdinal reports whether b is a /proc/locks line number: digits and ':'.
 func isOrdinal(b []byte) bool {
