@@ -43,6 +43,7 @@ type BusyError struct {
 	Owner    string // what the holder serves, when known (a scope's data dir)
 
 	cause error // the context's error when a wait ended with the lock still busy
+	letGo bool  // the lock was taken as the context ended, and let go at once
 }
 
 // Error names the lock file, the holder as far as it is known, and why the
@@ -51,6 +52,14 @@ func (e *BusyError) Error() string {
 	var b strings.Builder
 	b.WriteString("runnerstate: ")
 	b.WriteString(e.Path)
+	if e.letGo {
+		b.WriteString(" was let go as soon as it was taken: the context had ended")
+		if e.cause != nil {
+			b.WriteString(": ")
+			b.WriteString(e.cause.Error())
+		}
+		return b.String()
+	}
 	b.WriteString(" is locked by ")
 	switch {
 	case e.PID > 0:
@@ -116,6 +125,16 @@ const maxReplaced = 16
 // a symlink, a directory or another non-regular file at path gives an error
 // naming path; anything else is the system's error naming path.
 //
+// The context: ctx bounds the wait. A ctx that has already ended when Lock is
+// called still gets one attempt without waiting (the way to ask once). Once
+// Lock has begun with a live ctx, it never succeeds after ctx ends: a lock
+// handed over at the instant ctx ends is let go at once, and Lock returns
+// the *BusyError wrapping ctx.Err() it would have returned a moment earlier.
+// So a nil error means the lock is held and ctx did not end while Lock
+// waited. ctx can still end the instant after Lock returns: a caller that
+// cancels ctx to stop (on SIGTERM, say) looks at its own stop cause after a
+// successful return too.
+//
 // A wait that ends early may leave one goroutine per path and lock mode per
 // process blocked in flock(2) until the holder releases (a blocked flock cannot
 // be interrupted); it then releases the lock at once, and never recreates the
@@ -138,7 +157,8 @@ func TryLock(path string) (unlock func(), err error) {
 // RLock takes a shared lock on the file at path, creating it (0644) if it does
 // not exist, and waits until no exclusive lock is held or ctx ends. Shared
 // locks coexist with each other and exclude Lock and TryLock. It needs only
-// read permission on the file. Errors and waiting are as for Lock.
+// read permission on the file. Errors, waiting and the context are as for
+// Lock.
 func RLock(ctx context.Context, path string) (unlock func(), err error) {
 	return lockWait(ctx, path, kindShared)
 }
@@ -211,17 +231,38 @@ func tryAcquire(path string, kind lockKind) (*lockFile, error) {
 var errReplaced = errors.New("the lock file keeps being replaced or removed while it is locked; stop whatever deletes it")
 
 // acquireWait tries once, then queues behind the path's parked waiter until
-// the lock is handed over or ctx ends.
+// the lock is handed over or ctx ends. A ctx already ended on entry gets that
+// one attempt; a ctx that ends after entry never gets the lock (see Lock).
 func acquireWait(ctx context.Context, path string, kind lockKind) (*lockFile, error) {
+	live := ctx.Err() == nil
 	l, err := tryAcquire(path, kind)
-	if err != errWouldBlock {
-		return l, err
+	if err == errWouldBlock {
+		if !live || ctx.Err() != nil {
+			l.release()
+			return nil, busyError(path, ctx.Err())
+		}
+		l, err = parked.wait(ctx, path, kind, l)
 	}
-	if ctx.Err() != nil {
-		l.release()
-		return nil, busyError(path, ctx.Err())
+	if err != nil {
+		return nil, err
 	}
-	return parked.wait(ctx, path, kind, l)
+	if err := keepIfLive(ctx, live, path, l.release); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// keepIfLive is the last step of every call that waits with a context: when
+// the call began with a live ctx that has ended since, what was just taken
+// is let go (by release) and the answer is the busy one, so that a call never
+// succeeds after its context ended. A call that began with an ended ctx made
+// its one attempt knowingly and keeps what it got.
+func keepIfLive(ctx context.Context, live bool, path string, release func()) error {
+	if !live || ctx.Err() == nil {
+		return nil
+	}
+	release()
+	return &BusyError{Path: path, cause: ctx.Err(), letGo: true}
 }
 
 // busyError describes the holder of path as far as the kernel and the lock
@@ -280,6 +321,9 @@ func (t *parkTable) wait(ctx context.Context, path string, kind lockKind, spare 
 	if spare != nil {
 		spare.release()
 	}
+	if testHookParked != nil {
+		testHookParked(w.ch)
+	}
 
 	select {
 	case r := <-w.ch:
@@ -292,7 +336,8 @@ func (t *parkTable) wait(ctx context.Context, path string, kind lockKind, spare 
 	if removed {
 		return nil, busyError(path, ctx.Err())
 	}
-	// Handed over at the same instant the context ended: the lock is ours.
+	// Handed over at the same instant the context ended: the lock is ours
+	// here, and acquireWait lets it go again.
 	r := <-w.ch
 	return r.l, r.err
 }
@@ -375,6 +420,11 @@ func (t *parkTable) run(key parkKey, q *parkQueue, spare *lockFile) {
 		runtime.Gosched()
 	}
 }
+
+// testHookParked, when set, is called by a waiter once it is queued, with
+// the channel its lock will be handed over on; tests use it to make a
+// handoff and the end of the context cross. nil in production.
+var testHookParked func(handoff <-chan parkResult)
 
 // parkedCount reports how many parked goroutines exist (for tests).
 func (t *parkTable) parkedCount() int {

@@ -336,3 +336,56 @@ func TestBusyErrorMessage(t *testing.T) {
 	assert.ErrorIs(t, error(&BusyError{}), syscall.EWOULDBLOCK)
 	assert.NotErrorIs(t, error(&BusyError{}), syscall.EAGAIN+1)
 }
+
+// Case (a runner that lost the SIGTERM that arrived while it was admitted): a
+// lock handed over at the instant the context ends is let go at once, never
+// returned. Lock, RLock, AcquireScope and SyncRunning never succeed once
+// their context has ended while they waited.
+func TestLockNeverSucceedsAfterContextEnds(t *testing.T) {
+	cases := []struct {
+		name string
+		lock string // the lock file in dir
+		call func(ctx context.Context, dir string) (func(), error)
+	}{
+		{"Lock", "x.lock", func(ctx context.Context, dir string) (func(), error) {
+			return Lock(ctx, filepath.Join(dir, "x.lock"))
+		}},
+		{"RLock", "x.lock", func(ctx context.Context, dir string) (func(), error) {
+			return RLock(ctx, filepath.Join(dir, "x.lock"))
+		}},
+		{"AcquireScope", scopeLockName, func(ctx context.Context, dir string) (func(), error) {
+			return AcquireScope(ctx, dir, filepath.Join(dir, "data"))
+		}},
+		{"SyncRunning", syncLockName, func(ctx context.Context, dir string) (func(), error) {
+			return SyncRunning(ctx, dir)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, tc.lock)
+			holder := startChild(t, "hold", path)
+			holder.expect("locked")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			testHookParked = func(handoff <-chan parkResult) {
+				require.NoError(t, holder.stop()) // the holder lets go...
+				eventually(t, "the lock is handed over", func() bool { return len(handoff) == 1 })
+				cancel() // ...and the context ends before the waiter looks
+			}
+			defer func() { testHookParked = nil }()
+			release, err := tc.call(ctx, dir)
+			if err == nil {
+				release()
+				t.Fatalf("%s succeeded although its context ended while it waited", tc.name)
+			}
+			assert.ErrorIs(t, err, ErrBusy)
+			assert.ErrorIs(t, err, context.Canceled)
+			assert.Contains(t, err.Error(), path+" was let go as soon as it was taken")
+			unlock, err := TryLock(path)
+			require.NoError(t, err, "the lock was let go")
+			unlock()
+			assert.NoFileExists(t, filepath.Join(dir, scopeOwnerName))
+		})
+	}
+}

@@ -82,7 +82,9 @@ type ScopeOwner struct {
 //     dir the holder serves when scope.owner.json can be read (and does not
 //     name a process that is provably gone). It satisfies errors.Is for
 //     ErrBusy and for ctx.Err(), as Lock's does. A ctx that is already done
-//     still gets one attempt without waiting.
+//     still gets one attempt without waiting; a ctx that ends while
+//     AcquireScope works never gets the scope (as for Lock: what was taken
+//     is let go, and the answer is the *BusyError wrapping ctx.Err()).
 //   - A filesystem without working locks (ENOLCK, EOPNOTSUPP):
 //     ErrLockingUnsupported, in a message naming scope.lock in scopeDir.
 //   - An empty scopeDir or dataDir, a scopeDir that is not a directory, a
@@ -122,6 +124,7 @@ func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func()
 		return nil, err
 	}
 	lockPath := filepath.Join(scopeDir, scopeLockName)
+	live := ctx.Err() == nil
 	l, err := acquireWait(ctx, lockPath, kindExclusive)
 	if err != nil {
 		var be *BusyError
@@ -159,6 +162,9 @@ func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func()
 		logger().Info("runnerstate: replaced an unreadable scope owner record", "path", ownerPath)
 	}
 	h := &scopeHold{dir: scopeDir, lock: l, self: self}
+	if err := keepIfLive(ctx, live, lockPath, h.release); err != nil {
+		return nil, err
+	}
 	return h.release, nil
 }
 

@@ -73,7 +73,8 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 //     each step is taken once however many starters come. The starter is
 //     admitted only once the kernel lock is its own and its record published
 //     (Publish may be called again to fill it in), so two runners never
-//     overlap; before returning it waits, at most KillAfter, for the previous
+//     overlap. Once the lock is its own, and before it writes its identity
+//     into runner.lock, it waits, at most KillAfter, for the previous
 //     runner's process to exit.
 //   - A holder that cannot be verified (another machine or PID namespace, a
 //     record with no start identity, no record at all), or any holder when
@@ -83,11 +84,23 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 //     number the starters share, not the wall clock); the others return
 //     ErrSuperseded. A waiting starter shows in Status's Waiting. A starter
 //     that died is pruned and never blocks the others.
+//   - A starter is signalled only once it is admitted. While it holds the
+//     kernel lock but is still being admitted (waiting for the previous
+//     runner's process to exit), its identity is not yet in runner.lock, so
+//     no other starter can verify it, and none signals it; a newer starter
+//     that comes meanwhile leaves its request and waits, and the admitting
+//     starter, no longer the newest, lets go and returns ErrSuperseded.
 //
 // When ctx ends first, Takeover returns promptly with a *BusyError naming the
 // holder and wrapping ctx's error; it withdraws its waiting mark, and its own
 // restart request when the runner has not acted on it and no other starter
-// waits.
+// waits. The context works as for Lock: a ctx already ended gets one attempt
+// (admitted only when no runner holds dir, and nothing is asked or
+// signalled), and a ctx that ends while Takeover works never ends in an
+// admission: a hold taken at that instant is released at once, and the
+// answer is the *BusyError wrapping ctx.Err(). ctx can still end the instant
+// after Takeover returns, so a runner that cancels ctx on SIGTERM looks at
+// its own stop cause after a successful return too (examples/runner does).
 //
 // Errors: ErrBadMode for a bad opts.Mode; ErrSuperseded; a *BusyError when ctx
 // ends; otherwise the errors of Acquire. Touches runner.lock, runner.json,
@@ -105,6 +118,7 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 		// from, and waiting on itself would only end with ctx.
 		return nil, busyError(filepath.Join(dir, LockName), nil)
 	}
+	live := ctx.Err() == nil
 	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger}
 	createPrivate(t.lockPath)
 	if err := t.register(ctx); err != nil {
@@ -113,7 +127,7 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 		}
 		return nil, err
 	}
-	h, err := t.run(ctx)
+	h, err := t.run(ctx, live)
 	if err != nil {
 		t.withdraw()
 		return nil, err
@@ -172,7 +186,7 @@ func (t *takeover) withdraw() {
 
 // run is the takeover loop: try the lock; when busy, ask, escalate and wait
 // for the lock, a newer starter, or the next escalation step.
-func (t *takeover) run(ctx context.Context) (*holder, error) {
+func (t *takeover) run(ctx context.Context, live bool) (*holder, error) {
 	// A newer starter arriving cancels the wait at once.
 	supCtx, cancelSup := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
@@ -194,6 +208,11 @@ func (t *takeover) run(ctx context.Context) (*holder, error) {
 			return nil, ErrSuperseded
 		}
 		l, err := acquireNB(t.lockPath, kindExclusive)
+		if err == errWouldBlock && ctx.Err() != nil {
+			// An ended context gets its one attempt, never a request or a
+			// signal.
+			return nil, t.busy(ctx.Err())
+		}
 		if err == errWouldBlock {
 			var next time.Time
 			next, err = t.step(ctx)
@@ -219,6 +238,15 @@ func (t *takeover) run(ctx context.Context) (*holder, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The kernel lock is ours, but the previous runner's process may
+		// still be finishing its exit. Wait for it before writing this
+		// starter's identity: until then no other starter can verify, and so
+		// signal, this one; a newer starter that comes meanwhile supersedes
+		// it at admission.
+		t.awaitPrevious(ctx)
+		if err := keepIfLive(ctx, live, t.lockPath, l.release); err != nil {
+			return nil, err
+		}
 		h, err := t.admit(ctx, l)
 		if err == errNotNewest {
 			return nil, ErrSuperseded
@@ -229,7 +257,9 @@ func (t *takeover) run(ctx context.Context) (*holder, error) {
 		if err != nil {
 			return nil, err
 		}
-		t.awaitPrevious(ctx)
+		if err := keepIfLive(ctx, live, t.lockPath, h.release); err != nil {
+			return nil, err
+		}
 		return h, nil
 	}
 }
@@ -406,7 +436,7 @@ func (t *takeover) admit(ctx context.Context, l *lockFile) (*holder, error) {
 
 // awaitPrevious waits, at most KillAfter and never past ctx, for the previous
 // runner's process to exit: it released the lock, but may still be finishing
-// its exit. The starter is admitted either way.
+// its exit. The starter goes on to its admission either way.
 func (t *takeover) awaitPrevious(ctx context.Context) {
 	p := t.pinned
 	if p == nil {
@@ -414,9 +444,9 @@ func (t *takeover) awaitPrevious(ctx context.Context) {
 	}
 	t.pinned = nil
 	defer p.Close()
-	ctx, cancel := context.WithTimeout(ctx, t.opts.KillAfter)
+	wctx, cancel := context.WithTimeout(ctx, t.opts.KillAfter)
 	defer cancel()
-	if err := p.Wait(ctx); err != nil {
+	if err := p.Wait(wctx); err != nil && ctx.Err() == nil {
 		t.log.Warn("runnerstate: the previous runner released the directory but has not exited", "dir", t.dir, "pid", p.PID(), "waited", t.opts.KillAfter)
 	}
 }

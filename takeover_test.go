@@ -33,6 +33,8 @@ func init() {
 	// runner: Acquire and Publish dir, say "acquired". "obey" exits at once
 	// on any restart request. "stubborn" says "ack <mode>" for each request
 	// and goes on holding, and says "term" for each SIGTERM it ignores.
+	// "linger" releases the directory on a restart request, says "released",
+	// and lives on until stdin closes, as a runner finishing its exit does.
 	roles["runner"] = func(dir string) int {
 		sigs := make(chan os.Signal, 4)
 		signal.Notify(sigs, syscall.SIGTERM)
@@ -54,8 +56,15 @@ func init() {
 		for {
 			select {
 			case mode := <-restarts:
-				if os.Getenv(envBehaviour) == "obey" {
+				switch os.Getenv(envBehaviour) {
+				case "obey":
 					say("exiting %s", mode)
+					return 0
+				case "linger":
+					release()
+					say("released")
+					for range cmds {
+					}
 					return 0
 				}
 				say("ack %s", mode)
@@ -509,4 +518,70 @@ func TestTakeoverOfItsOwnDirIsBusyAtOnce(t *testing.T) {
 	require.ErrorAs(t, err, &be)
 	assert.Equal(t, os.Getpid(), be.PID)
 	assert.Less(t, time.Since(start), childWait/2, "no wait on itself")
+}
+
+// Case (the chaos soak, where a newer starter signalled one that held the
+// lock but had not been admitted yet): a starter that holds the kernel lock
+// while it waits for the previous runner's process to exit is never
+// signalled, whatever the newer starter's grace period; the newer starter
+// supersedes it and is admitted.
+func TestTakeoverNeverSignalsAStarterBeingAdmitted(t *testing.T) {
+	dir := t.TempDir()
+	old := startRunner(t, dir, "linger")
+	first := startStarter(t, dir, TakeoverOptions{Grace: time.Hour, KillAfter: childWait}, childWait)
+	old.expect("released")
+	eventually(t, "the first starter holds the kernel lock, awaiting the old runner's exit", func() bool {
+		locks, _, _ := kernelLocks(filepath.Join(dir, LockName))
+		return holdsExclusive(locks, first.pid())
+	})
+	hasty := startStarter(t, dir, TakeoverOptions{Grace: time.Millisecond, KillAfter: time.Millisecond}, childWait)
+	eventually(t, "the newer starter has looked at the holder and asked", func() bool {
+		req, ok := readRestart(dir)
+		return ok && req.By.PID == hasty.pid()
+	})
+	st, err := Status(dir)
+	require.NoError(t, err)
+	assert.True(t, st.Held)
+	assert.False(t, st.Verified, "a starter being admitted cannot be verified yet")
+	require.NoError(t, old.stop())
+	assert.Equal(t, "superseded", first.expect(""), "the admitting starter is no longer the newest")
+	assert.Equal(t, "admitted", hasty.expect(""), "the newer starter signals nobody and is admitted")
+	require.NoError(t, first.stop())
+	require.NoError(t, hasty.stop())
+}
+
+// Case: a starter whose context ends while it holds the lock and awaits the
+// previous runner's exit is not admitted: the hold is let go, and it returns
+// the busy answer wrapping the context's error. Nothing of it stays in dir.
+func TestTakeoverContextEndsDuringAdmission(t *testing.T) {
+	dir := t.TempDir()
+	old := startRunner(t, dir, "linger")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		release, err := Takeover(ctx, dir, TakeoverOptions{Grace: time.Hour, KillAfter: childWait})
+		if err == nil {
+			release()
+		}
+		done <- err
+	}()
+	old.expect("released")
+	eventually(t, "the starter holds the kernel lock, awaiting the old runner's exit", func() bool {
+		locks, _, _ := kernelLocks(filepath.Join(dir, LockName))
+		return holdsExclusive(locks, os.Getpid())
+	})
+	cancel()
+	err := <-done
+	assert.ErrorIs(t, err, ErrBusy)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Contains(t, err.Error(), "was let go as soon as it was taken")
+	_, running, err := Running(dir)
+	require.NoError(t, err)
+	assert.False(t, running, "the hold was let go")
+	assert.NoFileExists(t, filepath.Join(dir, RecordName))
+	st, err := Status(dir)
+	require.NoError(t, err)
+	assert.Empty(t, st.Waiting)
+	require.NoError(t, old.stop())
 }

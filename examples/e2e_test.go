@@ -13,11 +13,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -193,4 +195,78 @@ func TestRunnerctl(t *testing.T) {
 	out, err = s.ctl("clear-stale")
 	require.NoError(t, err)
 	require.Contains(t, out, "cleared")
+}
+
+// waitNamed waits until `runnerctl status --json` names pid anywhere: as
+// the holder (as soon as it holds the kernel lock) or as a waiting starter.
+func (s *story) waitNamed(name string, pid int) {
+	s.t.Helper()
+	deadline := time.Now().Add(storyWait)
+	want := `"pid": ` + strconv.Itoa(pid) + `,`
+	for time.Now().Before(deadline) {
+		if out, _ := s.ctl("status", "--json"); strings.Contains(out, want) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.t.Fatalf("status never named runner %s (pid %d); its log:\n%s", name, pid, s.log(name))
+}
+
+// Case (2 of 20 runners survived a SIGTERM sent the moment status named
+// them): a runner SIGTERMed at any moment of its start (waiting, being
+// admitted, admitted) stops, and exits as a terminated process does (143),
+// never as refused (75) and never running on.
+func TestRunnerStopsOnSIGTERMAtAnyMoment(t *testing.T) {
+	s := newStory(t)
+	for round := range 10 {
+		name := "r" + strconv.Itoa(round)
+		r := s.start(name)
+		s.waitNamed(name, r.Process.Pid)
+		require.NoError(t, r.Process.Signal(syscall.SIGTERM))
+		s.waitGone(name, r)
+		require.Equal(t, 143, r.ProcessState.ExitCode(), "round %d; the runner's log:\n%s", round, s.log(name))
+	}
+	out, _ := s.ctl("status", "--json")
+	var r report
+	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+	assert.False(t, r.Held, "no runner is left:\n%s", out)
+}
+
+// Case: a runner SIGTERMed while it waits to be admitted (a holder it may not
+// signal: flock(1) on runner.lock) exits 143, not 75, and takes back its
+// waiting mark and its restart request.
+func TestRunnerSIGTERMWhileWaiting(t *testing.T) {
+	if _, err := exec.LookPath("flock"); err != nil {
+		t.Skip("flock(1) (util-linux) is not installed")
+	}
+	s := newStory(t)
+	dir := filepath.Join(s.tmp, "runnerstate-demo")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	holder := exec.Command("flock", filepath.Join(dir, "runner.lock"), "sleep", "600")
+	holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, holder.Start())
+	t.Cleanup(func() { syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); holder.Wait() })
+	r := s.start("r")
+	deadline := time.Now().Add(storyWait)
+	for {
+		out, _ := s.ctl("status", "--json")
+		var st struct {
+			Waiting []struct {
+				PID int `json:"pid"`
+			} `json:"waiting"`
+			Restart string `json:"restart"`
+		}
+		if json.Unmarshal([]byte(out), &st) == nil && len(st.Waiting) == 1 && st.Waiting[0].PID == r.Process.Pid && st.Restart != "" {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the runner never waited; its log:\n%s", s.log("r"))
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, r.Process.Signal(syscall.SIGTERM))
+	s.waitGone("r", r)
+	require.Equal(t, 143, r.ProcessState.ExitCode(), "the runner's log:\n%s", s.log("r"))
+	out, err := s.ctl("status", "--json")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, `"waiting": []`)
+	assert.Contains(t, out, `"restart": ""`)
 }

@@ -17,10 +17,12 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -47,24 +49,25 @@ func run() int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("self", os.Getpid())
 	runnerstate.SetLogger(log)
 
-	// SIGTERM and SIGINT end the runner; the context carries them to jobs.
+	// SIGTERM and SIGINT end the runner at any moment: while it waits to be
+	// admitted, while it is being admitted, and while it runs.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
-	admitCtx, cancelAdmit := context.WithTimeout(context.Background(), *wait)
-	go func() {
-		select {
-		case <-sigs:
-			cancelAdmit()
-		case <-admitCtx.Done():
-		}
-	}()
 	start := time.Now()
-	release, err := runnerstate.Takeover(admitCtx, *dir, runnerstate.TakeoverOptions{
+	release, sig, err := admit(*dir, *wait, sigs, runnerstate.TakeoverOptions{
 		Mode: *mode, Grace: *grace, KillAfter: *killAfter, NoSignal: *noSignal, Logger: log,
 	})
-	cancelAdmit()
+	if sig != nil {
+		// Admitted or not, a signal that came while Takeover worked is
+		// obeyed as if it had come a moment later.
+		if err == nil {
+			release()
+		}
+		log.Info("signalled while waiting to be admitted; stopping", "signal", sig.String())
+		return exitCode(sig)
+	}
 	if err != nil {
 		log.Error("not admitted", "dir", *dir, "err", err)
 		if errors.Is(err, runnerstate.ErrBusy) || errors.Is(err, runnerstate.ErrSuperseded) {
@@ -74,6 +77,7 @@ func run() int {
 	}
 	defer release()
 	log.Info("admitted", "dir", *dir, "after", time.Since(start).Round(time.Millisecond))
+	hint(*dir)
 
 	meta, _ := json.Marshal(map[string]any{"job_seconds": job.Seconds()})
 	if err := runnerstate.Publish(*dir, runnerstate.Record{
@@ -119,7 +123,7 @@ func run() int {
 			log.Info("signalled; stopping", "signal", sig.String())
 			stopJobs()
 			draining = true
-			exit = 128 + int(sig.(syscall.Signal))
+			exit = exitCode(sig)
 		}
 	}
 	// Drain: no new job; the running ones finish (or were cancelled). A
@@ -139,9 +143,61 @@ func run() int {
 		case sig := <-sigs:
 			log.Info("signalled while draining; stopping", "signal", sig.String())
 			stopJobs()
-			exit = 128 + int(sig.(syscall.Signal))
+			exit = exitCode(sig)
 		}
 	}
+}
+
+// admit runs Takeover with a context that ends after wait or at the first
+// signal on sigs. sig is that signal when one came before admit returned:
+// Takeover never admits once its context has ended, but the signal can also
+// come in the instant after it returns, so the caller must look at sig
+// whether err is nil or not. A signal that comes after admit returns stays
+// in sigs for the caller.
+func admit(dir string, wait time.Duration, sigs <-chan os.Signal, opts runnerstate.TakeoverOptions) (release func(), sig os.Signal, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	got := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case s := <-sigs:
+			got <- s
+			cancel()
+		case <-done:
+		}
+	}()
+	release, err = runnerstate.Takeover(ctx, dir, opts)
+	close(done)
+	<-watched
+	select {
+	case sig = <-got:
+	default:
+	}
+	return release, sig, err
+}
+
+// exitCode is how a process killed by sig exits, by the shell's convention.
+func exitCode(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 1
+}
+
+// hint tells a newcomer what to try next, once, on standard error.
+func hint(dir string) {
+	flag := ""
+	if dir != filepath.Join(os.TempDir(), "runnerstate-demo") {
+		flag = " --dir " + strconv.Quote(dir)
+	}
+	fmt.Fprintf(os.Stderr, "\nThis runner holds %s. Try, in another terminal:\n"+
+		"  go run ./examples/runnerctl status%s             who runs here, and is it verified\n"+
+		"  go run ./examples/runner%s                       a second runner takes over from this one\n"+
+		"  go run ./examples/runnerctl restart --drain%s    it finishes its jobs, then exits\n"+
+		"Stop it with Ctrl-C.\n\n", strconv.Quote(dir), flag, flag, flag)
 }
 
 // runJob is a fake job: it takes d, or less when ctx ends.
