@@ -36,9 +36,9 @@ type Identity struct {
 	// kern.proc.pid's p_starttime in microseconds since the Unix epoch; on
 	// Windows the creation time in 100 ns units. It is compared exactly.
 	StartTicks uint64    `json:"start_ticks,omitempty"`
-	StartTime  time.Time `json:"start_time"`        // portable; informational on Linux
-	BootID     string    `json:"boot_id,omitempty"` // /proc/sys/kernel/random/boot_id
-	PIDNS      string    `json:"pid_ns,omitempty"`  // "dev:ino" of /proc/self/ns/pid
+	StartTime  time.Time `json:"start_time,omitzero"` // portable; informational on Linux
+	BootID     string    `json:"boot_id,omitempty"`   // /proc/sys/kernel/random/boot_id
+	PIDNS      string    `json:"pid_ns,omitempty"`    // "dev:ino" of /proc/self/ns/pid
 	// Machine is the machine id (/etc/machine-id on Linux) hashed with an
 	// application key, so the raw id never leaves the machine.
 	Machine  string `json:"machine,omitempty"`
@@ -83,8 +83,8 @@ func sameProcess(a, b Identity) bool {
 // next holder.
 type Record struct {
 	PID         int             `json:"pid"`
-	Process     Identity        `json:"process"`
-	StartedAt   time.Time       `json:"started_at"`
+	Process     Identity        `json:"process,omitzero"`
+	StartedAt   time.Time       `json:"started_at,omitzero"`
 	MaxParallel int             `json:"max_parallel,omitempty"`
 	Specs       []string        `json:"specs,omitempty"`
 	Meta        json.RawMessage `json:"meta,omitempty"` // the caller's own payload
@@ -107,6 +107,9 @@ const maxStateSize = 64 << 20
 // otherwise the system's error naming the path. Touches runner.json and a
 // temporary file beside it.
 func Publish(dir string, rec Record) error {
+	if err := checkDir("Publish", dir); err != nil {
+		return err
+	}
 	h := heldBy(dir)
 	if h == nil {
 		return fmt.Errorf("%w: %s (take it with Acquire or Takeover first)", ErrNotHolder, filepath.Join(dir, LockName))
@@ -389,6 +392,9 @@ func unwrapPathErr(err error) error {
 // checkStateName refuses names that are not plain file names, and the files
 // the runner protocol manages itself.
 func checkStateName(dir, name string) error {
+	if err := checkDir("state file "+name, dir); err != nil {
+		return err
+	}
 	switch {
 	case name == "", name == ".", name == "..", strings.ContainsAny(name, `/\`+"\x00"),
 		name != filepath.Base(name):

@@ -27,8 +27,8 @@ var ErrBadMode = errors.New("runnerstate: restart mode must be \"drain\" or \"no
 // restartRequest is the content of restart.json.
 type restartRequest struct {
 	Mode        string    `json:"mode"`
-	RequestedAt time.Time `json:"requested_at"`
-	By          Identity  `json:"by"`
+	RequestedAt time.Time `json:"requested_at,omitzero"`
+	By          Identity  `json:"by,omitzero"`
 	// For is the instance of the runner that held the lock when the request
 	// was made, or "" when none did. A fresh holder retires requests made for
 	// another instance.
@@ -71,6 +71,9 @@ func RequestRestart(dir, mode string) error {
 func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
 	if strength(mode) == 0 {
 		return restartRequest{}, fmt.Errorf("%w, not %q", ErrBadMode, mode)
+	}
+	if err := checkDir("RequestRestart", dir); err != nil {
+		return restartRequest{}, err
 	}
 	if fi, err := os.Stat(dir); err != nil {
 		return restartRequest{}, pathError("restart", dir, unwrapPathErr(err))
@@ -148,6 +151,9 @@ func parseRestart(data []byte) (restartRequest, error) {
 // a request it cannot understand (the problem is logged once). It takes no
 // lock and creates nothing.
 func RestartRequested(dir string) (mode string, ok bool) {
+	if dir == "" {
+		return "", false
+	}
 	req, ok := readRestart(dir)
 	if !ok {
 		return "", false
@@ -159,6 +165,9 @@ func RestartRequested(dir string) (mode string, ok bool) {
 // or no dir, is not an error. Errors: a directory at restart.json, or the
 // system's error, naming the path.
 func ClearRestart(dir string) error {
+	if err := checkDir("ClearRestart", dir); err != nil {
+		return err
+	}
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -244,6 +253,14 @@ func setAside(dir, name, what string, why error) bool {
 // and went while the receiver was busy are not replayed.
 func WatchRestart(ctx context.Context, dir string) <-chan string {
 	ch := make(chan string)
+	if dir == "" {
+		warnOnce("watch-empty", "runnerstate: WatchRestart was given an empty directory name; it delivers nothing")
+		go func() {
+			<-ctx.Done()
+			close(ch)
+		}()
+		return ch
+	}
 	go func() {
 		defer close(ch)
 		w := newDirWatcher(dir)

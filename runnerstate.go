@@ -53,7 +53,17 @@
 //
 // Every wait takes a context.Context and every busy answer is a *BusyError
 // that names the holder. Lock and RLock hand a released lock to a waiting
-// process as fast as the kernel does (no polling).
+// process as fast as the kernel does (no polling). A call that waits never
+// succeeds once its context has ended (see Lock).
+//
+// # Errors
+//
+// Errors name the path they are about and say what to do; callers match
+// them with errors.Is against the sentinels (ErrBusy, ErrNotHolder, ...) and
+// errors.As against *BusyError. Every function that takes a directory
+// refuses the empty name "" (pass "." for the current directory); those
+// without an error answer (StalePIDs, RestartRequested, WatchRestart) treat
+// it as a directory with nothing in it.
 //
 // # Platforms
 //
@@ -147,6 +157,9 @@ func heldBy(dir string) *holder {
 // on a filesystem without locks; an error naming the path when dir is not a
 // directory, or runner.lock is a symlink, a directory or not writable.
 func Acquire(dir string) (release func(), err error) {
+	if err := checkDir("Acquire", dir); err != nil {
+		return nil, err
+	}
 	h, err := acquireRunner(dir, time.Now())
 	if err != nil {
 		return nil, err
@@ -267,6 +280,9 @@ func clearStaleRecord(dir string, self Identity) (int, bool) {
 // Errors: an error naming the path when runner.lock is a symlink or a
 // directory, or cannot be read; a missing dir is simply not running.
 func Running(dir string) (Record, bool, error) {
+	if err := checkDir("Running", dir); err != nil {
+		return Record{}, false, err
+	}
 	st := inspectRunner(dir)
 	if st.err != nil {
 		return Record{}, false, st.err
@@ -298,6 +314,9 @@ func holderRecord(st lockState, rec Record, state fileState) Record {
 // Errors: when the lock is held, the holder's pid and a *BusyError (errors.Is
 // ErrBusy and, on Unix, syscall.EWOULDBLOCK); otherwise the errors of Acquire.
 func ClearStale(dir string) (pid int, cleared bool, err error) {
+	if err := checkDir("ClearStale", dir); err != nil {
+		return 0, false, err
+	}
 	if fi, err := os.Stat(dir); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return 0, false, nil
@@ -347,6 +366,9 @@ const maxLockContent = 4096
 // creates nothing.
 func StalePIDs(dir string) []int {
 	var pids []int
+	if dir == "" {
+		return nil
+	}
 	add := func(pid int) {
 		if pid <= 0 {
 			return
@@ -372,10 +394,10 @@ func StalePIDs(dir string) []int {
 // Report is everything an operator needs to know about a runner directory,
 // from Status. Scripts parse its JSON; the field names are stable.
 type Report struct {
-	Dir      string     `json:"dir"`      // the directory, made absolute
-	Held     bool       `json:"held"`     // the kernel lock is held: a runner is running
-	Holder   Record     `json:"holder"`   // as Running reports it: the full record only when verified
-	Verified bool       `json:"verified"` // the holder's identity is confirmed alive
+	Dir      string     `json:"dir"`             // the directory, made absolute
+	Held     bool       `json:"held"`            // the kernel lock is held: a runner is running
+	Holder   Record     `json:"holder,omitzero"` // as Running reports it: the full record only when verified; omitted when none is known
+	Verified bool       `json:"verified"`        // the holder's identity is confirmed alive
 	Verdict  string     `json:"verdict,omitempty"`
 	Restart  string     `json:"restart"`  // the pending restart mode, or ""
 	Waiting  []Identity `json:"waiting"`  // live starters waiting in Takeover, oldest first
@@ -395,6 +417,9 @@ type Report struct {
 // Errors: an error naming the path when dir exists but cannot be read, or
 // runner.lock is a symlink or a directory. A missing dir reports not held.
 func Status(dir string) (Report, error) {
+	if err := checkDir("Status", dir); err != nil {
+		return Report{Waiting: []Identity{}, Stale: []int{}, Warnings: []string{}}, err
+	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		abs = dir
@@ -584,6 +609,16 @@ func dirWarnings(dir string) []string {
 	}
 	if fi.Mode().Perm()&0o002 != 0 && fi.Mode()&fs.ModeSticky == 0 {
 		return []string{fmt.Sprintf("%s is world-writable without the sticky bit: any user can replace the runner's files; chmod o-w or +t it", dir)}
+	}
+	return nil
+}
+
+// checkDir refuses the empty directory name. "" would mean the current
+// directory to the calls that join paths and an error to those that stat
+// it, so it is the same clear error for all of them.
+func checkDir(op, dir string) error {
+	if dir == "" {
+		return errorf("%s: the directory name is empty; name one (\".\" is the current directory)", op)
 	}
 	return nil
 }

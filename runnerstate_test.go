@@ -4,6 +4,7 @@ package runnerstate
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -627,4 +628,44 @@ func TestAcquireRetiresOnlyOthersRestartRequests(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, RestartDrain, mode)
 	h.release()
+}
+
+// Case: the dir "" meant the current directory to Status and an error to
+// Acquire. It is the same clear error everywhere; the calls without an error
+// answer treat it as an empty directory.
+func TestEmptyDirIsAnErrorEverywhere(t *testing.T) {
+	calls := map[string]func() error{
+		"Acquire":        func() error { _, err := Acquire(""); return err },
+		"Running":        func() error { _, _, err := Running(""); return err },
+		"ClearStale":     func() error { _, _, err := ClearStale(""); return err },
+		"Status":         func() error { _, err := Status(""); return err },
+		"Publish":        func() error { return Publish("", Record{}) },
+		"SaveLines":      func() error { return SaveLines("", "x", nil) },
+		"LoadLines":      func() error { _, err := LoadLines("", "x"); return err },
+		"AppendLine":     func() error { return AppendLine("", "x", "y") },
+		"MigrateFile":    func() error { return MigrateFile("", "x", "y") },
+		"RequestRestart": func() error { return RequestRestart("", RestartNow) },
+		"ClearRestart":   func() error { return ClearRestart("") },
+		"Takeover":       func() error { _, err := Takeover(background(t), "", TakeoverOptions{}); return err },
+		"Standby":        func() error { _, err := Standby(background(t), "", StandbyOptions{}); return err },
+	}
+	for name, call := range calls {
+		err := call()
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), "the directory name is empty", name)
+		assert.True(t, strings.HasPrefix(err.Error(), "runnerstate: "), name)
+	}
+	assert.Empty(t, StalePIDs(""))
+	_, ok := RestartRequested("")
+	assert.False(t, ok)
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := WatchRestart(ctx, "")
+	cancel()
+	for range ch {
+		t.Fatal("WatchRestart of an empty directory name delivered a request")
+	}
+	st, err := Status("")
+	require.Error(t, err)
+	assert.NotNil(t, st.Waiting)
+	assert.NoFileExists(t, LockName, "nothing was created in the current directory")
 }

@@ -53,9 +53,9 @@ var ErrSyncUnknown = errors.New("runnerstate: cannot tell whether a sync or impo
 // kernel lock it held is already free. Ask the lock, not this file, whether a
 // server is running.
 type ScopeOwner struct {
-	DataDir string   `json:"data_dir"` // the data dir the holder serves, absolute
-	PID     int      `json:"pid"`      // the holder's pid, as seen in its PID namespace
-	Process Identity `json:"process"`  // the holder's full identity
+	DataDir string   `json:"data_dir"`         // the data dir the holder serves, absolute
+	PID     int      `json:"pid"`              // the holder's pid, as seen in its PID namespace
+	Process Identity `json:"process,omitzero"` // the holder's full identity
 }
 
 // AcquireScope makes this process the one server of scopeDir, serving

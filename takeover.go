@@ -106,6 +106,9 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 // ends; otherwise the errors of Acquire. Touches runner.lock, runner.json,
 // restart.json and gate.json.
 func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release func(), err error) {
+	if err := checkDir("Takeover", dir); err != nil {
+		return nil, err
+	}
 	opts = opts.withDefaults()
 	if strength(opts.Mode) == 0 {
 		return nil, fmt.Errorf("%w, not %q", ErrBadMode, opts.Mode)
@@ -486,6 +489,9 @@ type StandbyResult struct {
 // ctx's error; an error naming the path when runner.lock is a symlink or a
 // directory.
 func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResult, error) {
+	if err := checkDir("Standby", dir); err != nil {
+		return StandbyResult{}, err
+	}
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second
 	}

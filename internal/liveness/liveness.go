@@ -65,7 +65,7 @@ type Identity struct {
 	// StartTime is when the process started, for display. On Linux it is
 	// derived from the boot time and StartTicks and may be off by the clock
 	// adjustments since boot; it is never compared.
-	StartTime time.Time `json:"start_time"`
+	StartTime time.Time `json:"start_time,omitzero"`
 	// BootID identifies the running kernel instance: on Linux
 	// /proc/sys/kernel/random/boot_id, on darwin the sysctl
 	// kern.bootsessionuuid; "" when unknown (always on windows).
