@@ -152,7 +152,9 @@ func TestMainJobStory(t *testing.T) {
 	s.waitGone("d", d)
 	require.Equal(t, 143, d.ProcessState.ExitCode())
 	out, err = s.ctl("status")
-	require.NoError(t, err)
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 3, ee.ExitCode(), "status exits 3 when no runner runs:\n%s", out)
 	require.True(t, strings.Contains(out, "none"), "status after the story:\n%s", out)
 
 	t.Logf("takeover %v, drain exit %v, now exit %v, admit after kill -9 %v",
@@ -163,15 +165,17 @@ func TestMainJobStory(t *testing.T) {
 func TestRunnerctl(t *testing.T) {
 	s := newStory(t)
 	out, err := s.ctl("status")
-	require.NoError(t, err)
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 3, ee.ExitCode(), "no runner runs")
 	require.Contains(t, out, "runner")
 	require.Contains(t, out, "none")
 
 	_, err = s.ctl("restart", "--now")
-	require.Error(t, err, "nothing to restart")
+	require.ErrorAs(t, err, &ee, "nothing to restart")
+	require.Equal(t, 3, ee.ExitCode())
 
 	_, err = s.ctl("bogus")
-	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, 2, ee.ExitCode())
 

@@ -6,8 +6,12 @@
 //	runnerctl wait [--timeout 30s]     wait until no runner holds the directory
 //
 // Every command takes --dir (default $TMPDIR/runnerstate-demo, the demo
-// runner's). Exit codes: 0 done; 1 error; 2 usage; 75 (runnerstate.ExitBusy)
-// refused because a runner holds the directory, or a wait timed out.
+// runner's) and --help. Exit codes follow the conventions operators already
+// script against: status answers like an LSB init script's status action
+// (and systemctl is-active), 0 when a runner runs, 3 when none does, 4 when
+// it cannot tell; a refusal because a runner holds the directory is 75
+// (EX_TEMPFAIL, runnerstate.ExitBusy), as flock(1) -E lets one choose; 2 is
+// a usage error and 1 any other error.
 package main
 
 import (
@@ -19,11 +23,24 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/runnerstate/runnerstate"
+)
+
+// Exit codes.
+const (
+	exitOK         = 0
+	exitError      = 1
+	exitUsage      = 2
+	exitNotRunning = 3 // LSB status: program is not running
+	exitUnknown    = 4 // LSB status: program or service status is unknown
+	exitBusy       = runnerstate.ExitBusy
 )
 
 func main() {
@@ -38,103 +55,156 @@ commands:
   clear-stale              clear a dead runner's leftovers
   wait [--timeout D]       wait until no runner holds the directory
 
-every command takes --dir DIR (default $TMPDIR/runnerstate-demo)
+every command takes --dir DIR (default $TMPDIR/runnerstate-demo) and --help
+("runnerctl <command> --help" lists its flags and exit codes).
+
+exit codes: 0 done (status: a runner runs); 1 error; 2 usage;
+3 no runner (status, restart); 4 status cannot tell; 75 a runner holds the
+directory (clear-stale) or still holds it (wait).
 `
 
+// command is one subcommand: what it does, its exit codes, its flags.
+type command struct {
+	synopsis string
+	exits    string
+	flags    func(fs *flag.FlagSet) func(dir string, stdout, stderr io.Writer) int
+}
+
+var commands = map[string]command{
+	"status": {
+		synopsis: "status [--dir DIR] [--json]\n\nShow who runs the directory: the holder of its kernel lock, whether its\nidentity is verified, the pending restart request, waiting starters, stale\npids and warnings.",
+		exits:    "0 a runner holds the directory; 3 no runner does; 4 cannot tell (the\ndirectory cannot be read); 2 usage.",
+		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {
+			asJSON := fs.Bool("json", false, "print the report as JSON (the field names are stable)")
+			return func(dir string, stdout, stderr io.Writer) int { return status(dir, *asJSON, stdout, stderr) }
+		},
+	},
+	"restart": {
+		synopsis: "restart [--dir DIR] --drain|--now\n\nAsk the runner to restart: --drain finishes the running jobs and takes no\nnew one, --now stops at once. A pending request is never weakened.",
+		exits:    "0 requested; 3 no runner holds the directory; 1 error; 2 usage.",
+		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {
+			drain := fs.Bool("drain", false, "finish the running jobs, take no new one, then exit")
+			now := fs.Bool("now", false, "exit at once")
+			return func(dir string, stdout, stderr io.Writer) int {
+				if *drain == *now {
+					fmt.Fprintln(stderr, "runnerctl restart: give exactly one of --drain and --now")
+					return exitUsage
+				}
+				mode := runnerstate.RestartDrain
+				if *now {
+					mode = runnerstate.RestartNow
+				}
+				return restart(dir, mode, stdout, stderr)
+			}
+		},
+	},
+	"clear-stale": {
+		synopsis: "clear-stale [--dir DIR]\n\nClear what a dead runner left (its record, its identity in the lock file,\na restart request addressed to it), holding the lock while it does.",
+		exits:    "0 cleared, or nothing was stale; 75 a runner holds the directory; 1\nerror; 2 usage.",
+		flags: func(*flag.FlagSet) func(string, io.Writer, io.Writer) int {
+			return clearStale
+		},
+	},
+	"wait": {
+		synopsis: "wait [--dir DIR] [--timeout D]\n\nWait until no runner holds the directory (it released, or died).",
+		exits:    "0 no runner holds it; 75 a runner still holds it when the timeout ends;\n1 error; 2 usage.",
+		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {
+			timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
+			return func(dir string, stdout, stderr io.Writer) int { return wait(dir, *timeout, stdout, stderr) }
+		},
+	},
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
+		return exitUsage
 	}
-	cmd, args := args[0], args[1:]
-	fs := flag.NewFlagSet("runnerctl "+cmd, flag.ContinueOnError)
+	switch args[0] {
+	case "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	case "help":
+		if len(args) > 1 {
+			return run([]string{args[1], "--help"}, stdout, stderr)
+		}
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	name, args := args[0], args[1:]
+	c, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(stderr, "runnerctl: unknown command %s\n\n%s", printable(name), usage)
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("runnerctl "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", filepath.Join(os.TempDir(), "runnerstate-demo"), "the runner directory")
-	var asJSON, drain, now *bool
-	var timeout *time.Duration
-	switch cmd {
-	case "status":
-		asJSON = fs.Bool("json", false, "print the report as JSON")
-	case "restart":
-		drain = fs.Bool("drain", false, "finish the running jobs, take no new one, then exit")
-		now = fs.Bool("now", false, "exit at once")
-	case "clear-stale":
-	case "wait":
-		timeout = fs.Duration("timeout", 30*time.Second, "give up after this long")
-	default:
-		fmt.Fprintf(stderr, "runnerctl: unknown command %q\n\n%s", cmd, usage)
-		return 2
-	}
+	do := c.flags(fs)
+	// The flag package prints the usage itself, to its output, before it
+	// returns: help goes to stdout (asked for, exit 0), a mistake to stderr
+	// with one line pointing at the help.
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
-		return 2
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, "usage: runnerctl %s\n\nflags:\n", c.synopsis)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			fmt.Fprintf(stdout, "\nexit codes: %s\n", c.exits)
+			return exitOK
+		}
+		synopsis, _, _ := strings.Cut(c.synopsis, "\n")
+		fmt.Fprintf(stderr, "usage: runnerctl %s (runnerctl %s --help for more)\n", synopsis, name)
+		return exitUsage
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "runnerctl %s: unexpected argument %q\n", cmd, fs.Arg(0))
-		return 2
+		fmt.Fprintf(stderr, "runnerctl %s: unexpected argument %s\n", name, printable(fs.Arg(0)))
+		return exitUsage
 	}
-	switch cmd {
-	case "status":
-		return status(*dir, *asJSON, stdout, stderr)
-	case "restart":
-		if *drain == *now {
-			fmt.Fprintln(stderr, "runnerctl restart: give exactly one of --drain and --now")
-			return 2
-		}
-		mode := runnerstate.RestartDrain
-		if *now {
-			mode = runnerstate.RestartNow
-		}
-		return restart(*dir, mode, stdout, stderr)
-	case "clear-stale":
-		return clearStale(*dir, stdout, stderr)
-	default:
-		return wait(*dir, *timeout, stdout, stderr)
+	if *dir == "" {
+		fmt.Fprintf(stderr, "runnerctl %s: --dir is empty; name a directory (. for the current one)\n", name)
+		return exitUsage
 	}
+	return do(*dir, stdout, stderr)
 }
 
 func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 	r, err := runnerstate.Status(dir)
 	if err != nil {
-		fmt.Fprintln(stderr, "runnerctl:", err)
-		return 1
+		fail(stderr, err)
+		return exitUnknown
+	}
+	code := exitNotRunning
+	if r.Held {
+		code = exitOK
 	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(r); err != nil {
-			fmt.Fprintln(stderr, "runnerctl:", err)
-			return 1
+			fail(stderr, err)
+			return exitUnknown
 		}
-		return 0
+		return code
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
-	row("dir", r.Dir)
-	switch {
-	case !r.Held:
-		row("runner", "none")
-	case r.Verified:
-		row("runner", fmt.Sprintf("pid %d (verified alive)", r.Holder.PID))
-	case r.Holder.PID > 0 && r.Verdict != "":
-		row("runner", fmt.Sprintf("pid %d (unverified: %s)", r.Holder.PID, r.Verdict))
-	case r.Holder.PID > 0:
-		row("runner", fmt.Sprintf("pid %d (unverified: the lock file names no holder)", r.Holder.PID))
-	default:
-		row("runner", "held by a process that cannot be named")
-	}
+	row("dir", printable(r.Dir))
+	row("runner", runnerWords(r))
 	if r.Held && r.Verified && !r.Holder.StartedAt.IsZero() {
 		row("started", fmt.Sprintf("%s (%s ago)", r.Holder.StartedAt.Format(time.RFC3339), time.Since(r.Holder.StartedAt).Round(time.Second)))
 		if r.Holder.MaxParallel > 0 {
-			row("max parallel", fmt.Sprint(r.Holder.MaxParallel))
+			row("max parallel", strconv.Itoa(r.Holder.MaxParallel))
 		}
 		if len(r.Holder.Specs) > 0 {
-			row("specs", strings.Join(r.Holder.Specs, ", "))
+			specs := make([]string, len(r.Holder.Specs))
+			for i, s := range r.Holder.Specs {
+				specs[i] = printable(s)
+			}
+			row("specs", strings.Join(specs, ", "))
 		}
 		if r.Holder.Process.Hostname != "" {
-			row("host", r.Holder.Process.Hostname)
+			row("host", printable(r.Holder.Process.Hostname))
 		}
 	}
 	restart := r.Restart
@@ -143,43 +213,69 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 	}
 	row("restart", restart)
 	for i, w := range r.Waiting {
-		k := ""
-		if i == 0 {
-			k = "waiting"
-		}
-		row(k, w.String())
+		row(first(i, "waiting"), printable(w.String()))
 	}
 	if len(r.Stale) > 0 {
-		row("stale pids", strings.Trim(fmt.Sprint(r.Stale), "[]"))
+		pids := make([]string, len(r.Stale))
+		for i, p := range r.Stale {
+			pids[i] = strconv.Itoa(p)
+		}
+		row("stale pids", strings.Join(pids, " "))
 	}
 	for i, w := range r.Warnings {
-		k := ""
-		if i == 0 {
-			k = "warnings"
-		}
-		row(k, w)
+		row(first(i, "warnings"), printable(w))
 	}
 	tw.Flush()
-	return 0
+	return code
+}
+
+// runnerWords says who holds the directory in words that never contradict
+// each other: "verified alive" only for a verified holder, and for any other
+// holder what is known of it, with the reason among the warnings.
+func runnerWords(r runnerstate.Report) string {
+	switch {
+	case !r.Held:
+		return "none"
+	case r.Verified:
+		return fmt.Sprintf("pid %d, verified alive", r.Holder.PID)
+	case r.Holder.PID == 0:
+		return "held by a process that cannot be named (see warnings)"
+	case r.Verdict == "foreign":
+		return fmt.Sprintf("pid %d, on another machine: never signalled", r.Holder.PID)
+	case r.Verdict == "other-namespace":
+		return fmt.Sprintf("pid %d, in another PID namespace: never signalled", r.Holder.PID)
+	}
+	return fmt.Sprintf("pid %d, not verified (see warnings)", r.Holder.PID)
+}
+
+func first(i int, key string) string {
+	if i == 0 {
+		return key
+	}
+	return ""
 }
 
 func restart(dir, mode string, stdout, stderr io.Writer) int {
 	r, err := runnerstate.Status(dir)
 	if err != nil {
-		fmt.Fprintln(stderr, "runnerctl:", err)
-		return 1
+		fail(stderr, err)
+		return exitError
 	}
 	if !r.Held {
-		fmt.Fprintf(stderr, "runnerctl: no runner holds %s; nothing to restart\n", r.Dir)
-		return 1
+		fmt.Fprintf(stderr, "runnerctl: no runner holds %s; nothing to restart\n", printable(r.Dir))
+		return exitNotRunning
 	}
 	if err := runnerstate.RequestRestart(dir, mode); err != nil {
-		fmt.Fprintln(stderr, "runnerctl:", err)
-		return 1
+		fail(stderr, err)
+		return exitError
 	}
 	pending, _ := runnerstate.RestartRequested(dir)
-	fmt.Fprintf(stdout, "restart requested: %s (pending: %s) for pid %d\n", mode, pending, r.Holder.PID)
-	return 0
+	who := "the runner"
+	if r.Holder.PID > 0 {
+		who = "pid " + strconv.Itoa(r.Holder.PID)
+	}
+	fmt.Fprintf(stdout, "restart requested: %s (pending: %s) for %s\n", mode, pending, who)
+	return exitOK
 }
 
 func clearStale(dir string, stdout, stderr io.Writer) int {
@@ -187,17 +283,17 @@ func clearStale(dir string, stdout, stderr io.Writer) int {
 	var be *runnerstate.BusyError
 	switch {
 	case errors.As(err, &be):
-		fmt.Fprintf(stderr, "runnerctl: a runner is running (pid %d); nothing is stale: %v\n", pid, err)
-		return runnerstate.ExitBusy
+		fmt.Fprintf(stderr, "runnerctl: a runner is running (pid %d); nothing is stale: %s\n", pid, printable(err.Error()))
+		return exitBusy
 	case err != nil:
-		fmt.Fprintln(stderr, "runnerctl:", err)
-		return 1
+		fail(stderr, err)
+		return exitError
 	case cleared:
 		fmt.Fprintf(stdout, "cleared the leftovers of pid %d\n", pid)
 	default:
 		fmt.Fprintln(stdout, "nothing stale")
 	}
-	return 0
+	return exitOK
 }
 
 func wait(dir string, timeout time.Duration, stdout, stderr io.Writer) int {
@@ -205,16 +301,33 @@ func wait(dir string, timeout time.Duration, stdout, stderr io.Writer) int {
 	defer cancel()
 	res, err := runnerstate.Standby(ctx, dir, runnerstate.StandbyOptions{})
 	if err != nil {
-		fmt.Fprintln(stderr, "runnerctl:", err)
+		fail(stderr, err)
 		if errors.Is(err, runnerstate.ErrBusy) {
-			return runnerstate.ExitBusy
+			return exitBusy
 		}
-		return 1
+		return exitError
 	}
 	if res.PreviousOwnerPID != 0 {
 		fmt.Fprintf(stdout, "runner pid %d is gone\n", res.PreviousOwnerPID)
 	} else {
 		fmt.Fprintln(stdout, "no runner")
 	}
-	return 0
+	return exitOK
+}
+
+func fail(stderr io.Writer, err error) {
+	fmt.Fprintln(stderr, "runnerctl:", printable(err.Error()))
+}
+
+// printable returns s as it is when every rune in it prints as itself, and
+// otherwise quoted with Go's escapes (\n, \x1b, \u200b...), so that a path
+// holding a newline or a terminal escape can neither break the table nor
+// fake a line of it.
+func printable(s string) string {
+	for _, r := range s {
+		if r == utf8.RuneError || r == '\\' || r == '"' || !unicode.IsGraphic(r) || (unicode.IsSpace(r) && r != ' ') {
+			return strconv.QuoteToGraphic(s)
+		}
+	}
+	return s
 }

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runnerstate/runnerstate"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// ctl runs runnerctl with args and returns its exit code and output.
+func ctl(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// Case: status answers like an LSB init script's status action, so a script
+// can ask "is it running?" by the exit code alone.
+func TestStatusExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	code, out, _ := ctl("status", "--dir", dir)
+	assert.Equal(t, exitNotRunning, code, "no runner: 3\n%s", out)
+	code, _, _ = ctl("status", "--json", "--dir", dir)
+	assert.Equal(t, exitNotRunning, code, "the same with --json")
+
+	release, err := runnerstate.Acquire(dir)
+	require.NoError(t, err)
+	code, out, _ = ctl("status", "--dir", dir)
+	assert.Equal(t, exitOK, code, "a runner: 0\n%s", out)
+	release()
+
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	code, _, errOut := ctl("status", "--dir", file)
+	assert.Equal(t, exitUnknown, code, "cannot tell: 4")
+	assert.Contains(t, errOut, file)
+}
+
+// Case: --help on every command exits 0 and lists the exit codes; so do
+// "runnerctl --help" and "runnerctl help <command>".
+func TestHelpExitsZeroAndListsExitCodes(t *testing.T) {
+	var calls [][]string
+	for name := range commands {
+		calls = append(calls, []string{name, "--help"}, []string{name, "-h"}, []string{"help", name})
+	}
+	calls = append(calls, []string{"--help"}, []string{"-h"}, []string{"help"})
+	for _, args := range calls {
+		code, out, errOut := ctl(args...)
+		assert.Equal(t, exitOK, code, "runnerctl %v", args)
+		assert.Contains(t, out, "exit codes", "runnerctl %v prints its exit codes on stdout", args)
+		assert.Empty(t, errOut, "runnerctl %v", args)
+	}
+	code, _, _ := ctl()
+	assert.Equal(t, exitUsage, code, "no command is a usage error")
+	code, _, _ = ctl("status", "--bogus")
+	assert.Equal(t, exitUsage, code)
+}
+
+// Case: a directory name with a newline or a terminal escape can neither
+// break the table nor fake a line of it.
+func TestControlCharactersAreEscaped(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a\nrunner  pid 1, verified alive\x1b[2J")
+	release, err := runnerstate.Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+	code, out, _ := ctl("status", "--dir", dir)
+	require.Equal(t, exitOK, code, out)
+	assert.NotContains(t, out, "\x1b")
+	assert.Contains(t, out, `\n`)
+	assert.Contains(t, out, `\x1b`)
+	assert.Equal(t, 1, strings.Count(out, "\nrunner "), "one runner row:\n%s", out)
+
+	code, _, errOut := ctl("status", "--dir", filepath.Join(t.TempDir(), "x\x1by"), "extra")
+	assert.Equal(t, exitUsage, code)
+	assert.NotContains(t, errOut, "\x1b")
+}
+
+// Case: the JSON omits what is not there (a holder when none runs, zero
+// times) and has [] for empty lists, never null.
+func TestStatusJSONOmitsWhatIsNotThere(t *testing.T) {
+	dir := t.TempDir()
+	_, out, _ := ctl("status", "--json", "--dir", dir)
+	assert.NotContains(t, out, `"holder"`, "nothing held, no holder")
+	assert.NotContains(t, out, "0001-01-01")
+	assert.NotContains(t, out, "null")
+	for _, list := range []string{"waiting", "stale", "warnings"} {
+		assert.Contains(t, out, `"`+list+`": []`)
+	}
+
+	release, err := runnerstate.Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+	require.NoError(t, runnerstate.Publish(dir, runnerstate.Record{}))
+	_, out, _ = ctl("status", "--json", "--dir", dir)
+	var r map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	holder, ok := r["holder"].(map[string]any)
+	require.True(t, ok, "a verified holder is reported:\n%s", out)
+	assert.Contains(t, holder, "started_at")
+	assert.NotContains(t, out, "0001-01-01")
+	assert.NotContains(t, out, "null")
+}
+
+// Case: the runner row never says "unverified" and "alive" together: a
+// holder that cannot be verified (flock(1) holding runner.lock, no identity
+// in it) is "not verified", with the reason among the warnings.
+func TestStatusWordsDoNotContradict(t *testing.T) {
+	if _, err := exec.LookPath("flock"); err != nil {
+		t.Skip("flock(1) (util-linux) is not installed")
+	}
+	dir := t.TempDir()
+	holder := exec.Command("flock", filepath.Join(dir, runnerstate.LockName), "sleep", "600")
+	holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, holder.Start())
+	t.Cleanup(func() { syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); holder.Wait() })
+	deadline := time.Now().Add(20 * time.Second)
+	var out string
+	for {
+		var code int
+		code, out, _ = ctl("status", "--dir", dir)
+		if code == exitOK || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	assert.Contains(t, out, "not verified (see warnings)")
+	assert.NotContains(t, out, "alive")
+	assert.Contains(t, out, "warnings")
+}
+
+// Case: an empty --dir is a usage error everywhere, never "the current
+// directory" for some commands and an error for others.
+func TestEmptyDir(t *testing.T) {
+	for name := range commands {
+		args := []string{name, "--dir", ""}
+		if name == "restart" {
+			args = append(args, "--now")
+		}
+		code, _, errOut := ctl(args...)
+		assert.Equal(t, exitUsage, code, "runnerctl %s", name)
+		assert.Contains(t, errOut, "--dir is empty", "runnerctl %s", name)
+	}
+}
+
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"/tmp/runnerstate-demo": "/tmp/runnerstate-demo",
+		"/tmp/a b":              "/tmp/a b",
+		"/tmp/é":                "/tmp/é",
+		"/tmp/a\nb":             `"/tmp/a\nb"`,
+		"/tmp/a\tb":             `"/tmp/a\tb"`,
+		"/tmp/\x1b[2J":          `"/tmp/\x1b[2J"`,
+		"/tmp/\xff":             `"/tmp/\xff"`,
+		`/tmp/a\nb`:             `"/tmp/a\\nb"`,
+		"/tmp/\u200b":           `"/tmp/\u200b"`,
+	} {
+		assert.Equal(t, want, printable(in), "%q", in)
+	}
+}
