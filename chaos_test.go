@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -59,7 +60,9 @@ import (
 //     every process exits within its bound.
 //
 // RUNNERSTATE_CHAOS sets the duration (default 20s, 5s with -short), e.g.
-// RUNNERSTATE_CHAOS=5m for a soak; RUNNERSTATE_CHAOS_STARTERS the number of
+// RUNNERSTATE_CHAOS=5m for a soak; RUNNERSTATE_CHAOS_ADMISSIONS ends the run
+// as soon as that many starters have been admitted (the duration then bounds
+// it); RUNNERSTATE_CHAOS_STARTERS the number of
 // slots (default 12). The figures are logged: go test -race -run '^TestChaos$' -v .
 
 // Environment of the chaos-starter role.
@@ -80,15 +83,37 @@ const (
 )
 
 // witnessLine appends one line to the witness log with a single write, so
-// lines from many processes never interleave: "<unix ns> <pid> <kind> <args>".
+// lines from many processes never interleave: "<unix ns> <process> <kind>
+// <args>", where a process is "<pid>:<start ticks>" (procKey): a long run
+// starts more processes than pid_max, so a pid alone names several.
 func witnessLine(f *os.File, kind string, args ...any) {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "%d %d %s", time.Now().UnixNano(), os.Getpid(), kind)
+	fmt.Fprintf(&b, "%d %s %s", time.Now().UnixNano(), selfKey(), kind)
 	for _, a := range args {
 		fmt.Fprintf(&b, " %v", a)
 	}
 	b.WriteByte('\n')
 	f.Write(b.Bytes())
+}
+
+// procKey names a live process by identity, "<pid>:<start ticks>", so that
+// two processes that had the same pid are never confused. A process that is
+// gone by the time it is looked up is "<pid>:gone".
+func procKey(pid int) string {
+	id, err := liveness.Lookup(pid)
+	if err != nil {
+		return strconv.Itoa(pid) + ":gone"
+	}
+	return strconv.Itoa(pid) + ":" + strconv.FormatUint(id.StartTicks, 10)
+}
+
+var selfKey = sync.OnceValue(func() string { return procKey(os.Getpid()) })
+
+// keyPID is the pid of a procKey.
+func keyPID(key string) int {
+	pid, _, _ := strings.Cut(key, ":")
+	n, _ := strconv.Atoi(pid)
+	return n
 }
 
 func init() {
@@ -121,9 +146,9 @@ func init() {
 			close(stdinClosed)
 		}()
 		defer liveness.SetSignalHook(func(pid int, sig syscall.Signal) {
-			holders, _ := kernelFlockHolders(lockPath)
-			held := len(holders) == 1 && holders[0] == pid
-			witnessLine(w, "signal", pid, int(sig), held)
+			// The target is pinned and was verified just before this hook:
+			// its pid still names it.
+			witnessLine(w, "signal", procKey(pid), int(sig), holdsFlock(pid, lockPath))
 		})()
 
 		// The starter's own registration in the gate, for the superseded
@@ -156,7 +181,7 @@ func init() {
 			case sig := <-terms:
 				// Admitted already (Takeover returns after it publishes and
 				// the previous runner exits): then it is the runner's.
-				if holders, _ := kernelFlockHolders(lockPath); len(holders) == 1 && holders[0] == os.Getpid() {
+				if holdsFlock(os.Getpid(), lockPath) {
 					terms <- sig
 					return
 				}
@@ -207,8 +232,8 @@ func init() {
 			say("error %v", err)
 			return 1
 		}
-		holders, _ := kernelFlockHolders(lockPath)
-		if len(holders) != 1 || holders[0] != os.Getpid() {
+		if !holdsFlock(os.Getpid(), lockPath) {
+			holders, _ := kernelFlockHolders(lockPath)
 			witnessLine(w, "nothold", fmt.Sprint(holders))
 		}
 		g, _ := readGate(dir)
@@ -249,9 +274,46 @@ func init() {
 	}
 }
 
+// holdsFlock reports whether the process pid holds an exclusive flock on the
+// file at path, from the "lock:" lines of its /proc/<pid>/fdinfo/<fd>: an
+// exact reading of one process, where /proc/locks is read a page at a time
+// and can miss an entry while other locks come and go. It is the test's own
+// reading, independent of the package's.
+func holdsFlock(pid int, path string) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return false
+	}
+	want := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	fdinfo := "/proc/" + strconv.Itoa(pid) + "/fdinfo"
+	entries, err := os.ReadDir(fdinfo)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(fdinfo, e.Name()))
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(data)) {
+			rest, ok := strings.CutPrefix(line, "lock:")
+			if !ok {
+				continue
+			}
+			// "lock:	1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+			f := strings.Fields(rest)
+			if len(f) >= 6 && f[1] == "FLOCK" && f[3] == "WRITE" && f[5] == want {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // kernelFlockHolders lists the pids the kernel names as holding an exclusive
 // flock on path, read from /proc/locks by the file's device and inode. It is
-// the test's own reading, independent of the package's.
+// the test's own reading, independent of the package's; it may miss an entry
+// under churn (see holdsFlock), so it is used only where nothing else runs.
 func kernelFlockHolders(path string) ([]int, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
@@ -277,23 +339,49 @@ func kernelFlockHolders(path string) ([]int, error) {
 	return pids, nil
 }
 
-// chaosProcs is the live chaos processes, for the killer. A pid is in it only
-// until its process has exited and before it is reaped, so a pid the killer
-// picks cannot have been reused.
+// kernelListsHolder reports whether /proc/locks lists any exclusive holder
+// of path.
+func kernelListsHolder(path string) bool {
+	h, _ := kernelFlockHolders(path)
+	return len(h) > 0
+}
+
+// chaosProcs is the live chaos processes, for the killer and the sampler. A
+// pid is in it only until its process has exited and before it is reaped, so
+// a pid the killer picks cannot have been reused.
 type chaosProcs struct {
 	mu   sync.Mutex
 	pids map[int]*child
+	keys map[int]string // procKey of each, taken while it lives
 }
 
 func (p *chaosProcs) add(c *child) {
+	key := procKey(c.pid())
 	p.mu.Lock()
 	p.pids[c.pid()] = c
+	p.keys[c.pid()] = key
 	p.mu.Unlock()
+}
+
+// holders lists the chaos processes that hold an exclusive flock on path,
+// each read exactly from its fdinfo.
+func (p *chaosProcs) holders(path string) []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var pids []int
+	for pid := range p.pids {
+		if holdsFlock(pid, path) {
+			pids = append(pids, pid)
+		}
+	}
+	sort.Ints(pids)
+	return pids
 }
 
 func (p *chaosProcs) remove(c *child) {
 	p.mu.Lock()
 	delete(p.pids, c.pid())
+	delete(p.keys, c.pid())
 	p.mu.Unlock()
 }
 
@@ -313,11 +401,14 @@ func (p *chaosProcs) signalRandom(rng *rand.Rand, w *os.File, sig syscall.Signal
 	sort.Ints(pids)
 	pid := pids[rng.IntN(len(pids))]
 	if holder {
-		if h, _ := kernelFlockHolders(lockPath); len(h) == 1 && p.pids[h[0]] != nil {
-			pid = h[0]
+		for _, h := range pids {
+			if holdsFlock(h, lockPath) {
+				pid = h
+				break
+			}
 		}
 	}
-	witnessLine(w, "killer", pid, int(sig))
+	witnessLine(w, "killer", p.keys[pid], int(sig))
 	p.pids[pid].cmd.Process.Signal(sig)
 	return true
 }
@@ -343,6 +434,13 @@ func TestChaos(t *testing.T) {
 		require.NoError(t, err, "RUNNERSTATE_CHAOS_STARTERS")
 		slots = n
 	}
+	wantAdmissions := 0
+	if s := os.Getenv("RUNNERSTATE_CHAOS_ADMISSIONS"); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err, "RUNNERSTATE_CHAOS_ADMISSIONS")
+		wantAdmissions = n
+	}
+	var admitted atomic.Int64
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("chaos: %d slots for %v, seed %d", slots, duration, seed)
 	dir := t.TempDir()
@@ -352,7 +450,7 @@ func TestChaos(t *testing.T) {
 	defer w.Close()
 	captureLog(t)
 
-	procs := &chaosProcs{pids: map[int]*child{}}
+	procs := &chaosProcs{pids: map[int]*child{}, keys: map[int]string{}}
 	lockPath := filepath.Join(dir, LockName)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -403,7 +501,9 @@ func TestChaos(t *testing.T) {
 						if !ok {
 							break read
 						}
-						if line != "admitted" {
+						if line == "admitted" {
+							admitted.Add(1)
+						} else {
 							problem("chaos starter %d: %s", c.pid(), line)
 						}
 					case <-stopping:
@@ -485,9 +585,14 @@ func TestChaos(t *testing.T) {
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
-			before, err1 := kernelFlockHolders(lockPath)
+			// The kernel's holder, read exactly from each chaos process's
+			// fdinfo just before and just after the call. A process that is
+			// exiting still holds its lock for a moment after its descriptors
+			// are gone from fdinfo, so "no holder" also needs /proc/locks
+			// to list none.
+			before, beforeListed := procs.holders(lockPath), kernelListsHolder(lockPath)
 			st, err := Status(dir)
-			after, err2 := kernelFlockHolders(lockPath)
+			after, afterListed := procs.holders(lockPath), kernelListsHolder(lockPath)
 			counts.Lock()
 			statusSamples++
 			counts.Unlock()
@@ -495,28 +600,36 @@ func TestChaos(t *testing.T) {
 				problem("Status during chaos: %v", err)
 				continue
 			}
-			if err1 != nil || err2 != nil || fmt.Sprint(before) != fmt.Sprint(after) || len(before) > 1 {
+			if fmt.Sprint(before) != fmt.Sprint(after) || len(before) > 1 {
 				continue
 			}
 			counts.Lock()
 			statusChecked++
 			counts.Unlock()
 			switch {
-			case len(before) == 0 && st.Held:
+			case len(before) == 0 && st.Held && !beforeListed && !afterListed:
 				problem("Status says held by %d while the kernel lists no holder", st.Holder.PID)
 			case len(before) == 1 && !st.Held:
-				problem("Status says not held while the kernel lists pid %d", before[0])
+				problem("Status says not held while pid %d holds the lock", before[0])
 			case len(before) == 1 && st.Holder.PID != before[0]:
-				problem("Status names pid %d while the kernel lists pid %d", st.Holder.PID, before[0])
+				problem("Status names pid %d while pid %d holds the lock", st.Holder.PID, before[0])
 			case len(before) == 1 && st.Holder.Process.PID != 0 && st.Holder.Process.PID != before[0]:
-				problem("Status reports the record of pid %d while the kernel lists pid %d", st.Holder.Process.PID, before[0])
+				problem("Status reports the record of pid %d while pid %d holds the lock", st.Holder.Process.PID, before[0])
 			case st.Holder.Process.PID != 0 && !st.Verified:
 				problem("Status reports the record of pid %d without verifying it", st.Holder.Process.PID)
 			}
 		}
 	})
 
-	time.Sleep(duration)
+	// The run's length: the duration, or until enough admissions.
+	began := time.Now()
+	for tick := time.NewTicker(100 * time.Millisecond); time.Since(began) < duration; <-tick.C {
+		if wantAdmissions > 0 && admitted.Load() >= int64(wantAdmissions) {
+			tick.Stop()
+			break
+		}
+	}
+	t.Logf("chaos: ran %v", time.Since(began).Round(time.Second))
 	close(stop)
 	wg.Wait()
 
@@ -530,6 +643,7 @@ func TestChaos(t *testing.T) {
 	require.NoError(t, err)
 	st, err := Status(dir)
 	require.NoError(t, err)
+	assert.True(t, holdsFlock(last.pid(), lockPath), "the last starter holds the lock")
 	assert.Equal(t, []int{last.pid()}, holders, "the kernel's holder")
 	assert.True(t, st.Held)
 	assert.True(t, st.Verified)
@@ -620,7 +734,7 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 	t.Helper()
 	fig := &chaosFigures{}
 	type runner struct {
-		pid      int
+		proc     string // procKey
 		seq      uint64
 		last     int64  // ns of its last line
 		ended    string // end reason, "" while running
@@ -630,10 +744,10 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 	var (
 		cur         *runner // the runner of the last "start"
 		admittedSeq uint64
-		everRunner  = map[int]bool{}
-		endedAt     = map[int]int64{} // runners' end lines
-		killerTerm  = map[int]int{}   // killer SIGTERMs not yet accounted for
-		lateSignals = map[int][]int{}
+		everRunner  = map[string]bool{}
+		endedAt     = map[string]int64{} // runners' end lines
+		killerTerm  = map[string]int{}   // killer SIGTERMs not yet accounted for
+		lateSignals = map[string][]int{}
 	)
 	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	for i, line := range lines {
@@ -643,8 +757,8 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 			continue
 		}
 		ns, err1 := strconv.ParseInt(f[0], 10, 64)
-		pid, err2 := strconv.Atoi(f[1])
-		if err1 != nil || err2 != nil {
+		proc := f[1]
+		if err1 != nil || keyPID(proc) <= 0 {
 			t.Errorf("witness line %d is torn: %q", i+1, line)
 			continue
 		}
@@ -656,7 +770,7 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 			fig.admissions++
 			seq, _ := strconv.ParseUint(args[0], 10, 64)
 			if seq <= admittedSeq {
-				t.Errorf("witness line %d: pid %d admitted with gate seq %d after seq %d was admitted: an older starter won", i+1, pid, seq, admittedSeq)
+				t.Errorf("witness line %d: process %s admitted with gate seq %d after seq %d was admitted: an older starter won", i+1, proc, seq, admittedSeq)
 			}
 			admittedSeq = seq
 			if cur != nil {
@@ -675,23 +789,23 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 				}
 				fig.maxIdle = max(fig.maxIdle, gap)
 			}
-			cur = &runner{pid: pid, seq: seq, last: ns, startIdx: i}
-			everRunner[pid] = true
+			cur = &runner{proc: proc, seq: seq, last: ns, startIdx: i}
+			everRunner[proc] = true
 		case "tick", "end":
-			if cur == nil || pid != cur.pid {
-				holder := 0
+			if cur == nil || proc != cur.proc {
+				holder := "none"
 				if cur != nil {
-					holder = cur.pid
+					holder = cur.proc
 				}
-				t.Errorf("witness line %d: pid %d wrote %q while pid %d held the directory: two runners overlapped", i+1, pid, kind, holder)
+				t.Errorf("witness line %d: process %s wrote %q while process %s held the directory: two runners overlapped", i+1, proc, kind, holder)
 				continue
 			}
 			if cur.ended != "" {
-				t.Errorf("witness line %d: pid %d wrote %q after its end", i+1, pid, kind)
+				t.Errorf("witness line %d: process %s wrote %q after its end", i+1, proc, kind)
 			}
 			cur.last = ns
 			if kind == "end" {
-				endedAt[pid] = ns
+				endedAt[proc] = ns
 				cur.ended = args[0]
 				switch args[0] {
 				case "job-done":
@@ -705,7 +819,7 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 				}
 			}
 		case "signal":
-			target, _ := strconv.Atoi(args[0])
+			target := args[0]
 			sig, _ := strconv.Atoi(args[1])
 			held := args[2] == "true"
 			switch syscall.Signal(sig) {
@@ -717,7 +831,7 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 			switch {
 			case held:
 				fig.signalsToHolder++
-				if cur != nil && cur.pid == target {
+				if cur != nil && cur.proc == target {
 					cur.signals++
 				}
 			case everRunner[target]:
@@ -732,16 +846,16 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 				lateSignals[target] = append(lateSignals[target], i+1)
 			}
 		case "killer":
-			target, _ := strconv.Atoi(args[0])
+			target := args[0]
 			if args[1] == strconv.Itoa(int(syscall.SIGTERM)) {
 				killerTerm[target]++
 			}
 		case "term-waiting":
-			if killerTerm[pid] > 0 {
-				killerTerm[pid]--
+			if killerTerm[proc] > 0 {
+				killerTerm[proc]--
 				fig.termsWaiting++
 			} else {
-				t.Errorf("witness line %d: pid %d got a SIGTERM while still waiting in Takeover, and the killer sent none: a starter signalled a non-holder", i+1, pid)
+				t.Errorf("witness line %d: process %s got a SIGTERM while still waiting in Takeover, and the killer sent none: a starter signalled a non-holder", i+1, proc)
 			}
 		case "superseded":
 			fig.superseded++
@@ -750,7 +864,7 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 			if mine > 0 {
 				fig.supersededChecked++
 				if top <= mine {
-					t.Errorf("witness line %d: pid %d (gate seq %d) was superseded, yet no starter registered after it (gate seq %d)", i+1, pid, mine, top)
+					t.Errorf("witness line %d: process %s (gate seq %d) was superseded, yet no starter registered after it (gate seq %d)", i+1, proc, mine, top)
 				}
 			}
 		case "busy":
@@ -759,11 +873,11 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 			fig.busy++
 			fig.bareCtx++
 		case "nothold":
-			t.Errorf("witness line %d: pid %d was admitted while the kernel listed %v as the holders of runner.lock", i+1, pid, args)
+			t.Errorf("witness line %d: process %s was admitted while its fdinfo showed no lock on runner.lock (/proc/locks listed %v)", i+1, proc, args)
 		case "hung":
-			t.Errorf("witness line %d: pid %d: Takeover hung: %v", i+1, pid, args)
+			t.Errorf("witness line %d: process %s: Takeover hung: %v", i+1, proc, args)
 		case "error":
-			t.Errorf("witness line %d: pid %d: Takeover failed: %v", i+1, pid, args)
+			t.Errorf("witness line %d: process %s: Takeover failed: %v", i+1, proc, args)
 		case "killer-restart":
 		default:
 			t.Errorf("witness line %d: unknown kind %q", i+1, kind)
@@ -771,7 +885,7 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 	}
 	for target, at := range lateSignals {
 		if everRunner[target] {
-			t.Errorf("witness lines %v: pid %d was signalled before it was ever the runner, and became the runner later: a waiting starter was signalled", at, target)
+			t.Errorf("witness lines %v: process %s was signalled before it was ever the runner, and became the runner later: a waiting starter was signalled", at, target)
 		} else {
 			// Admitted, then killed before it could say so; or signalled
 			// while waiting and killed by it. The second would have shown
@@ -936,4 +1050,26 @@ func slicesContains(s []int, v int) bool {
 		}
 	}
 	return false
+}
+
+// The checker tells processes apart by identity: with pid_max 32768 a long
+// soak starts several processes with one pid, and a signal to a later
+// process that has a former runner's pid is not a signal to that runner.
+func TestChaosCheckerTellsProcessesApartByIdentity(t *testing.T) {
+	log := strings.Join([]string{
+		"1000 100:1 call obey",
+		"2000 100:1 start 1 a",
+		"3000 100:1 tick",
+		"4000 100:1 end job-done",
+		"5000 200:9 call obey",
+		"6000 200:9 start 2 b",
+		// Pid 100 again, another process: a starter killed as it was
+		// admitted (it never says start). Not a signal to the first runner.
+		"140000000000 300:4 signal 100:77 15 false",
+		"150000000000 200:9 end stop",
+	}, "\n")
+	fig := analyseWitness(t, []byte(log))
+	assert.Zero(t, fig.maxSignalAfterEnd, "no signal is attributed to a runner after its end")
+	assert.Equal(t, 2, fig.admissions)
+	assert.Equal(t, 1, fig.signalsLettingGo, "counted as a starter killed as it was admitted")
 }
