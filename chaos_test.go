@@ -8,13 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +22,7 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -116,164 +114,6 @@ func keyPID(key string) int {
 	return n
 }
 
-func init() {
-	// chaos-starter: Takeover dir once (options: Grace and KillAfter 150 ms,
-	// context 5 s) and, when admitted, run a job for $JOB, ticking into the
-	// witness log every 3 ms. Behaviour (RUNNERSTATE_TEST_BEHAVIOUR): "obey"
-	// ends its job on a restart request or SIGTERM; "stubborn" ignores
-	// restart requests; "deaf" ignores both and has to be killed. Closing
-	// stdin ends the job, or the wait, at once. It says "admitted" when it is
-	// the runner; anything else it says is an error.
-	roles["chaos-starter"] = func(dir string) int {
-		// Errors only: with a dozen processes taking over from each other,
-		// the warnings about unverifiable holders (a runner between taking
-		// the lock and writing its identity) would drown the test log.
-		SetLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
-		w, err := os.OpenFile(os.Getenv(envWitness), os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			say("error %v", err)
-			return 1
-		}
-		behaviour := os.Getenv(envBehaviour)
-		job, _ := time.ParseDuration(os.Getenv(envJob))
-		lockPath := filepath.Join(dir, LockName)
-		terms := make(chan os.Signal, 8)
-		signal.Notify(terms, syscall.SIGTERM)
-		stdinClosed := make(chan struct{})
-		go func() {
-			for range commands() {
-			}
-			close(stdinClosed)
-		}()
-		defer liveness.SetSignalHook(func(pid int, sig syscall.Signal) {
-			// The target is pinned and was verified just before this hook:
-			// its pid still names it.
-			witnessLine(w, "signal", procKey(pid), int(sig), holdsFlock(pid, lockPath))
-		})()
-
-		// The starter's own registration in the gate, for the superseded
-		// check: seen by polling while Takeover waits.
-		self := Self()
-		mySeq := make(chan uint64, 1)
-		ctx, cancel := context.WithTimeout(context.Background(), chaosWait)
-		defer cancel()
-		waitDone := make(chan struct{})
-		go func() {
-			t := time.NewTicker(20 * time.Millisecond)
-			defer t.Stop()
-			for {
-				g, _ := readGate(dir)
-				for _, e := range g.Waiting {
-					if e.Starter.Instance == self.Instance {
-						mySeq <- e.Seq
-						return
-					}
-				}
-				select {
-				case <-waitDone:
-					return
-				case <-t.C:
-				}
-			}
-		}()
-		go func() {
-			select {
-			case sig := <-terms:
-				// Admitted already (Takeover returns after it publishes and
-				// the previous runner exits): then it is the runner's.
-				if holdsFlock(os.Getpid(), lockPath) {
-					terms <- sig
-					return
-				}
-				witnessLine(w, "term-waiting")
-				cancel()
-			case <-stdinClosed:
-				cancel()
-			case <-waitDone:
-			}
-		}()
-		// A watchdog: a Takeover that outlives its context by far is a hang;
-		// say so with every goroutine's stack.
-		watchdog := time.AfterFunc(chaosWait+15*time.Second, func() {
-			witnessLine(w, "hung", "watchdog")
-			buf := make([]byte, 1<<20)
-			os.Stderr.Write(buf[:runtime.Stack(buf, true)])
-			os.Exit(3)
-		})
-		witnessLine(w, "call", behaviour)
-		start := time.Now()
-		release, err := Takeover(ctx, dir, TakeoverOptions{Grace: chaosGrace, KillAfter: chaosKillAfter})
-		took := time.Since(start)
-		watchdog.Stop()
-		close(waitDone)
-		if took > chaosWait+5*time.Second {
-			witnessLine(w, "hung", took)
-		}
-		seq := uint64(0)
-		select {
-		case seq = <-mySeq:
-		default:
-		}
-		switch {
-		case errors.Is(err, ErrSuperseded):
-			g, _ := readGate(dir)
-			witnessLine(w, "superseded", seq, g.Seq)
-			return 0
-		case errors.Is(err, ErrBusy):
-			witnessLine(w, "busy", strings.ReplaceAll(err.Error(), " ", "_"))
-			return 0
-		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-			// Documented as a *BusyError wrapping the context's error; see
-			// TestTakeoverContextEndIsBusy.
-			witnessLine(w, "bare-ctx", strings.ReplaceAll(err.Error(), " ", "_"))
-			return 0
-		case err != nil:
-			witnessLine(w, "error", strings.ReplaceAll(err.Error(), " ", "_"))
-			say("error %v", err)
-			return 1
-		}
-		if !holdsFlock(os.Getpid(), lockPath) {
-			holders, _ := kernelFlockHolders(lockPath)
-			witnessLine(w, "nothold", fmt.Sprint(holders))
-		}
-		g, _ := readGate(dir)
-		witnessLine(w, "start", g.Admitted, self.Instance)
-		say("admitted")
-
-		jobCtx, cancelJob := context.WithCancel(context.Background())
-		defer cancelJob()
-		restarts := WatchRestart(jobCtx, dir)
-		tick := time.NewTicker(chaosTick)
-		defer tick.Stop()
-		done := time.After(job)
-		reason := ""
-		for reason == "" {
-			select {
-			case <-tick.C:
-				witnessLine(w, "tick")
-			case <-done:
-				reason = "job-done"
-			case <-stdinClosed:
-				reason = "stop"
-			case <-restarts:
-				if behaviour == "obey" {
-					reason = "restart"
-				}
-			case <-terms:
-				if behaviour != "deaf" {
-					reason = "term"
-				}
-			}
-		}
-		witnessLine(w, "end", reason)
-		release()
-		cancelJob()
-		for range restarts {
-		}
-		return 0
-	}
-}
-
 // holdsFlock reports whether the process pid holds an exclusive flock on the
 // file at path, from the "lock:" lines of its /proc/<pid>/fdinfo/<fd>: an
 // exact reading of one process, where /proc/locks is read a page at a time
@@ -356,10 +196,10 @@ type chaosProcs struct {
 }
 
 func (p *chaosProcs) add(c *child) {
-	key := procKey(c.pid())
+	key := procKey(c.PID())
 	p.mu.Lock()
-	p.pids[c.pid()] = c
-	p.keys[c.pid()] = key
+	p.pids[c.PID()] = c
+	p.keys[c.PID()] = key
 	p.mu.Unlock()
 }
 
@@ -380,8 +220,8 @@ func (p *chaosProcs) holders(path string) []int {
 
 func (p *chaosProcs) remove(c *child) {
 	p.mu.Lock()
-	delete(p.pids, c.pid())
-	delete(p.keys, c.pid())
+	delete(p.pids, c.PID())
+	delete(p.keys, c.PID())
 	p.mu.Unlock()
 }
 
@@ -409,7 +249,7 @@ func (p *chaosProcs) signalRandom(rng *rand.Rand, w *os.File, sig syscall.Signal
 		}
 	}
 	witnessLine(w, "killer", p.keys[pid], int(sig))
-	p.pids[pid].cmd.Process.Signal(sig)
+	p.pids[pid].Cmd.Process.Signal(sig)
 	return true
 }
 
@@ -484,7 +324,7 @@ func TestChaos(t *testing.T) {
 					behaviour = "deaf"
 				}
 				job := time.Duration(50+rng.IntN(1500)) * time.Millisecond
-				cmd := exec.Command(os.Args[0], "-test.run=^$", dir)
+				cmd := testharness.Command(dir)
 				cmd.Env = append(os.Environ(), envWitness+"="+witnessPath, envBehaviour+"="+behaviour, envJob+"="+job.String())
 				c := startChildCmd(t, cmd, "chaos-starter")
 				procs.add(c)
@@ -492,7 +332,7 @@ func TestChaos(t *testing.T) {
 				spawned++
 				counts.Unlock()
 				bound := time.NewTimer(chaosExitBound)
-				lines := c.lines
+				lines := c.Lines
 				stopping := stop
 			read:
 				for {
@@ -504,19 +344,19 @@ func TestChaos(t *testing.T) {
 						if line == "admitted" {
 							admitted.Add(1)
 						} else {
-							problem("chaos starter %d: %s", c.pid(), line)
+							problem("chaos starter %d: %s", c.PID(), line)
 						}
 					case <-stopping:
-						c.stdin.Close()
+						c.CloseStdin()
 						stopping = nil
 					case <-bound.C:
-						problem("chaos process %d did not exit within %v", c.pid(), chaosExitBound)
-						c.kill()
+						problem("chaos process %d did not exit within %v", c.PID(), chaosExitBound)
+						c.Kill()
 					}
 				}
 				bound.Stop()
 				procs.remove(c)
-				err := c.wait()
+				err := c.Wait()
 				// Killed (by the killer or a takeover) is fine; a non-zero
 				// exit or any other signal is not.
 				var ee *exec.ExitError
@@ -526,7 +366,7 @@ func TestChaos(t *testing.T) {
 						ws, ok = ee.Sys().(syscall.WaitStatus)
 					}
 					if !ok || !ws.Signaled() || (ws.Signal() != syscall.SIGKILL && ws.Signal() != syscall.SIGTERM) {
-						problem("chaos process %d: %v", c.pid(), err)
+						problem("chaos process %d: %v", c.PID(), err)
 					}
 				}
 				if stopping == nil {
@@ -635,22 +475,22 @@ func TestChaos(t *testing.T) {
 
 	// Quiet now: one last starter is admitted at once, and Status agrees
 	// with the kernel while it runs and after it lets go.
-	cmd := exec.Command(os.Args[0], "-test.run=^$", dir)
+	cmd := testharness.Command(dir)
 	cmd.Env = append(os.Environ(), envWitness+"="+witnessPath, envBehaviour+"=obey", envJob+"=1h")
 	last := startChildCmd(t, cmd, "chaos-starter")
-	last.expect("admitted")
+	last.Expect("admitted")
 	holders, err := kernelFlockHolders(lockPath)
 	require.NoError(t, err)
 	st, err := Status(dir)
 	require.NoError(t, err)
-	assert.True(t, holdsFlock(last.pid(), lockPath), "the last starter holds the lock")
-	assert.Equal(t, []int{last.pid()}, holders, "the kernel's holder")
+	assert.True(t, holdsFlock(last.PID(), lockPath), "the last starter holds the lock")
+	assert.Equal(t, []int{last.PID()}, holders, "the kernel's holder")
 	assert.True(t, st.Held)
 	assert.True(t, st.Verified)
-	assert.Equal(t, last.pid(), st.Holder.PID)
-	assert.Equal(t, last.pid(), st.Holder.Process.PID)
+	assert.Equal(t, last.PID(), st.Holder.PID)
+	assert.Equal(t, last.PID(), st.Holder.Process.PID)
 	assert.Empty(t, st.Waiting, "no starter is left waiting")
-	require.NoError(t, last.stop())
+	require.NoError(t, last.Stop())
 	holders, err = kernelFlockHolders(lockPath)
 	require.NoError(t, err)
 	assert.Empty(t, holders)
@@ -902,7 +742,7 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 func TestTakeoverContextEndIsBusy(t *testing.T) {
 	dir := t.TempDir()
 	old := startChild(t, "acquire", dir)
-	old.expect("acquired")
+	old.Expect("acquired")
 	var bare []string
 	for _, d := range []time.Duration{0, time.Millisecond, 50 * time.Millisecond} {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -914,51 +754,14 @@ func TestTakeoverContextEndIsBusy(t *testing.T) {
 			bare = append(bare, fmt.Sprintf("after %v: %T %q", d, err, err))
 			continue
 		}
-		assert.Equal(t, old.pid(), be.PID)
+		assert.Equal(t, old.PID(), be.PID)
 	}
 	st, err := Status(dir)
 	require.NoError(t, err)
 	assert.Empty(t, st.Waiting, "the starters withdrew")
-	require.NoError(t, old.stop())
+	require.NoError(t, old.Stop())
 	if len(bare) > 0 {
 		t.Fatalf("regression: Takeover returned the bare context error, not a *BusyError naming the holder (errors.Is(err, ErrBusy) is false): %s. takeover.go run(): the error of t.step(ctx), which ends with `return next, ctx.Err()`, is returned as is; it should be t.busy(ctx.Err()) when ctx ended", strings.Join(bare, "; "))
-	}
-}
-
-func init() {
-	// bare-holder: take an exclusive flock on runner.lock in dir and write
-	// this process's identity into it, as a runner does, and say "locked".
-	// "unlock" drops the lock (the process lives on) and says "unlocked";
-	// each SIGTERM is said as "term". It exits when stdin closes.
-	roles["bare-holder"] = func(dir string) int {
-		terms := make(chan os.Signal, 4)
-		signal.Notify(terms, syscall.SIGTERM)
-		l, err := acquireNB(filepath.Join(dir, LockName), kindExclusive)
-		if err != nil {
-			say("error %v", err)
-			return 1
-		}
-		line, _ := jsonLine(Self())
-		if err := l.writeContent(line); err != nil {
-			say("error %v", err)
-			return 1
-		}
-		say("locked")
-		cmds := commands()
-		for {
-			select {
-			case cmd, ok := <-cmds:
-				if !ok {
-					return 0
-				}
-				if cmd == "unlock" {
-					l.release()
-					say("unlocked")
-				}
-			case <-terms:
-				say("term")
-			}
-		}
 	}
 }
 
@@ -971,7 +774,7 @@ func init() {
 func TestTakeoverNeverSignalsAfterRelease(t *testing.T) {
 	dir := t.TempDir()
 	holder := startChild(t, "bare-holder", dir)
-	holder.expect("locked")
+	holder.Expect("locked")
 	data, err := os.ReadFile(filepath.Join(dir, LockName))
 	require.NoError(t, err)
 	id, ok := parseLockContent(data)
@@ -999,8 +802,8 @@ func TestTakeoverNeverSignalsAfterRelease(t *testing.T) {
 		// The first probe is the starter's look at the lock file's
 		// identity (inspectLock); the second pins it to signal it.
 		if probes == 2 {
-			holder.send("unlock")
-			holder.expect("unlocked")
+			holder.Send("unlock")
+			holder.Expect("unlocked")
 		}
 	})()
 	defer liveness.SetSignalHook(func(pid int, sig syscall.Signal) {
@@ -1015,10 +818,10 @@ func TestTakeoverNeverSignalsAfterRelease(t *testing.T) {
 	defer mu.Unlock()
 	require.GreaterOrEqual(t, probes, 2, "the holder was pinned")
 	if len(sent) > 0 {
-		holder.expect("term")
+		holder.Expect("term")
 		t.Fatalf("regression: Takeover sent %v to pid %d after it had released runner.lock (it was alive, finishing). takeover.go step() decides from the inspectLock taken before updateGate (which waits for the state lock) and signal() does not look again: it should check that the pinned pid is still the kernel's exclusive holder (kernelLocks) right before t.pinned.Signal, and skip the step when it is not", sent, id.PID)
 	}
-	require.NoError(t, holder.stop())
+	require.NoError(t, holder.Stop())
 }
 
 // readProcLocksStable reads /proc/locks until two reads in a row agree.

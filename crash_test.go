@@ -3,13 +3,11 @@
 package runnerstate
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -39,74 +39,6 @@ const (
 	crashBudget   = 15 * time.Second
 	crashDefKills = 300
 )
-
-func init() {
-	// crash-writer: take dir over, say "ready", then for gen = $GEN, $GEN+1,
-	// ...: on every fifth gen, release and take dir over again; Publish a
-	// record whose meta is {"gen": gen}; leave a restart
-	// request (cleared and re-made as drain on even gens, upgraded to now on
-	// odd ones); replace the state file with crashLines lines "gen <gen>
-	// <i>"; append "line <gen>" to the journal; say "ack <gen>". It runs
-	// until it is killed.
-	roles["crash-writer"] = func(dir string) int {
-		gen, err := strconv.Atoi(os.Getenv(envCrashGen))
-		if err != nil {
-			say("error %v", err)
-			return 1
-		}
-		quietChild()
-		ctx, cancel := context.WithTimeout(context.Background(), childWait)
-		defer cancel()
-		release, err := Takeover(ctx, dir, TakeoverOptions{})
-		if err != nil {
-			say("error %v", err)
-			return 1
-		}
-		say("ready")
-		lines := make([]string, crashLines)
-		for ; ; gen++ {
-			if gen%5 == 4 {
-				// Let go and take the directory again now and then, so that
-				// kills land in release and in admission too.
-				release()
-				if release, err = Takeover(ctx, dir, TakeoverOptions{}); err != nil {
-					say("error retake %v", err)
-					return 1
-				}
-			}
-			meta, _ := json.Marshal(map[string]int{crashMetaKey: gen})
-			if err := Publish(dir, Record{Meta: meta}); err != nil {
-				say("error publish %v", err)
-				return 1
-			}
-			if gen%2 == 0 {
-				if err := ClearRestart(dir); err != nil {
-					say("error clear %v", err)
-					return 1
-				}
-				err = RequestRestart(dir, RestartDrain)
-			} else {
-				err = RequestRestart(dir, RestartNow)
-			}
-			if err != nil {
-				say("error request %v", err)
-				return 1
-			}
-			for i := range lines {
-				lines[i] = fmt.Sprintf("gen %d %d %s", gen, i, strings.Repeat("x", 64))
-			}
-			if err := SaveLines(dir, crashState, lines); err != nil {
-				say("error save %v", err)
-				return 1
-			}
-			if err := AppendLine(dir, crashJournal, fmt.Sprintf("line %d", gen)); err != nil {
-				say("error append %v", err)
-				return 1
-			}
-			say("ack %d", gen)
-		}
-	}
-}
 
 // quietChild keeps a child's log to warnings: the parent copies a child's
 // stderr into the test log, and the many children of the chaos and crash
@@ -183,9 +115,9 @@ func crashWorker(t *testing.T, dir string, n int, deadline time.Time, rng *rand.
 			}
 			time.Sleep(time.Duration(rng.IntN(25_000)) * time.Microsecond)
 		}
-		w.c.kill()
+		w.c.Kill()
 		acks := w.drain(t)
-		w.c.wait()
+		w.c.Wait()
 		settled := next - 1 // the generation every file held at least when the writer started
 		if len(acks) > 0 {
 			settled = acks[len(acks)-1]
@@ -204,7 +136,7 @@ func crashWorker(t *testing.T, dir string, n int, deadline time.Time, rng *rand.
 			}
 			lastAck = acks[len(acks)-1]
 		}
-		maxLine, named := checkCrashedDir(t, dir, w.c.pid(), lockPID, settled, lastAck)
+		maxLine, named := checkCrashedDir(t, dir, w.c.PID(), lockPID, settled, lastAck)
 		next = maxLine + 1
 		if named != 0 {
 			lockPID = named
@@ -228,10 +160,10 @@ func crashWorker(t *testing.T, dir string, n int, deadline time.Time, rng *rand.
 	// runner after it: nothing the killed writers wrote is left behind.
 	w := startCrashWriter(t, dir, next)
 	w.expectReady(t)
-	w.c.expect("ack " + strconv.Itoa(next))
-	w.c.kill()
+	w.c.Expect("ack " + strconv.Itoa(next))
+	w.c.Kill()
 	w.drain(t)
-	w.c.wait()
+	w.c.Wait()
 	release, err := Acquire(dir)
 	require.NoError(t, err)
 	require.NoError(t, SaveLines(dir, crashState, []string{"done"}))
@@ -255,14 +187,14 @@ type crashWriter struct {
 }
 
 func startCrashWriter(t *testing.T, dir string, gen int) *crashWriter {
-	cmd := exec.Command(os.Args[0], "-test.run=^$", dir)
+	cmd := testharness.Command(dir)
 	cmd.Env = append(os.Environ(), envCrashGen+"="+strconv.Itoa(gen))
 	return &crashWriter{c: startChildCmd(t, cmd, "crash-writer")}
 }
 
 func (w *crashWriter) expectReady(t *testing.T) {
 	t.Helper()
-	w.c.expect("ready")
+	w.c.Expect("ready")
 	w.ready = true
 }
 
@@ -287,7 +219,7 @@ func (w *crashWriter) read(t *testing.T, done func() bool) {
 	timeout := time.After(childWait)
 	for !done() {
 		select {
-		case line, ok := <-w.c.lines:
+		case line, ok := <-w.c.Lines:
 			if !ok {
 				return
 			}
@@ -299,11 +231,11 @@ func (w *crashWriter) read(t *testing.T, done func() bool) {
 				require.NoError(t, err)
 				w.acks = append(w.acks, n)
 			default:
-				t.Errorf("crash writer %d: %s", w.c.pid(), line)
+				t.Errorf("crash writer %d: %s", w.c.PID(), line)
 				return
 			}
 		case <-timeout:
-			t.Fatalf("crash writer %d: no line for %v", w.c.pid(), childWait)
+			t.Fatalf("crash writer %d: no line for %v", w.c.PID(), childWait)
 		}
 	}
 }
@@ -387,7 +319,7 @@ func tempFiles(t *testing.T, dir string) []string {
 	require.NoError(t, err)
 	var temps []string
 	for _, e := range entries {
-		if strings.Contains(e.Name(), tempInfix) {
+		if durable.IsTemp(e.Name()) {
 			temps = append(temps, filepath.Join(dir, e.Name()))
 		}
 	}
@@ -402,11 +334,11 @@ func TestCrashLeftoversOfDeadWriters(t *testing.T) {
 	// A live process of this test binary, writing nothing: the writer the
 	// temporary files below are named after.
 	w := startChild(t, "acquire", t.TempDir())
-	w.expect("acquired")
-	tag := liveWriterTag(t, w.pid())
+	w.Expect("acquired")
+	tag := liveWriterTag(t, w.PID())
 	var planted []string
 	for _, name := range []string{RecordName, RestartName, gateName, crashState, crashJournal} {
-		p := filepath.Join(dir, "."+name+tempInfix+tag+"-dead00")
+		p := filepath.Join(dir, durable.TempPrefix(name)+tag+"-dead00")
 		require.NoError(t, os.WriteFile(p, []byte("partial"), 0o644))
 		planted = append(planted, p)
 	}
@@ -423,8 +355,8 @@ func TestCrashLeftoversOfDeadWriters(t *testing.T) {
 		assert.FileExists(t, p, "a live writer's temporary file was removed")
 	}
 	// Killed, its leftovers go with the next write of each name.
-	w.kill()
-	w.wait()
+	w.Kill()
+	w.Wait()
 	release, err = Takeover(background(t), dir, TakeoverOptions{})
 	require.NoError(t, err)
 	require.NoError(t, Publish(dir, Record{}))
@@ -444,7 +376,7 @@ func liveWriterTag(t *testing.T, pid int) string {
 	t.Helper()
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	require.NoError(t, err)
-	parts := strings.Split(writerTag(), "-")
+	parts := strings.Split(durable.WriterTag(), "-")
 	i := strings.LastIndexByte(string(data), ')')
 	f := strings.Fields(string(data[i+1:]))
 	return strconv.Itoa(pid) + "-" + f[22-3] + "-" + parts[2]

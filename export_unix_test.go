@@ -2,10 +2,8 @@
 
 package runnerstate
 
+import "github.com/runnerstate/runnerstate/internal/filelock"
+
 // injectFlockError makes every flock(2) fail with errno until restore is
 // called.
-func injectFlockError(errno error) (restore func()) {
-	old := flockSyscall
-	flockSyscall = func(fd, how int) error { return errno }
-	return func() { flockSyscall = old }
-}
+func injectFlockError(errno error) (restore func()) { return filelock.SetFlockFault(errno) }

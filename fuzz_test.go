@@ -5,12 +5,9 @@ package runnerstate
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/runnerstate/runnerstate/internal/liveness"
 )
 
 // Fuzz targets for every parser of a file or kernel table this package reads.
@@ -179,74 +176,6 @@ func FuzzParseScopeOwner(f *testing.F) {
 	})
 }
 
-// FuzzParseLocksLine feeds /proc/locks lines. What it accepts, formatted the
-// way fs/locks.c prints it, must parse back to the same lock.
-func FuzzParseLocksLine(f *testing.F) {
-	f.Add([]byte("1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"))
-	f.Add([]byte("2: FLOCK  ADVISORY  READ  99 fd:00:131077 0 EOF"))
-	f.Add([]byte("3: -> FLOCK  ADVISORY  WRITE 77 08:01:5678 0 EOF"))
-	f.Add([]byte("4: POSIX  ADVISORY  WRITE 1 00:19:12 0 EOF"))
-	f.Add([]byte("5: OFDLCK ADVISORY  READ  -1 00:06:1028 0 EOF"))
-	f.Add([]byte("6: FLOCK  ADVISORY  WRITE -1 103:02:18446744073709551615 0 EOF"))
-	f.Fuzz(func(t *testing.T, line []byte) {
-		kl, major, minor, ino, ok := parseLocksLine(line)
-		if !ok {
-			return
-		}
-		if kl.pid < 0 {
-			t.Fatalf("negative pid %d from %q", kl.pid, line)
-		}
-		if major > 1<<32-1 || minor > 1<<32-1 {
-			t.Fatalf("device %x:%x out of range from %q", major, minor, line)
-		}
-		fields := strings.Fields(string(line))
-		if len(fields) < 6 || fields[1] != "FLOCK" {
-			t.Fatalf("accepted a line that is not a granted FLOCK lock: %q", line)
-		}
-		kind := "READ "
-		if kl.exclusive {
-			kind = "WRITE"
-		}
-		canon := fmt.Sprintf("1: FLOCK  ADVISORY  %s %d %02x:%02x:%d 0 EOF", kind, kl.pid, major, minor, ino)
-		kl2, major2, minor2, ino2, ok2 := parseLocksLine([]byte(canon))
-		if !ok2 || kl2 != kl || major2 != major || minor2 != minor || ino2 != ino {
-			t.Fatalf("%q parsed as %+v %x:%x:%d; its canonical form %q as %+v %x:%x:%d (%v)",
-				line, kl, major, minor, ino, canon, kl2, major2, minor2, ino2, ok2)
-		}
-	})
-}
-
-// FuzzTempWriterTag feeds the names of temporary files, which anyone who can
-// write the directory can choose. A name is only ever evidence against its
-// writer when it is of this boot and PID namespace, and no pid <= 0 is ever
-// probed.
-func FuzzTempWriterTag(f *testing.F) {
-	self := strings.Split(writerTag(), "-")
-	f.Add(writerTag() + "-abcdef")
-	f.Add("1-1-" + self[2] + "-x")
-	f.Add("0-5-" + self[2] + "-x")
-	f.Add("-1-5-" + self[2] + "-x")
-	f.Add("99999999999999-5-" + self[2] + "-x")
-	f.Add("1-1-ffffffff-x")
-	f.Fuzz(func(t *testing.T, tag string) {
-		var probed []int
-		defer liveness.SetProbeHook(func(pid int) { probed = append(probed, pid) })()
-		gone := tempWriterGone(tag)
-		for _, pid := range probed {
-			if pid <= 0 {
-				t.Fatalf("tag %q probed pid %d", tag, pid)
-			}
-		}
-		parts := strings.Split(tag, "-")
-		if gone && (len(parts) != 4 || parts[2] != self[2]) {
-			t.Fatalf("tag %q of another boot or namespace was judged gone", tag)
-		}
-		if gone && parts[0] == self[0] && parts[1] == self[1] {
-			t.Fatalf("this very process was judged gone from %q", tag)
-		}
-	})
-}
-
 // FuzzLines: what SaveLines writes, LoadLines reads back line for line.
 func FuzzLines(f *testing.F) {
 	f.Add("a\x1eb\x1e\x1e# comment")
@@ -257,8 +186,7 @@ func FuzzLines(f *testing.F) {
 		if joined != "" {
 			lines = strings.Split(joined, "\x1e")
 		}
-		var b bytes.Buffer
-		err := appendLines(&b, "d", "n", lines)
+		data, err := joinLines("d/n", lines)
 		if strings.Contains(joined, "\n") {
 			if err == nil {
 				t.Fatalf("a line with a newline was accepted: %q", joined)
@@ -268,9 +196,9 @@ func FuzzLines(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := splitLines(b.Bytes())
+		got := splitLines(data)
 		if len(got) != len(lines) {
-			t.Fatalf("%d lines written, %d read: %q", len(lines), len(got), b.Bytes())
+			t.Fatalf("%d lines written, %d read: %q", len(lines), len(got), data)
 		}
 		for i := range lines {
 			if got[i] != lines[i] {

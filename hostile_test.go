@@ -18,7 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -46,121 +48,11 @@ type opResult struct {
 	Extra string `json:"extra,omitempty"`
 }
 
-func init() {
-	// ops: run the operations listed in RUNNERSTATE_TEST_OPS against dir, one
-	// after another, and say "op <json opResult>" for each. With
-	// RUNNERSTATE_TEST_MOUNT_RO=1 it first bind-mounts dir read-only onto
-	// itself (it must run in a mount namespace of its own) and says
-	// "mounted" or "nomount <why>". The operation "rhold" takes a shared
-	// lock on runner.lock and holds it until stdin closes.
-	roles["ops"] = func(dir string) int {
-		if os.Getenv(envMountRO) == "1" {
-			if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
-				say("nomount %v", err)
-				return 0
-			}
-			if err := unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-				say("nomount %v", err)
-				return 0
-			}
-			say("mounted")
-		}
-		for _, op := range strings.Split(os.Getenv(envOps), ",") {
-			r := opResult{Op: op}
-			var err error
-			switch op {
-			case "status":
-				var st Report
-				st, err = Status(dir)
-				r.Held = st.Held
-				r.Extra = strings.Join(st.Warnings, "; ")
-			case "running":
-				_, r.Held, err = Running(dir)
-			case "acquire":
-				var release func()
-				if release, err = Acquire(dir); err == nil {
-					release()
-				}
-			case "takeover":
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				var release func()
-				if release, err = Takeover(ctx, dir, TakeoverOptions{}); err == nil {
-					release()
-				}
-				cancel()
-			case "trylock":
-				var unlock func()
-				if unlock, err = TryLock(filepath.Join(dir, LockName)); err == nil {
-					unlock()
-				}
-			case "request":
-				err = RequestRestart(dir, RestartNow)
-			case "save":
-				err = SaveLines(dir, "state", []string{"x"})
-			case "append":
-				err = AppendLine(dir, "state", "x")
-			case "load":
-				var lines []string
-				lines, err = LoadLines(dir, "state")
-				r.Extra = strings.Join(lines, "|")
-			case "clearstale":
-				_, _, err = ClearStale(dir)
-			case "rhold":
-				unlock, err := TryRLock(filepath.Join(dir, LockName))
-				if err != nil {
-					say("error %v", err)
-					return 1
-				}
-				say("held")
-				for range commands() {
-				}
-				unlock()
-				return 0
-			default:
-				say("error unknown op %q", op)
-				return 2
-			}
-			if err != nil {
-				r.Err = err.Error()
-				r.Busy = errors.Is(err, ErrBusy)
-				r.Perm = errors.Is(err, os.ErrPermission)
-				r.ROFS = errors.Is(err, syscall.EROFS)
-			}
-			data, _ := json.Marshal(r)
-			say("op %s", data)
-		}
-		return 0
-	}
-	// ns-runner: Acquire dir, Publish, leave a restart request addressed to
-	// itself, say "acquired <pid as it sees itself>", hold until stdin closes.
-	// Run behind `unshare --pid` it is a runner of another PID namespace.
-	roles["ns-runner"] = func(dir string) int {
-		release, err := Acquire(dir)
-		if err != nil {
-			say("error %v", err)
-			return 1
-		}
-		if err := Publish(dir, Record{Specs: []string{"other-namespace"}}); err != nil {
-			say("error %v", err)
-			return 1
-		}
-		if err := RequestRestart(dir, RestartDrain); err != nil {
-			say("error %v", err)
-			return 1
-		}
-		say("acquired %d", os.Getpid())
-		for range commands() {
-		}
-		release()
-		return 0
-	}
-}
-
 // firstLine is the child's first line, or false when it exited (or stayed
 // silent) without one: for children whose start may not be permitted here.
 func firstLine(c *child) (string, bool) {
 	select {
-	case line, ok := <-c.lines:
+	case line, ok := <-c.Lines:
 		return line, ok
 	case <-time.After(childWait):
 		return "", false
@@ -181,7 +73,7 @@ func opsResults(t *testing.T, c *child, n int) map[string]opResult {
 	got := map[string]opResult{}
 	for range n {
 		var r opResult
-		require.NoError(t, json.Unmarshal([]byte(c.expect("op")), &r))
+		require.NoError(t, json.Unmarshal([]byte(c.Expect("op")), &r))
 		got[r.Op] = r
 	}
 	return got
@@ -491,7 +383,7 @@ func TestHostileSymlinkAtEveryPath(t *testing.T) {
 	t.Run(RecordName+" of a live holder", func(t *testing.T) {
 		dir := t.TempDir()
 		runner := startChild(t, "acquire", dir)
-		runner.expect("acquired")
+		runner.Expect("acquired")
 		victim := victimWith(t, liveRecord)
 		link := filepath.Join(dir, RecordName)
 		require.NoError(t, os.Remove(link))
@@ -499,12 +391,12 @@ func TestHostileSymlinkAtEveryPath(t *testing.T) {
 		rec, ok, err := Running(dir)
 		require.NoError(t, err)
 		require.True(t, ok)
-		assert.Equal(t, Record{PID: runner.pid()}, rec, "a record behind a symlink is not reported")
+		assert.Equal(t, Record{PID: runner.PID()}, rec, "a record behind a symlink is not reported")
 		st, err := Status(dir)
 		require.NoError(t, err)
-		assert.Equal(t, runner.pid(), st.Holder.PID)
+		assert.Equal(t, runner.PID(), st.Holder.PID)
 		assert.Empty(t, st.Holder.Specs)
-		require.NoError(t, runner.stop())
+		require.NoError(t, runner.Stop())
 		unchanged(t, victim, liveRecord)
 	})
 	t.Run(gateName, func(t *testing.T) {
@@ -577,10 +469,8 @@ func TestHostileSymlinkAtEveryPath(t *testing.T) {
 			}
 			content := []byte("precious\n")
 			victim := victimWith(t, content)
-			old := tempRandom
-			tempRandom = func() string { return "planted" }
-			defer func() { tempRandom = old }()
-			tmp := filepath.Join(dir, "."+tc.name+tempInfix+writerTag()+"-planted")
+			defer durable.SetTempRandom(func() string { return "planted" })()
+			tmp := filepath.Join(dir, durable.TempPrefix(tc.name)+durable.WriterTag()+"-planted")
 			require.NoError(t, os.Symlink(victim, tmp))
 			err := tc.write(dir)
 			require.Error(t, err)
@@ -638,9 +528,9 @@ func TestHostileReadOnlyStateDir(t *testing.T) {
 	dir := publicDir(t)
 	// A dead runner's leftovers and a state file.
 	runner := startChild(t, "acquire", dir)
-	runner.expect("acquired")
-	runner.kill()
-	runner.wait()
+	runner.Expect("acquired")
+	runner.Kill()
+	runner.Wait()
 	require.NoError(t, SaveLines(dir, "state", []string{"kept"}))
 	before := dirSnapshot(t, dir)
 
@@ -648,7 +538,7 @@ func TestHostileReadOnlyStateDir(t *testing.T) {
 	if err := canRun(attr); err != nil {
 		t.Skipf("cannot make a mount namespace here: %v", err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$", dir)
+	cmd := testharness.Command(dir)
 	cmd.SysProcAttr = attr
 	cmd.Env = append(os.Environ(), envMountRO+"=1", envOps+"=status,running,load,acquire,takeover,trylock,request,save,append,clearstale")
 	c := startChildCmd(t, cmd, "ops")
@@ -656,7 +546,7 @@ func TestHostileReadOnlyStateDir(t *testing.T) {
 		t.Skipf("cannot bind-mount read-only here: %s", line)
 	}
 	got := opsResults(t, c, 10)
-	require.NoError(t, c.wait())
+	require.NoError(t, c.Wait())
 	for _, op := range []string{"status", "running", "load"} {
 		assert.Empty(t, got[op].Err, "%s works on a read-only dir", op)
 	}
@@ -702,7 +592,7 @@ func TestHostileLockOwnedByAnotherUser(t *testing.T) {
 	cmd.Env = append(os.Environ(), envOps+"=status,running,trylock,acquire,takeover,request,save,clearstale")
 	c := startChildCmd(t, cmd, "ops")
 	got := opsResults(t, c, 8)
-	require.NoError(t, c.wait())
+	require.NoError(t, c.Wait())
 	assert.Empty(t, got["status"].Err)
 	assert.Empty(t, got["running"].Err)
 	for _, op := range []string{"trylock", "acquire", "takeover", "request", "save", "clearstale"} {
@@ -732,14 +622,14 @@ func TestHostileSharedLockOnRunnerLock(t *testing.T) {
 	denied := asNobody(t, dir)
 	denied.Env = append(os.Environ(), envOps+"=rhold")
 	d := startChildCmd(t, denied, "ops")
-	assert.Contains(t, d.expect("error"), "permission denied", "a 0600 runner.lock cannot be locked by another user")
-	d.wait()
+	assert.Contains(t, d.Expect("error"), "permission denied", "a 0600 runner.lock cannot be locked by another user")
+	d.Wait()
 
 	require.NoError(t, os.Chmod(filepath.Join(dir, LockName), 0o644))
 	cmd := asNobody(t, dir)
 	cmd.Env = append(os.Environ(), envOps+"=rhold")
 	c := startChildCmd(t, cmd, "ops")
-	c.expect("held")
+	c.Expect("held")
 
 	_, err = Acquire(dir)
 	require.ErrorIs(t, err, ErrBusy, "a shared lock keeps the runner out")
@@ -759,11 +649,11 @@ func TestHostileSharedLockOnRunnerLock(t *testing.T) {
 	cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
 	t.Logf("Acquire: %v; Status held=%v pid=%d; Running=%v; Takeover: %v after using %v of CPU in 1 s", err, st.Held, st.Holder.PID, running, terr, cpu)
 	assert.ErrorIs(t, terr, ErrBusy)
-	require.NoError(t, c.stop())
+	require.NoError(t, c.Stop())
 
 	assert.True(t, st.Held, "Status agrees with Acquire")
 	assert.True(t, running, "Running agrees with Acquire")
-	assert.Equal(t, c.pid(), be.PID, "the busy answer names the shared holder")
+	assert.Equal(t, c.PID(), be.PID, "the busy answer names the shared holder")
 	assert.Less(t, cpu, 300*time.Millisecond, "Takeover waits without spinning")
 }
 
@@ -856,8 +746,8 @@ func TestHostilePIDNamespace(t *testing.T) {
 	runner := startChildCmd(t, cmd, "ns-runner")
 	line, _ := firstLine(runner)
 	if !strings.HasPrefix(line, "acquired ") {
-		runner.kill()
-		runner.wait()
+		runner.Kill()
+		runner.Wait()
 		t.Skipf("cannot run a process in a new PID namespace here: %s", line)
 	}
 	innerPID, err := strconv.Atoi(strings.TrimPrefix(line, "acquired "))
@@ -909,8 +799,8 @@ func TestHostilePIDNamespace(t *testing.T) {
 	assert.ErrorIs(t, err, ErrBusy, "a held lock is never cleared")
 	assert.FileExists(t, filepath.Join(dir, RecordName))
 
-	runner.kill()
-	runner.wait()
+	runner.Kill()
+	runner.Wait()
 	eventually(t, "the other namespace's runner lets go", func() bool {
 		_, ok, err := Running(dir)
 		return err == nil && !ok
@@ -1015,7 +905,7 @@ func TestHostilePublishOversizeRecord(t *testing.T) {
 func TestHostileBusyLockTable(t *testing.T) {
 	dir := t.TempDir()
 	runner := startChild(t, "acquire", dir)
-	runner.expect("acquired")
+	runner.Expect("acquired")
 	// Locks taken after the runner's: listed before it.
 	var files []*os.File
 	static := t.TempDir()
@@ -1077,7 +967,7 @@ func TestHostileBusyLockTable(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	require.NoError(t, runner.stop())
+	require.NoError(t, runner.Stop())
 	if missed > 0 {
 		t.Fatalf("regression: Running said 'not running' %d time(s) in %d probes while a runner held %s all along: holders_linux.go kernelLocks takes one pass over /proc/locks (several read(2) calls of a page each, seq_file resumes by position) as a snapshot, and locks released between the reads shift the runner's entry out of it. Status, Standby (a false 'owner gone') and Takeover's step share it. Re-read until two passes agree, or confirm a missing holder through /proc/<pid>/fdinfo", missed, probes, filepath.Join(dir, LockName))
 	}

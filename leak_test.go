@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -122,12 +123,12 @@ func TestNoLeaksAcrossTheAPI(t *testing.T) {
 	old := startRunner(t, dir, "obey")
 	release, err := Takeover(background(t), dir, TakeoverOptions{Grace: time.Minute})
 	require.NoError(t, err)
-	old.expect("exiting now")
-	require.NoError(t, old.wait())
+	old.Expect("exiting now")
+	require.NoError(t, old.Wait())
 	release()
 
 	owner := startChild(t, "acquire", dir)
-	owner.expect("acquired")
+	owner.Expect("acquired")
 	standby := make(chan error, 1)
 	go func() {
 		_, err := Standby(background(t), dir, StandbyOptions{})
@@ -136,21 +137,21 @@ func TestNoLeaksAcrossTheAPI(t *testing.T) {
 	eventually(t, "the standby pins the owner", func() bool {
 		return strings.Contains(strings.Join(mapValues(openFDs(t)), " "), "pidfd")
 	})
-	owner.kill()
-	owner.wait()
+	owner.Kill()
+	owner.Wait()
 	require.NoError(t, <-standby)
 
 	lockPath := filepath.Join(dir, "waited.lock")
 	holder := startChild(t, "hold", lockPath)
-	holder.expect("locked")
+	holder.Expect("locked")
 	for range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		_, err := Lock(ctx, lockPath)
 		cancel()
 		require.ErrorIs(t, err, ErrBusy)
 	}
-	require.NoError(t, holder.stop())
-	eventually(t, "the parked waiter leaves once the holder let go", func() bool { return parked.parkedCount() == 0 })
+	require.NoError(t, holder.Stop())
+	eventually(t, "the parked waiter leaves once the holder let go", func() bool { return filelock.Parked() == 0 })
 
 	assert.Empty(t, leakedFDs(before, openFDs(t)), "descriptors left open")
 	goleak.VerifyNone(t)

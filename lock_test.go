@@ -4,82 +4,16 @@ package runnerstate
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-func init() {
-	// hold: take an exclusive lock on the path, say "locked", hold it until
-	// stdin closes. Command "read" reads the lock file with os.ReadFile in this
-	// same process (the fcntl-lock pitfall) and says "read".
-	roles["hold"] = func(path string) int {
-		unlock, err := TryLock(path)
-		if err != nil {
-			say("error %v", err)
-			return 1
-		}
-		say("locked")
-		for cmd := range commands() {
-			if cmd == "read" {
-				os.ReadFile(path)
-				say("read")
-			}
-		}
-		unlock()
-		return 0
-	}
-	// wait: block in Lock until it is ours, say "locked", hold until stdin
-	// closes.
-	roles["wait"] = func(path string) int {
-		say("waiting")
-		unlock, err := Lock(context.Background(), path)
-		if err != nil {
-			say("error %v", err)
-			return 1
-		}
-		say("locked")
-		for range commands() {
-		}
-		unlock()
-		return 0
-	}
-	// try: one TryLock; say "locked" or "busy <pid>".
-	roles["try"] = func(path string) int {
-		unlock, err := TryLock(path)
-		if err != nil {
-			var be *BusyError
-			if errors.As(err, &be) {
-				say("busy %d", be.PID)
-				return 0
-			}
-			say("error %v", err)
-			return 1
-		}
-		unlock()
-		say("locked")
-		return 0
-	}
-	// rhold: a shared lock, held until stdin closes.
-	roles["rhold"] = func(path string) int {
-		unlock, err := TryRLock(path)
-		if err != nil {
-			say("error %v", err)
-			return 1
-		}
-		say("locked")
-		for range commands() {
-		}
-		unlock()
-		return 0
-	}
-}
 
 func TestTryLockExcludesInProcess(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.lock")
@@ -108,11 +42,11 @@ func TestSharedLocksCoexist(t *testing.T) {
 	r1, err := TryRLock(path)
 	require.NoError(t, err)
 	other := startChild(t, "rhold", path)
-	other.expect("locked")
+	other.Expect("locked")
 	_, err = TryLock(path)
 	assert.ErrorIs(t, err, ErrBusy, "an exclusive lock waits for shared ones")
 	r1()
-	require.NoError(t, other.stop())
+	require.NoError(t, other.Stop())
 	w, err := TryLock(path)
 	require.NoError(t, err)
 	w()
@@ -121,12 +55,12 @@ func TestSharedLocksCoexist(t *testing.T) {
 func TestLockAcrossProcesses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.lock")
 	holder := startChild(t, "hold", path)
-	holder.expect("locked")
+	holder.Expect("locked")
 
 	_, err := TryLock(path)
 	var be *BusyError
 	require.ErrorAs(t, err, &be)
-	assert.Equal(t, holder.pid(), be.PID)
+	assert.Equal(t, holder.PID(), be.PID)
 
 	// A waiter in this process gets the lock when the holder lets go.
 	got := make(chan error, 1)
@@ -137,7 +71,7 @@ func TestLockAcrossProcesses(t *testing.T) {
 		}
 		got <- err
 	}()
-	require.NoError(t, holder.stop())
+	require.NoError(t, holder.Stop())
 	require.NoError(t, <-got)
 }
 
@@ -146,16 +80,16 @@ func TestLockWaiterInOtherProcess(t *testing.T) {
 	unlock, err := TryLock(path)
 	require.NoError(t, err)
 	w := startChild(t, "wait", path)
-	w.expect("waiting")
+	w.Expect("waiting")
 	unlock()
-	w.expect("locked")
-	require.NoError(t, w.stop())
+	w.Expect("locked")
+	require.NoError(t, w.Stop())
 }
 
 func TestLockDeadline(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.lock")
 	holder := startChild(t, "hold", path)
-	holder.expect("locked")
+	holder.Expect("locked")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -168,7 +102,7 @@ func TestLockDeadline(t *testing.T) {
 	assert.GreaterOrEqual(t, elapsed, 300*time.Millisecond)
 	var be *BusyError
 	require.ErrorAs(t, err, &be)
-	assert.Equal(t, holder.pid(), be.PID)
+	assert.Equal(t, holder.PID(), be.PID)
 	assert.Contains(t, err.Error(), path)
 	t.Logf("Lock with a 300ms deadline returned after %v", elapsed)
 
@@ -176,10 +110,10 @@ func TestLockDeadline(t *testing.T) {
 	// holder releases. It must never recreate the file: remove the path and
 	// let the holder go; the parked goroutine wakes on the old inode, finds
 	// nobody waiting and leaves.
-	assert.Equal(t, 1, parked.parkedCount())
+	assert.Equal(t, 1, filelock.Parked())
 	require.NoError(t, os.Remove(path))
-	require.NoError(t, holder.stop())
-	eventually(t, "the parked goroutine leaves", func() bool { return parked.parkedCount() == 0 })
+	require.NoError(t, holder.Stop())
+	eventually(t, "the parked goroutine leaves", func() bool { return filelock.Parked() == 0 })
 	_, err = os.Lstat(path)
 	assert.True(t, os.IsNotExist(err), "the lock file was recreated")
 }
@@ -187,20 +121,20 @@ func TestLockDeadline(t *testing.T) {
 func TestLockCancelledWaitersLeaveOneParker(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.lock")
 	holder := startChild(t, "hold", path)
-	holder.expect("locked")
+	holder.Expect("locked")
 	for range 5 {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { _, err := Lock(ctx, path); done <- err }()
-		eventually(t, "the waiter queues", func() bool { return parked.parkedCount() == 1 })
+		eventually(t, "the waiter queues", func() bool { return filelock.Parked() == 1 })
 		cancel()
 		err := <-done
 		assert.ErrorIs(t, err, context.Canceled)
 		assert.ErrorIs(t, err, ErrBusy)
 	}
-	assert.Equal(t, 1, parked.parkedCount(), "one parked goroutine per path and mode")
-	require.NoError(t, holder.stop())
-	eventually(t, "the parked goroutine leaves", func() bool { return parked.parkedCount() == 0 })
+	assert.Equal(t, 1, filelock.Parked(), "one parked goroutine per path and mode")
+	require.NoError(t, holder.Stop())
+	eventually(t, "the parked goroutine leaves", func() bool { return filelock.Parked() == 0 })
 	// The lock is free again: nobody holds it after the parker left.
 	u, err := TryLock(path)
 	require.NoError(t, err)
@@ -218,7 +152,7 @@ func TestLockInProcessQueueIsFIFO(t *testing.T) {
 		go func() {
 			ctx := background(t)
 			go func() {
-				for parked.queueLen(path, kindExclusive) <= i {
+				for filelock.Queued(path, filelock.Exclusive) <= i {
 					time.Sleep(time.Millisecond)
 				}
 				close(queued)
@@ -237,21 +171,21 @@ func TestLockInProcessQueueIsFIFO(t *testing.T) {
 	for i := range n {
 		assert.Equal(t, i, <-order)
 	}
-	eventually(t, "the parked goroutine leaves", func() bool { return parked.parkedCount() == 0 })
+	eventually(t, "the parked goroutine leaves", func() bool { return filelock.Parked() == 0 })
 }
 
 func TestLockRetriesWhenFileReplaced(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "x.lock")
 	holder := startChild(t, "hold", path)
-	holder.expect("locked")
+	holder.Expect("locked")
 	// Replace the file under the holder: a lock on the old inode protects the
 	// old file only, so a waiter must lock the new one.
 	require.NoError(t, os.Rename(path, filepath.Join(dir, "old.lock")))
 	unlock, err := TryLock(path)
 	require.NoError(t, err, "the new file at path is free")
 	unlock()
-	require.NoError(t, holder.stop())
+	require.NoError(t, holder.Stop())
 }
 
 func TestLockRefusesOddPaths(t *testing.T) {
@@ -365,15 +299,14 @@ func TestLockNeverSucceedsAfterContextEnds(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, tc.lock)
 			holder := startChild(t, "hold", path)
-			holder.expect("locked")
+			holder.Expect("locked")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			testHookParked = func(handoff <-chan parkResult) {
-				require.NoError(t, holder.stop()) // the holder lets go...
-				eventually(t, "the lock is handed over", func() bool { return len(handoff) == 1 })
+			defer filelock.SetQueuedHook(func(handedOver func() bool) {
+				require.NoError(t, holder.Stop()) // the holder lets go...
+				eventually(t, "the lock is handed over", handedOver)
 				cancel() // ...and the context ends before the waiter looks
-			}
-			defer func() { testHookParked = nil }()
+			})()
 			release, err := tc.call(ctx, dir)
 			if err == nil {
 				release()

@@ -3,20 +3,18 @@ package runnerstate
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
 
@@ -90,8 +88,14 @@ type Record struct {
 	Meta        json.RawMessage `json:"meta,omitempty"` // the caller's own payload
 }
 
-// maxRecordSize bounds what is read of runner.json, restart.json and a lock
-// file: a runaway or hostile 50 MB file is refused, not read whole.
+// ErrNotHolder reports a call that needs the directory's runner lock (Publish)
+// from a process that did not take it through Acquire or Takeover, or whose
+// lock is gone (released, or the lock file was replaced under it).
+var ErrNotHolder = errors.New("runnerstate: this process does not hold the runner lock")
+
+// maxRecordSize bounds what is read of a small JSON state file (runner.json,
+// restart.json, gate.json, scope.owner.json): a runaway or hostile 50 MB file
+// is refused, not read whole.
 const maxRecordSize = 1 << 20
 
 // maxStateSize bounds what LoadLines and AppendLine read.
@@ -110,12 +114,12 @@ func Publish(dir string, rec Record) error {
 	if err := checkDir("Publish", dir); err != nil {
 		return err
 	}
-	h := heldBy(dir)
+	h := holdOf(dir)
 	if h == nil {
 		return fmt.Errorf("%w: %s (take it with Acquire or Takeover first)", ErrNotHolder, filepath.Join(dir, LockName))
 	}
-	if ok, err := h.lock.atPath(kindExclusive); err != nil || !ok {
-		return fmt.Errorf("%w: %s was removed or replaced while held", ErrNotHolder, h.lock.path)
+	if ok, err := h.lock.AtPath(); err != nil || !ok {
+		return fmt.Errorf("%w: %s was removed or replaced while held", ErrNotHolder, h.lock.Path())
 	}
 	self := Self()
 	rec.PID = self.PID
@@ -123,20 +127,19 @@ func Publish(dir string, rec Record) error {
 	if rec.StartedAt.IsZero() {
 		rec.StartedAt = h.acquiredAt
 	}
-	data, err := json.Marshal(rec)
+	data, err := jsonLine(rec)
 	if err != nil {
 		return errorf("publish %s: %w", filepath.Join(dir, RecordName), err)
 	}
-	data = append(data, '\n')
 	if len(data) > maxRecordSize {
 		return pathError("publish", filepath.Join(dir, RecordName), fmt.Errorf("the record is %d bytes, over the %d a reader accepts; keep Meta small", len(data), maxRecordSize))
 	}
 	return withStateLock(dir, func() error {
-		return writeAtomic(dir, RecordName, data)
+		return public(durable.Write(dir, RecordName, data))
 	})
 }
 
-// readRecordState is what reading runner.json found.
+// fileState is what reading a small state file found.
 type fileState int
 
 const (
@@ -145,36 +148,48 @@ const (
 	fileCorrupt // unreadable, unparsable, a symlink, a directory, too large
 )
 
-// readRecord reads runner.json. A file that cannot be read or parsed is
-// reported as fileCorrupt with the reason; it is never modified here.
-func readRecord(dir string) (Record, fileState, error) {
-	path := filepath.Join(dir, RecordName)
-	data, err := readHint(path, maxRecordSize)
+// readState reads the small JSON state file at path with parse. A file that
+// cannot be read or parsed is reported as fileCorrupt with the reason, which
+// names the path; it is never modified here.
+func readState[T any](path string, parse func([]byte) (T, error)) (T, fileState, error) {
+	var zero T
+	data, err := readFile(path, maxRecordSize)
 	if err != nil {
 		if isNotExist(err) {
-			return Record{}, fileAbsent, nil
+			return zero, fileAbsent, nil
 		}
-		return Record{}, fileCorrupt, err
+		if errors.Is(err, durable.ErrTooLarge) {
+			err = pathError("read", path, err)
+		}
+		return zero, fileCorrupt, err
 	}
-	rec, err := parseRecord(data)
+	v, err := parse(data)
 	if err != nil {
-		return Record{}, fileCorrupt, pathError("parse", path, err)
+		return zero, fileCorrupt, pathError("parse", path, err)
 	}
-	return rec, fileOK, nil
+	return v, fileOK, nil
+}
+
+// readFile reads up to max bytes of the file at path without following a
+// symlink or blocking on a FIFO (durable.ReadFile), in this package's words.
+func readFile(path string, max int) ([]byte, error) {
+	data, err := durable.ReadFile(path, max)
+	if errors.Is(err, durable.ErrTooLarge) {
+		return data, durable.ErrTooLarge
+	}
+	return data, public(err)
+}
+
+// readRecord reads runner.json.
+func readRecord(dir string) (Record, fileState, error) {
+	return readState(filepath.Join(dir, RecordName), parseRecord)
 }
 
 // parseRecord parses runner.json content. A record must be a JSON object that
 // names a positive pid.
 func parseRecord(data []byte) (Record, error) {
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 {
-		return Record{}, errors.New("empty file")
-	}
-	if data[0] != '{' {
-		return Record{}, errors.New("not a JSON object")
-	}
 	var rec Record
-	if err := json.Unmarshal(data, &rec); err != nil {
+	if err := durable.DecodeObject(data, &rec); err != nil {
 		return Record{}, err
 	}
 	if !validPID(rec.PID) {
@@ -219,6 +234,30 @@ const maxPID = 1<<31 - 1
 // validPID reports whether pid can name a process.
 func validPID(pid int) bool { return pid > 0 && pid <= maxPID }
 
+// setAside renames an unreadable state file to <name>.corrupt, replacing an
+// older one, and logs it; what names the file in the log ("file", "runner
+// record"). It reports whether the file was moved. Called only under the
+// runner lock.
+func setAside(dir, name, what string, why error) bool {
+	path := filepath.Join(dir, name)
+	aside, err := durable.SetAside(dir, name, corruptSuffix)
+	if aside == "" {
+		warnOnce("aside:"+path, "runnerstate: could not set aside an unreadable "+what, "path", path, "err", why, "rename_err", err)
+		return false
+	}
+	logger().Warn("runnerstate: set aside an unreadable "+what, "path", path, "aside", aside, "err", why)
+	return true
+}
+
+// jsonLine marshals v as one line of JSON ended by "\n".
+func jsonLine(v any) ([]byte, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}
+
 // SaveLines replaces the state file dir/name with lines, one per line, each
 // ended by "\n", atomically: a reader or a crash sees the old content or the
 // new, never a mix. name must be a plain file name and not one of the files
@@ -232,19 +271,34 @@ func SaveLines(dir, name string, lines []string) error {
 	if err := checkStateName(dir, name); err != nil {
 		return err
 	}
-	var b bytes.Buffer
-	if err := appendLines(&b, dir, name, lines); err != nil {
+	data, err := joinLines(filepath.Join(dir, name), lines)
+	if err != nil {
 		return err
-	}
-	if b.Len() > maxStateSize {
-		return pathError("save", filepath.Join(dir, name), errors.New("larger than the 64 MiB LoadLines reads"))
 	}
 	if err := ensureDir(dir); err != nil {
 		return err
 	}
 	return withStateLock(dir, func() error {
-		return writeAtomic(dir, name, b.Bytes())
+		return public(durable.Write(dir, name, data))
 	})
+}
+
+// joinLines is what SaveLines writes to path for lines: each ended by "\n".
+// A line with a newline in it is refused, and so is content over the 64 MiB
+// LoadLines reads.
+func joinLines(path string, lines []string) ([]byte, error) {
+	var b bytes.Buffer
+	for i, l := range lines {
+		if strings.ContainsRune(l, '\n') {
+			return nil, pathError("save", path, fmt.Errorf("line %d contains a newline", i+1))
+		}
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	if b.Len() > maxStateSize {
+		return nil, pathError("save", path, errors.New("larger than the 64 MiB LoadLines reads"))
+	}
+	return b.Bytes(), nil
 }
 
 // LoadLines reads the state file dir/name as lines without their "\n". It
@@ -257,17 +311,29 @@ func LoadLines(dir, name string) ([]string, error) {
 	if err := checkStateName(dir, name); err != nil {
 		return nil, err
 	}
-	data, err := readHint(filepath.Join(dir, name), maxStateSize)
-	if err != nil {
-		if isNotExist(err) {
-			return nil, nil
-		}
-		if err == errTooLarge {
-			return nil, pathError("read", filepath.Join(dir, name), errors.New("larger than 64 MiB"))
-		}
+	data, err := readLines(filepath.Join(dir, name), "read")
+	if err != nil || data == nil {
 		return nil, err
 	}
 	return splitLines(data), nil
+}
+
+// readLines reads a whole state file of lines for op: nil, nil when it does
+// not exist; a file over 64 MiB is refused.
+func readLines(path, op string) ([]byte, error) {
+	data, err := readFile(path, maxStateSize)
+	switch {
+	case err == nil:
+		if data == nil {
+			data = []byte{}
+		}
+		return data, nil
+	case isNotExist(err):
+		return nil, nil
+	case errors.Is(err, durable.ErrTooLarge):
+		return nil, pathError(op, path, errors.New("larger than 64 MiB"))
+	}
+	return nil, err
 }
 
 // AppendLine adds line to the end of the state file dir/name, creating it
@@ -294,14 +360,8 @@ func AppendLine(dir, name, line string) error {
 	}
 	return withStateLock(dir, func() error {
 		path := filepath.Join(dir, name)
-		old, err := readHint(path, maxStateSize)
-		switch {
-		case err == nil:
-		case isNotExist(err):
-			old = nil
-		case err == errTooLarge:
-			return pathError("append", path, errors.New("larger than 64 MiB"))
-		default:
+		old, err := readLines(path, "append")
+		if err != nil {
 			return err
 		}
 		data := make([]byte, 0, len(old)+len(line)+2)
@@ -314,7 +374,7 @@ func AppendLine(dir, name, line string) error {
 		if len(data) > maxStateSize {
 			return pathError("append", path, errors.New("would grow past the 64 MiB LoadLines reads"))
 		}
-		return writeAtomic(dir, name, data)
+		return public(durable.Write(dir, name, data))
 	})
 }
 
@@ -340,53 +400,38 @@ func MigrateFile(dir, oldName, newName string) error {
 		oldPath, newPath := filepath.Join(dir, oldName), filepath.Join(dir, newName)
 		fi, err := os.Lstat(oldPath)
 		switch {
-		case errors.Is(err, fs.ErrNotExist):
+		case isNotExist(err):
 			return nil
 		case err != nil:
-			return pathError("stat", oldPath, unwrapPathErr(err))
+			return pathError("stat", oldPath, durable.Unwrap(err))
 		case fi.IsDir():
 			return nil
 		case fi.Mode()&fs.ModeSymlink != 0:
-			return symlinkError(oldPath)
+			return public(durable.CheckMode(oldPath, fi.Mode()))
 		}
 		nfi, err := os.Lstat(newPath)
 		switch {
 		case err == nil && nfi.Mode()&fs.ModeSymlink != 0:
-			return symlinkError(newPath)
+			return public(durable.CheckMode(newPath, nfi.Mode()))
 		case err == nil:
-			if err := os.Remove(oldPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return pathError("remove", oldPath, unwrapPathErr(err))
-			}
-			return syncDir(dir)
-		case !errors.Is(err, fs.ErrNotExist):
-			return pathError("stat", newPath, unwrapPathErr(err))
+			// newName exists: it wins.
+			return public(durable.Remove(dir, oldName))
+		case !isNotExist(err):
+			return pathError("stat", newPath, durable.Unwrap(err))
 		}
-		if err := renameNoReplace(oldPath, newPath); err != nil {
+		if err := durable.RenameNoReplace(oldPath, newPath); err != nil {
 			if errors.Is(err, fs.ErrExist) {
 				// newName appeared under us (a writer that does not take the
 				// state lock): it wins.
-				os.Remove(oldPath)
-				return syncDir(dir)
+				return public(durable.Remove(dir, oldName))
 			}
-			if errors.Is(err, fs.ErrNotExist) {
+			if isNotExist(err) {
 				return nil
 			}
-			return pathError("rename", oldPath, unwrapPathErr(err))
+			return pathError("rename", oldPath, durable.Unwrap(err))
 		}
-		return syncDir(dir)
+		return public(durable.SyncDir(dir))
 	})
-}
-
-func unwrapPathErr(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) {
-		return le.Err
-	}
-	return err
 }
 
 // checkStateName refuses names that are not plain file names, and the files
@@ -411,18 +456,7 @@ func reservedName(name string) bool {
 	case LockName, RecordName, RestartName, gateName, stateLockName, scopeLockName, scopeOwnerName, syncLockName:
 		return true
 	}
-	return strings.HasPrefix(name, ".") && strings.Contains(name, tempInfix)
-}
-
-func appendLines(b *bytes.Buffer, dir, name string, lines []string) error {
-	for i, l := range lines {
-		if strings.ContainsRune(l, '\n') {
-			return pathError("save", filepath.Join(dir, name), fmt.Errorf("line %d contains a newline", i+1))
-		}
-		b.WriteString(l)
-		b.WriteByte('\n')
-	}
-	return nil
+	return durable.IsTemp(name)
 }
 
 func splitLines(data []byte) []string {
@@ -439,215 +473,29 @@ func splitLines(data []byte) []string {
 	return lines
 }
 
-// Atomic writes.
-//
-// A state file is written to ".<name>.tmp-<writer>-<random>" in the same
-// directory, created O_EXCL|O_NOFOLLOW (a planted symlink is never followed),
-// written, fsynced, closed, renamed over the target and the directory fsynced.
-// On any failure the temporary file is removed. A temporary file left by a
-// writer that was killed is removed by the next writer of that name when it is
-// older than a minute or when the writer it names is provably gone.
-
-const tempInfix = ".tmp-"
-
-// tempPrefix is how the temporary files of name begin: ".<name>.tmp-". A long
-// name is shortened and a hash of it added, so that the temporary name still
-// fits where the name itself does (255 bytes on most filesystems).
-func tempPrefix(name string) string {
-	if len(name) > 160 {
-		h := fnv.New64a()
-		h.Write([]byte(name))
-		name = name[:120] + "~" + strconv.FormatUint(h.Sum64(), 16)
-	}
-	return "." + name + tempInfix
-}
-
-// tempLeftoverAge is the age past which any leftover temporary file is
-// removed: a younger one may be a concurrent writer's.
-const tempLeftoverAge = time.Minute
-
-// writerTag names this process in temporary file names: pid, start ticks and a
-// hash of boot id and PID namespace, so a later writer can tell whether the
-// writer of a leftover is gone.
-var writerTag = sync.OnceValue(func() string {
-	self := liveness.Current()
-	h := fnv.New32a()
-	h.Write([]byte(self.BootID + "|" + self.PIDNS))
-	return strconv.Itoa(self.PID) + "-" + strconv.FormatUint(self.StartTicks, 10) + "-" + strconv.FormatUint(uint64(h.Sum32()), 16)
-})
-
-// tempRandom returns the random part of a temporary file name. Tests replace
-// it to plant a symlink at the exact temporary path.
-var tempRandom = func() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-func writeAtomic(dir, name string, data []byte) error {
-	return writeAtomicOpt(dir, name, data, true)
-}
-
-// writeAtomicOpt is writeAtomic; durable false skips the fsyncs, for files
-// that only describe live processes (the gate), where atomicity matters and
-// surviving a power loss does not.
-func writeAtomicOpt(dir, name string, data []byte, durable bool) error {
-	target := filepath.Join(dir, name)
-	if fi, err := os.Lstat(target); err == nil {
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			return symlinkError(target)
-		case fi.IsDir():
-			return isDirError(target)
-		case !fi.Mode().IsRegular():
-			return notRegular(target)
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return pathError("stat", target, unwrapPathErr(err))
-	}
-	removeLeftovers(dir, name)
-
-	prefix := tempPrefix(name) + writerTag() + "-"
-	var f *os.File
-	var tmp string
-	for range 4 {
-		tmp = filepath.Join(dir, prefix+tempRandom())
-		var err error
-		f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, 0o644)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, fs.ErrExist) {
-			if fi, lerr := os.Lstat(tmp); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
-				return symlinkError(tmp)
-			}
-			continue
-		}
-		// Name the file the caller asked for, not our temporary one.
-		return pathError("write", target, unwrapPathErr(err))
-	}
-	if f == nil {
-		return pathError("create", tmp, fs.ErrExist)
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return pathError("write", tmp, unwrapPathErr(err))
-	}
-	if durable {
-		if err := f.Sync(); err != nil {
-			return pathError("fsync", tmp, unwrapPathErr(err))
-		}
-	}
-	if err := f.Close(); err != nil {
-		return pathError("close", tmp, unwrapPathErr(err))
-	}
-	if err := os.Rename(tmp, target); err != nil {
-		return pathError("rename", target, unwrapPathErr(err))
-	}
-	ok = true
-	if !durable {
-		return nil
-	}
-	return syncDir(dir)
-}
-
-// removeLeftovers removes temporary files of name left by writers that are
-// gone: any older than a minute, and younger ones whose writer, named in the
-// file name, is provably dead on this machine.
-func removeLeftovers(dir, name string) {
-	d, err := os.Open(dir)
-	if err != nil {
-		return
-	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return
-	}
-	prefix := tempPrefix(name)
-	for _, n := range names {
-		if !strings.HasPrefix(n, prefix) {
-			continue
-		}
-		p := filepath.Join(dir, n)
-		fi, err := os.Lstat(p)
-		if err != nil || !fi.Mode().IsRegular() {
-			continue
-		}
-		if time.Since(fi.ModTime()) > tempLeftoverAge || tempWriterGone(strings.TrimPrefix(n, prefix)) {
-			if err := os.Remove(p); err == nil {
-				logger().Debug("runnerstate: removed a leftover temporary file", "path", p)
-			}
-		}
-	}
-}
-
-// tempWriterGone parses "<pid>-<ticks>-<nshash>-<random>" and reports whether
-// that writer is provably gone: same boot and PID namespace as us, and its pid
-// is dead or belongs to a later process.
-func tempWriterGone(tag string) bool {
-	parts := strings.Split(tag, "-")
-	if len(parts) != 4 {
-		return false
-	}
-	self := writerTag()
-	selfParts := strings.Split(self, "-")
-	if parts[2] != selfParts[2] {
-		return false // another boot or namespace: only age tells
-	}
-	pid, err := strconv.Atoi(parts[0])
-	if err != nil || pid <= 0 {
-		return false
-	}
-	ticks, err := strconv.ParseUint(parts[1], 10, 64)
-	if err != nil || ticks == 0 {
-		return false
-	}
-	me := liveness.Current()
-	id := liveness.Identity{PID: pid, StartTicks: ticks, BootID: me.BootID, PIDNS: me.PIDNS, Machine: me.Machine}
-	v, _ := liveness.Check(id)
-	return v == liveness.Dead || v == liveness.Stale
-}
-
-// withStateLock runs fn holding dir's state lock: an exclusive flock on the
-// directory itself (on Windows, a ".state.lock" file in it). It serialises
-// read-modify-write of state files across goroutines and processes. The wait
-// is bounded by stateLockWait.
+// withStateLock runs fn holding dir's state lock: an exclusive flock on
+// dir/.state.lock. It serialises read-modify-write of state files across
+// goroutines and processes. The wait is bounded by stateLockWait.
 func withStateLock(dir string, fn func() error) error {
 	return withStateLockCtx(context.Background(), dir, fn)
 }
 
 // withStateLockCtx is withStateLock whose wait also ends with ctx.
 func withStateLockCtx(ctx context.Context, dir string, fn func() error) error {
-	ctx, cancel := context.WithTimeout(ctx, stateLockWait)
+	waitCtx, cancel := context.WithTimeout(ctx, stateLockWait)
 	defer cancel()
-	l, err := acquireWait(ctx, dir, kindDir)
+	path := filepath.Join(dir, stateLockName)
+	l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o644)
 	if err != nil {
-		var be *BusyError
-		if errors.As(err, &be) && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return errorf("state lock on %s stayed busy for %v; a process is stuck writing state there (stopped?): %w", dir, stateLockWait, err)
+		if errors.Is(err, ErrBusy) && ctx.Err() == nil && waitCtx.Err() != nil {
+			return errorf("state lock %s stayed busy for %v; a process is stuck writing state there (stopped?): %w", path, stateLockWait, err)
 		}
 		return err
 	}
-	defer l.release()
+	defer l.Release()
 	return fn()
 }
 
 // stateLockWait bounds the wait for a directory's state lock, which is only
 // ever held for one small file write.
 const stateLockWait = 30 * time.Second
-
-// jsonLine marshals v as one line of JSON ended by "\n".
-func jsonLine(v any) ([]byte, error) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	return append(data, '\n'), nil
-}

@@ -13,26 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-func init() {
-	// append: AppendLine "<tag> <i>" for i in 0..n-1 (n is the role's line
-	// count, from the environment), then say "appended".
-	roles["append"] = func(dir string) int {
-		n, _ := strconv.Atoi(os.Getenv("RUNNERSTATE_TEST_N"))
-		tag := os.Getenv("RUNNERSTATE_TEST_TAG")
-		for i := range n {
-			if err := AppendLine(dir, "log", fmt.Sprintf("%s %d", tag, i)); err != nil {
-				say("error %v", err)
-				return 1
-			}
-		}
-		say("appended")
-		return 0
-	}
-}
 
 func TestSaveLoadLines(t *testing.T) {
 	dir := t.TempDir()
@@ -67,13 +51,13 @@ func assertNoTemps(t *testing.T, dir string) {
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	for _, e := range entries {
-		assert.NotContains(t, e.Name(), tempInfix, "a temporary file was left behind")
+		assert.False(t, durable.IsTemp(e.Name()), "a temporary file was left behind: %s", e.Name())
 	}
 }
 
 func TestStateNamesRefused(t *testing.T) {
 	dir := t.TempDir()
-	for _, name := range []string{"", ".", "..", "a/b", `a\b`, "x\x00", LockName, RecordName, RestartName, gateName, ".state" + tempInfix + "1"} {
+	for _, name := range []string{"", ".", "..", "a/b", `a\b`, "x\x00", LockName, RecordName, RestartName, gateName, durable.TempPrefix("state") + "1"} {
 		assert.Error(t, SaveLines(dir, name, []string{"x"}), "name %q", name)
 		_, err := LoadLines(dir, name)
 		assert.Error(t, err, "name %q", name)
@@ -119,8 +103,8 @@ func TestConcurrentAppendsLoseNothing(t *testing.T) {
 	}
 	wg.Wait()
 	for _, k := range kids {
-		k.expect("appended")
-		require.NoError(t, k.wait())
+		k.Expect("appended")
+		require.NoError(t, k.Wait())
 	}
 	lines, err := LoadLines(dir, "log")
 	require.NoError(t, err)
@@ -198,13 +182,13 @@ func TestMigrateFile(t *testing.T) {
 func TestLeftoverTempFiles(t *testing.T) {
 	dir := t.TempDir()
 	// A writer that is gone (this pid with other start ticks), young: removed.
-	gone := filepath.Join(dir, ".state"+tempInfix+strconv.Itoa(os.Getpid())+"-1-"+strings.Split(writerTag(), "-")[2]+"-aaaa")
+	gone := filepath.Join(dir, durable.TempPrefix("state")+strconv.Itoa(os.Getpid())+"-1-"+strings.Split(durable.WriterTag(), "-")[2]+"-aaaa")
 	// A writer we cannot judge (another boot or namespace), young: kept.
-	foreign := filepath.Join(dir, ".state"+tempInfix+"1-1-ffffffff-bbbb")
+	foreign := filepath.Join(dir, durable.TempPrefix("state")+"1-1-ffffffff-bbbb")
 	// The same, but older than a minute: removed.
-	old := filepath.Join(dir, ".state"+tempInfix+"2-1-ffffffff-cccc")
+	old := filepath.Join(dir, durable.TempPrefix("state")+"2-1-ffffffff-cccc")
 	// Another file's temporary: never touched.
-	other := filepath.Join(dir, ".other"+tempInfix+"2-1-ffffffff-dddd")
+	other := filepath.Join(dir, durable.TempPrefix("other")+"2-1-ffffffff-dddd")
 	for _, p := range []string{gone, foreign, old, other} {
 		require.NoError(t, os.WriteFile(p, []byte("partial"), 0o644))
 	}

@@ -1,15 +1,16 @@
 package runnerstate
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/runnerstate/runnerstate/internal/dirwatch"
+	"github.com/runnerstate/runnerstate/internal/durable"
 )
 
 // Restart modes: what a restart request asks of the runner.
@@ -76,9 +77,9 @@ func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
 		return restartRequest{}, err
 	}
 	if fi, err := os.Stat(dir); err != nil {
-		return restartRequest{}, pathError("restart", dir, unwrapPathErr(err))
+		return restartRequest{}, pathError("restart", dir, durable.Unwrap(err))
 	} else if !fi.IsDir() {
-		return restartRequest{}, pathError("restart", dir, errors.New("is not a directory"))
+		return restartRequest{}, pathError("restart", dir, durable.ErrNotDir)
 	}
 	var pending restartRequest
 	err := withStateLock(dir, func() error {
@@ -101,43 +102,31 @@ func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending
 		return old, false, nil
 	}
 	pending = restartRequest{Mode: mode, RequestedAt: time.Now(), By: by, For: target, Takeover: takeover}
-	data, err := json.Marshal(pending)
+	data, err := jsonLine(pending)
 	if err != nil {
 		return restartRequest{}, false, err
 	}
-	if err := writeAtomic(dir, RestartName, append(data, '\n')); err != nil {
-		return restartRequest{}, false, err
+	if err := durable.Write(dir, RestartName, data); err != nil {
+		return restartRequest{}, false, public(err)
 	}
 	return pending, true, nil
 }
 
 // readRestart reads restart.json. Anything unreadable or unparsable, or with
-// an unknown mode, is no request.
+// an unknown mode, is no request (logged once).
 func readRestart(dir string) (restartRequest, bool) {
 	path := filepath.Join(dir, RestartName)
-	data, err := readHint(path, maxRecordSize)
-	if err != nil {
-		if !isNotExist(err) {
-			warnOnce("restart:"+path+err.Error(), "runnerstate: ignoring an unreadable restart request", "path", path, "err", err)
-		}
-		return restartRequest{}, false
+	req, state, err := readState(path, parseRestart)
+	if state == fileCorrupt {
+		warnOnce("restart:"+err.Error(), "runnerstate: ignoring a restart request that cannot be read", "path", path, "err", err)
 	}
-	req, err := parseRestart(data)
-	if err != nil {
-		warnOnce("restart:"+path+string(data), "runnerstate: ignoring an unparsable restart request", "path", path, "err", err)
-		return restartRequest{}, false
-	}
-	return req, true
+	return req, state == fileOK
 }
 
 // parseRestart parses restart.json content.
 func parseRestart(data []byte) (restartRequest, error) {
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 || data[0] != '{' {
-		return restartRequest{}, errors.New("not a JSON object")
-	}
 	var req restartRequest
-	if err := json.Unmarshal(data, &req); err != nil {
+	if err := durable.DecodeObject(data, &req); err != nil {
 		return restartRequest{}, err
 	}
 	if strength(req.Mode) == 0 {
@@ -171,75 +160,51 @@ func ClearRestart(dir string) error {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	return withStateLock(dir, func() error { return removeState(dir, RestartName) })
+	return withStateLock(dir, func() error { return public(durable.Remove(dir, RestartName)) })
 }
 
-// removeState removes dir/name if it is there, and syncs dir.
-func removeState(dir, name string) error {
-	path := filepath.Join(dir, name)
-	if err := os.Remove(path); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		return pathError("remove", path, unwrapPathErr(err))
-	}
-	return syncDir(dir)
-}
+// Retiring a request: three policies, one for each moment a request can stop
+// being meant for anyone. Each runs under the state lock.
 
-// retireRestart removes a restart request that is not for self: one made for
-// another instance, or before since. Called by a fresh holder under the state
-// lock. An unparsable request is set aside.
-func retireRestart(dir string, self Identity, since time.Time) {
+// retireOnAdmission removes, for self, a runner admitted by a call that began
+// at since, a restart request that is not for it: one a takeover left for the
+// runner it replaced, one made for another instance, or one made before
+// since. An unparsable request is set aside.
+func retireOnAdmission(dir string, self Identity, since time.Time) {
 	path := filepath.Join(dir, RestartName)
-	data, err := readHint(path, maxRecordSize)
-	if err != nil {
-		if !isNotExist(err) && !errors.Is(err, errIsDir) {
+	req, state, err := readState(path, parseRestart)
+	switch {
+	case state == fileAbsent:
+		return
+	case state == fileCorrupt:
+		if !errors.Is(err, durable.ErrIsDir) {
 			setAside(dir, RestartName, "file", err)
 		}
 		return
 	}
-	req, err := parseRestart(data)
-	if err != nil {
-		setAside(dir, RestartName, "file", err)
-		return
-	}
 	if req.Takeover || (req.For != "" && req.For != self.Instance) || req.RequestedAt.Before(since) {
-		if err := removeState(dir, RestartName); err == nil {
+		if err := durable.Remove(dir, RestartName); err == nil {
 			logger().Info("runnerstate: retired a restart request meant for the previous runner", "path", path, "mode", req.Mode, "requested_at", req.RequestedAt)
 		}
 	}
 }
 
-// retireRestartFor removes a restart request addressed to instance.
-func retireRestartFor(dir, instance string) {
+// retireOnRelease removes, for a runner letting go, a restart request
+// addressed to it (instance).
+func retireOnRelease(dir, instance string) {
 	if req, ok := readRestart(dir); ok && req.For == instance && instance != "" {
-		removeState(dir, RestartName)
+		durable.Remove(dir, RestartName)
 	}
 }
 
-// retireRestartAddressed removes a restart request addressed to a specific
-// runner (which is gone when this is called under the runner lock).
-func retireRestartAddressed(dir string) bool {
+// retireOnClear removes, for ClearStale, a restart request addressed to any
+// runner: holding the runner lock, that runner is gone. It reports whether
+// one was removed.
+func retireOnClear(dir string) bool {
 	if req, ok := readRestart(dir); ok && req.For != "" {
-		return removeState(dir, RestartName) == nil
+		return durable.Remove(dir, RestartName) == nil
 	}
 	return false
-}
-
-// setAside renames an unreadable state file to <name>.corrupt, replacing an
-// older one, and logs it; what names the file in the log ("file", "runner
-// record"). It reports whether the file was moved. Called only under the
-// runner lock.
-func setAside(dir, name, what string, why error) bool {
-	path := filepath.Join(dir, name)
-	aside := path + corruptSuffix
-	if err := os.Rename(path, aside); err != nil {
-		warnOnce("aside:"+path, "runnerstate: could not set aside an unreadable "+what, "path", path, "err", why, "rename_err", err)
-		return false
-	}
-	syncDir(dir)
-	logger().Warn("runnerstate: set aside an unreadable "+what, "path", path, "aside", aside, "err", why)
-	return true
 }
 
 // WatchRestart delivers dir's restart requests: one already pending when it
@@ -263,8 +228,8 @@ func WatchRestart(ctx context.Context, dir string) <-chan string {
 	}
 	go func() {
 		defer close(ch)
-		w := newDirWatcher(dir)
-		defer w.close()
+		w := dirwatch.New(dir)
+		defer w.Close()
 		var last restartRequest
 		delivered := false
 		for {
@@ -280,7 +245,7 @@ func WatchRestart(ctx context.Context, dir string) <-chan string {
 				}
 				continue
 			}
-			if err := w.wait(ctx, 0, nil); err != nil {
+			if err := w.Wait(ctx, 0, nil); err != nil {
 				return
 			}
 		}
@@ -288,6 +253,10 @@ func WatchRestart(ctx context.Context, dir string) <-chan string {
 	return ch
 }
 
+// sameRequest reports whether a and b are one request: the same mode, for
+// the same runner, made at the same instant. The watcher compares so to
+// deliver each request once, however often its file is rewritten (a request
+// kept as it is by a weaker one, a rewrite of the same bytes).
 func sameRequest(a, b restartRequest) bool {
 	return a.Mode == b.Mode && a.For == b.For && a.RequestedAt.Equal(b.RequestedAt)
 }

@@ -4,6 +4,23 @@
 // takes over hand the directory between them without ever overlapping,
 // without signalling the wrong process, and without losing or tearing state.
 //
+// # Index by concern
+//
+//   - The runner directory: Acquire, Running, ClearStale, StalePIDs, Status
+//     and Report; LockName, RecordName, RestartName; ExitBusy; SetLogger.
+//   - Takeover and standby: Takeover with TakeoverOptions (DefaultGrace,
+//     DefaultKillAfter), ErrSuperseded; Standby with StandbyOptions and
+//     StandbyResult.
+//   - Restart requests: RequestRestart, RestartRequested, ClearRestart,
+//     WatchRestart; RestartDrain, RestartNow; ErrBadMode.
+//   - Records and state files: Identity and Self, Record and Publish,
+//     ErrNotHolder; SaveLines, LoadLines, AppendLine, MigrateFile.
+//   - Kernel locks on any file: Lock, TryLock, RLock, TryRLock; BusyError,
+//     ErrBusy, ErrLockingUnsupported.
+//   - One server per scope, and the sync mark: AcquireScope, ScopeOwner,
+//     ReadScopeOwner; SyncRunning, NoSyncRunning; ErrSyncRunning,
+//     ErrSyncUnknown.
+//
 // # Authority and hints
 //
 // The kernel lock (flock(2) on runner.lock) is the only authority: it is held
@@ -22,6 +39,7 @@
 //	runner.json   the Record the holder published (Publish); removed on release.
 //	restart.json  a pending restart request (RequestRestart).
 //	gate.json     the takeover gate: waiting starters (Takeover, Status).
+//	.state.lock   the state lock (below).
 //
 // A scope directory (AcquireScope) holds scope.lock and scope.owner.json; a
 // data root (SyncRunning, NoSyncRunning) holds sync.lock.
@@ -34,8 +52,9 @@
 //
 // Read-modify-write of the files above (an append, a restart request, the
 // gate) is serialised across goroutines and processes by the directory's
-// state lock: an exclusive flock(2) on the directory itself (a ".state.lock"
-// file on Windows), held only for one small file write. A wait for it ends
+// state lock: an exclusive flock(2) on .state.lock in the directory, held
+// only for one small file write. A lock others take on the directory itself
+// (flock(1)'s idiom, "flock DIR cmd") never touches it. A wait for it ends
 // with the caller's context where there is one, and after 30 s in any case;
 // a writer stopped (SIGSTOP) while holding it stalls the others until then.
 //
@@ -72,20 +91,26 @@
 // and other Unix systems verify start times through sysctl and probe locks
 // with a non-blocking shared lock. Windows locks through LockFileEx and
 // verifies creation times, but cannot read a locked file's content, so the
-// holder is named from runner.json only; SIGTERM does not exist there.
+// holder is named from runner.json only; SIGTERM does not exist there. A
+// system without file locks (js, wasip1, plan9) builds, and every lock
+// answers ErrLockingUnsupported at run time.
 package runnerstate
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
 
@@ -99,7 +124,7 @@ const (
 // Internal files of a runner directory.
 const (
 	gateName      = "gate.json"   // the takeover gate's waiting starters
-	stateLockName = ".state.lock" // the state lock where directories cannot be locked (Windows)
+	stateLockName = ".state.lock" // the state lock, serialising state writes
 	corruptSuffix = ".corrupt"    // an unreadable state file set aside by a fresh holder
 )
 
@@ -108,12 +133,106 @@ const (
 // again later".
 const ExitBusy = 75
 
-// holder is this process's hold on a runner directory, taken by Acquire or
-// Takeover.
-type holder struct {
+// Logging.
+
+var loggerPtr atomic.Pointer[slog.Logger]
+
+// SetLogger sets where warnings go (a stale record cleared, a corrupt file set
+// aside, a foreign holder seen). nil restores the default, slog.Default().
+// Safe for concurrent use.
+func SetLogger(l *slog.Logger) { loggerPtr.Store(l) }
+
+func logger() *slog.Logger {
+	if l := loggerPtr.Load(); l != nil {
+		return l
+	}
+	return slog.Default()
+}
+
+// warnOnce logs a warning once per key for the life of the process, so that a
+// corrupt file that every probe reads is reported once, not on every probe.
+// The memory is bounded: past maxWarned keys it starts afresh.
+func warnOnce(key, msg string, args ...any) {
+	warned.Lock()
+	if _, ok := warned.keys[key]; ok {
+		warned.Unlock()
+		return
+	}
+	if len(warned.keys) >= maxWarned {
+		clear(warned.keys)
+	}
+	warned.keys[key] = struct{}{}
+	warned.Unlock()
+	logger().Warn(msg, args...)
+}
+
+const maxWarned = 1024
+
+var warned = struct {
+	sync.Mutex
+	keys map[string]struct{}
+}{keys: make(map[string]struct{})}
+
+// Errors.
+
+// errBadName refuses a state file name that is not a plain file name.
+var errBadName = errors.New("is not a plain file name of its own")
+
+// pathError names the operation and path. The operation carries the package
+// name so that every message starts with it.
+func pathError(op, path string, err error) error {
+	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: err}
+}
+
+// errorf formats an error whose message starts with the package name.
+func errorf(format string, args ...any) error {
+	return fmt.Errorf("runnerstate: "+format, args...)
+}
+
+// public turns an error from an internal package into this package's
+// vocabulary: the *fs.PathError it is gets an Op that names the package, so
+// that every message starts with "runnerstate: ", and a filesystem's refusal
+// of locks becomes ErrLockingUnsupported. Anything else passes as it is.
+func public(err error) error {
+	pe, ok := err.(*fs.PathError)
+	if !ok {
+		return err
+	}
+	var ue *filelock.UnsupportedError
+	if errors.As(pe.Err, &ue) {
+		return fmt.Errorf("runnerstate: lock %s: %w (%w)", pe.Path, ErrLockingUnsupported, ue.Err)
+	}
+	if strings.HasPrefix(pe.Op, "runnerstate: ") {
+		return err
+	}
+	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: pe.Err}
+}
+
+// isNotExist reports whether err says a path does not exist.
+func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
+
+// checkDir refuses the empty directory name. "" would mean the current
+// directory to the calls that join paths and an error to those that stat
+// it, so it is the same clear error for all of them.
+func checkDir(op, dir string) error {
+	if dir == "" {
+		return errorf("%s: the directory name is empty; name one (\".\" is the current directory)", op)
+	}
+	return nil
+}
+
+// ensureDir creates dir (0755, parents too) when it does not exist and checks
+// it is a directory.
+func ensureDir(dir string) error { return public(durable.EnsureDir(dir)) }
+
+// This process's holds.
+
+// hold is this process's hold on a runner directory, taken by Acquire or
+// Takeover. (The holder is the process that has one, seen from outside.)
+type hold struct {
 	dir        string
-	key        dirKey
-	lock       *lockFile
+	key        durable.Key
+	lock       *filelock.File
 	self       Identity
 	acquiredAt time.Time
 	once       sync.Once
@@ -121,20 +240,36 @@ type holder struct {
 
 // The runner directories this process holds, keyed by the directory's device
 // and inode so that two spellings of one directory are one key.
-var holders = struct {
+var holds = struct {
 	sync.Mutex
-	m map[dirKey]*holder
-}{m: make(map[dirKey]*holder)}
+	m map[durable.Key]*hold
+}{m: make(map[durable.Key]*hold)}
 
-// heldBy returns this process's hold on dir, or nil.
-func heldBy(dir string) *holder {
-	key, err := keyOf(dir)
+// holdOf returns this process's hold on dir, or nil.
+func holdOf(dir string) *hold {
+	key, err := durable.KeyOf(dir)
 	if err != nil {
 		return nil
 	}
-	holders.Lock()
-	defer holders.Unlock()
-	return holders.m[key]
+	holds.Lock()
+	defer holds.Unlock()
+	return holds.m[key]
+}
+
+// newHold is a hold of dir through l, not yet registered.
+func newHold(dir string, l *filelock.File, self Identity) (*hold, error) {
+	key, err := durable.KeyOf(dir)
+	if err != nil {
+		return nil, public(err)
+	}
+	return &hold{dir: dir, key: key, lock: l, self: self, acquiredAt: time.Now()}, nil
+}
+
+// register records h as this process's hold on its directory, for Publish.
+func (h *hold) register() {
+	holds.Lock()
+	holds.m[h.key] = h
+	holds.Unlock()
 }
 
 // Acquire takes dir's runner lock without waiting, creating dir (0755) and
@@ -160,76 +295,72 @@ func Acquire(dir string) (release func(), err error) {
 	if err := checkDir("Acquire", dir); err != nil {
 		return nil, err
 	}
-	h, err := acquireRunner(dir, time.Now())
+	h, err := acquire(dir, time.Now())
 	if err != nil {
 		return nil, err
 	}
 	return h.release, nil
 }
 
-// acquireRunner takes the runner lock; since is when the caller's attempt
-// began, for retiring restart requests made before it.
-func acquireRunner(dir string, since time.Time) (*holder, error) {
+// acquire is Acquire for a call that began at since: a restart request made
+// since then is kept for the new runner.
+func acquire(dir string, since time.Time) (*hold, error) {
 	if err := ensureDir(dir); err != nil {
 		return nil, err
 	}
-	lockPath := filepath.Join(dir, LockName)
-	l, err := tryRunnerLock(lockPath)
-	if err == errWouldBlock {
-		return nil, busyError(lockPath, nil)
-	}
+	l, err := tryRunnerLock(filepath.Join(dir, LockName))
 	if err != nil {
 		return nil, err
 	}
-	key, err := keyOf(dir)
+	h, err := newHold(dir, l, Self())
+	if err == nil {
+		err = writeIdentity(l, h.self)
+	}
 	if err != nil {
-		l.release()
+		l.Release()
 		return nil, err
 	}
-	self := Self()
-	h := &holder{dir: dir, key: key, lock: l, self: self, acquiredAt: time.Now()}
-	line, _ := json.Marshal(self)
-	if err := l.writeContent(append(line, '\n')); err != nil {
-		l.release()
-		return nil, err
+	// Clearing what a previous runner left is best effort: those files are
+	// hints, and the kernel lock is already this process's.
+	if err := withStateLock(dir, func() error { settleIn(dir, h.self, since); return nil }); err != nil {
+		logger().Warn("runnerstate: could not clear the previous runner's files", "dir", dir, "err", err)
 	}
-	h.adopt(since)
 	h.register()
 	return h, nil
 }
 
-// register records h as this process's hold on its directory, for Publish.
-func (h *holder) register() {
-	holders.Lock()
-	holders.m[h.key] = h
-	holders.Unlock()
-}
-
 // tryRunnerLock makes a non-blocking attempt on a runner lock, creating it
-// 0600. Where lock holders can only be probed, a probe holds a shared lock
-// for an instant, so a busy answer is tried again for a few milliseconds.
-func tryRunnerLock(lockPath string) (*lockFile, error) {
-	createPrivate(lockPath)
-	l, err := acquireNB(lockPath, kindExclusive)
-	for try := 0; err == errWouldBlock && probesInterfere() && try < 5; try++ {
+// 0600: a *BusyError naming the holder when it is held. Where lock holders
+// can only be probed, a probe holds a shared lock for an instant, so a busy
+// answer is tried again for a few milliseconds.
+func tryRunnerLock(lockPath string) (*filelock.File, error) {
+	l, err := filelock.TryLock(lockPath, filelock.Exclusive, 0o600)
+	for try := 0; errors.Is(err, filelock.ErrWouldBlock) && !filelock.ListsHolders() && try < 5; try++ {
 		time.Sleep(time.Millisecond)
-		l, err = acquireNB(lockPath, kindExclusive)
+		l, err = filelock.TryLock(lockPath, filelock.Exclusive, 0o600)
 	}
-	return l, err
+	if errors.Is(err, filelock.ErrWouldBlock) {
+		return nil, busyError(lockPath, nil)
+	}
+	return l, public(err)
 }
 
-// adopt clears what a previous runner left, now that this process holds the
-// lock. Failures are logged: a stale file is a hint, and the kernel lock is
-// already ours.
-func (h *holder) adopt(since time.Time) {
-	err := withStateLock(h.dir, func() error {
-		clearStaleRecord(h.dir, h.self)
-		retireRestart(h.dir, h.self, since)
-		return nil
-	})
+// writeIdentity writes self into the runner lock l, which this process holds.
+func writeIdentity(l *filelock.File, self Identity) error {
+	line, err := jsonLine(self)
 	if err != nil {
-		logger().Warn("runnerstate: could not clear the previous runner's files", "dir", h.dir, "err", err)
+		return err
 	}
+	return public(l.WriteContent(line))
+}
+
+// settleIn clears what a previous runner of dir left, for self, its new
+// holder, admitted by a call that began at since: a record that is not
+// self's, and a restart request not meant for self. Called under dir's state
+// lock, holding the runner lock. Failures are logged.
+func settleIn(dir string, self Identity, since time.Time) {
+	clearStaleRecord(dir, self)
+	retireOnAdmission(dir, self, since)
 }
 
 // clearStaleRecord removes a runner.json that is not self's, and sets aside
@@ -246,7 +377,7 @@ func clearStaleRecord(dir string, self Identity) (int, bool) {
 			return 0, false
 		}
 		v, why := liveness.Check(liveness.Identity(rec.Process))
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(path); err != nil && !isNotExist(err) {
 			logger().Warn("runnerstate: could not remove a stale record", "path", path, "err", err)
 			return rec.PID, false
 		}
@@ -259,11 +390,55 @@ func clearStaleRecord(dir string, self Identity) (int, bool) {
 		return rec.PID, true
 	}
 	// Corrupt: unreadable, unparsable, a symlink, a directory.
-	if errors.Is(err, errIsDir) {
+	if errors.Is(err, durable.ErrIsDir) {
 		warnOnce("dir:"+path, "runnerstate: a directory stands where the runner record belongs; Publish will fail until it is moved", "path", path)
 		return 0, false
 	}
 	return 0, setAside(dir, RecordName, "runner record", err)
+}
+
+// release gives the directory up: it removes runner.json, retires a restart
+// request addressed to this runner, clears the identity in runner.lock and
+// frees the lock.
+func (h *hold) release() {
+	h.once.Do(func() {
+		holds.Lock()
+		if holds.m[h.key] == h {
+			delete(holds.m, h.key)
+		}
+		holds.Unlock()
+		err := letGo(h.lock, func() error {
+			return withStateLock(h.dir, func() error {
+				if rec, state, _ := readRecord(h.dir); state == fileOK && sameProcess(rec.Process, h.self) {
+					if err := os.Remove(filepath.Join(h.dir, RecordName)); err != nil && !isNotExist(err) {
+						return pathError("remove", filepath.Join(h.dir, RecordName), durable.Unwrap(err))
+					}
+				}
+				retireOnRelease(h.dir, h.self.Instance)
+				return public(durable.SyncDir(h.dir))
+			})
+		})
+		if err != nil {
+			logger().Warn("runnerstate: release could not clean up", "dir", h.dir, "err", err)
+		}
+	})
+}
+
+// letGo frees l, a lock this process holds on a file it wrote its identity
+// into. While l is still the file at its path, cleanup first removes what
+// names this process beside it (a record, a sidecar), then the identity is
+// cleared, so that a successor never finds the lock free while a file still
+// names this process. When the file was replaced under l, nothing at the
+// path is this hold's, and only the lock is freed. cleanup's error is
+// returned; the lock is freed in any case.
+func letGo(l *filelock.File, cleanup func() error) error {
+	defer l.Release()
+	if ok, _ := l.AtPath(); !ok {
+		return nil
+	}
+	err := cleanup()
+	l.WriteContent(nil)
+	return err
 }
 
 // Running reports whether a runner holds dir's lock now, and who. The kernel
@@ -318,37 +493,33 @@ func ClearStale(dir string) (pid int, cleared bool, err error) {
 		return 0, false, err
 	}
 	if fi, err := os.Stat(dir); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
+		if isNotExist(err) {
 			return 0, false, nil
 		}
-		return 0, false, pathError("stat", dir, unwrapPathErr(err))
+		return 0, false, pathError("stat", dir, durable.Unwrap(err))
 	} else if !fi.IsDir() {
-		return 0, false, pathError("refusing", dir, errors.New("is not a directory"))
+		return 0, false, pathError("refusing", dir, durable.ErrNotDir)
 	}
-	lockPath := filepath.Join(dir, LockName)
-	l, err := tryRunnerLock(lockPath)
-	if err == errWouldBlock {
-		be := busyError(lockPath, nil)
+	l, err := tryRunnerLock(filepath.Join(dir, LockName))
+	var be *BusyError
+	if errors.As(err, &be) {
 		return be.PID, false, be
 	}
 	if err != nil {
 		return 0, false, err
 	}
-	defer l.release()
-	content, _ := l.readContent(maxLockContent)
+	defer l.Release()
+	content, _ := l.ReadContent(maxLockContent)
 	lockID, lockOK := parseLockContent(content)
 	err = withStateLock(dir, func() error {
-		recPID, recCleared := clearStaleRecord(dir, Identity{})
-		pid, cleared = recPID, recCleared
-		if retireRestartAddressed(dir) {
+		pid, cleared = clearStaleRecord(dir, Identity{})
+		if retireOnClear(dir) {
 			cleared = true
 		}
 		return nil
 	})
-	if len(content) > 0 {
-		if werr := l.writeContent(nil); werr == nil {
-			cleared = true
-		}
+	if len(content) > 0 && l.WriteContent(nil) == nil {
+		cleared = true
 	}
 	if pid == 0 && lockOK {
 		pid = lockID.PID
@@ -365,22 +536,16 @@ const maxLockContent = 4096
 // caller must verify an identity before acting on one. It locks nothing and
 // creates nothing.
 func StalePIDs(dir string) []int {
-	var pids []int
 	if dir == "" {
 		return nil
 	}
+	var pids []int
 	add := func(pid int) {
-		if pid <= 0 {
-			return
+		if pid > 0 && !containsPID(pids, pid) {
+			pids = append(pids, pid)
 		}
-		for _, p := range pids {
-			if p == pid {
-				return
-			}
-		}
-		pids = append(pids, pid)
 	}
-	if data, err := readHint(filepath.Join(dir, LockName), maxLockContent); err == nil {
+	if data, err := readFile(filepath.Join(dir, LockName), maxLockContent); err == nil {
 		if id, ok := parseLockContent(data); ok {
 			add(id.PID)
 		}
@@ -389,6 +554,15 @@ func StalePIDs(dir string) []int {
 		add(rec.PID)
 	}
 	return pids
+}
+
+func containsPID(pids []int, pid int) bool {
+	for _, p := range pids {
+		if p == pid {
+			return true
+		}
+	}
+	return false
 }
 
 // Report is everything an operator needs to know about a runner directory,
@@ -417,15 +591,13 @@ type Report struct {
 // Errors: an error naming the path when dir exists but cannot be read, or
 // runner.lock is a symlink or a directory. A missing dir reports not held.
 func Status(dir string) (Report, error) {
+	r := Report{Dir: dir, Waiting: []Identity{}, Stale: []int{}, Warnings: []string{}}
 	if err := checkDir("Status", dir); err != nil {
-		return Report{Waiting: []Identity{}, Stale: []int{}, Warnings: []string{}}, err
+		return r, err
 	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		abs = dir
+	if abs, err := filepath.Abs(dir); err == nil {
+		r.Dir = abs
 	}
-	r := Report{Dir: abs, Waiting: []Identity{}, Stale: []int{}, Warnings: []string{}}
-	lockPath := filepath.Join(dir, LockName)
 	st := inspectRunner(dir)
 	if st.err != nil {
 		return r, st.err
@@ -438,25 +610,15 @@ func Status(dir string) (Report, error) {
 	rec, recState, recErr := readRecord(dir)
 	if st.held {
 		r.Holder = holderRecord(st, rec, recState)
-		switch st.verdict {
-		case liveness.Foreign:
-			r.Warnings = append(r.Warnings, fmt.Sprintf("%s names a holder on another machine (%s); it is never signalled", lockPath, st.content))
-		case liveness.OtherNamespace:
-			r.Warnings = append(r.Warnings, fmt.Sprintf("%s names a holder in another PID namespace (%s); it is never signalled", lockPath, st.content))
-		}
-		if st.held && !st.verified {
-			r.Warnings = append(r.Warnings, fmt.Sprintf("the holder of %s cannot be verified (%s)", lockPath, st.reason))
-		}
+		r.Warnings = append(r.Warnings, st.warnings(filepath.Join(dir, LockName))...)
 	}
 	if recState == fileCorrupt {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%s cannot be read and is ignored: %v", filepath.Join(dir, RecordName), recErr))
 	}
-	// Stale pids: those the files name that are not the live holder.
 	for _, pid := range StalePIDs(dir) {
-		if st.held && st.verified && pid == st.pid {
-			continue
+		if !(st.held && st.verified && pid == st.pid) {
+			r.Stale = append(r.Stale, pid)
 		}
-		r.Stale = append(r.Stale, pid)
 	}
 	if mode, ok := RestartRequested(dir); ok {
 		r.Restart = mode
@@ -482,97 +644,128 @@ type lockState struct {
 	err       error            // the lock path is unusable (symlink, directory...)
 }
 
+// warnings are what Status says about a held lock at lockPath.
+func (st lockState) warnings(lockPath string) []string {
+	var w []string
+	switch st.verdict {
+	case liveness.Foreign:
+		w = append(w, fmt.Sprintf("%s names a holder on another machine (%s); it is never signalled", lockPath, st.content))
+	case liveness.OtherNamespace:
+		w = append(w, fmt.Sprintf("%s names a holder in another PID namespace (%s); it is never signalled", lockPath, st.content))
+	}
+	if !st.verified {
+		w = append(w, fmt.Sprintf("the holder of %s cannot be verified (%s)", lockPath, st.reason))
+	}
+	return w
+}
+
+// alive reports whether the identity in the lock file is verified alive.
+func (st lockState) alive() bool {
+	return st.verdict == liveness.Alive || st.verdict == liveness.Self
+}
+
 // inspectLock looks at a lock file without touching the lock: who holds it,
-// according to the kernel, and whether the identity written in it is that
-// holder and alive. A shared lock counts as held too: it refuses Acquire as
-// surely as an exclusive one (any user who can read the file can take one).
+// according to the kernel (or, where the kernel lists no holders, a probe),
+// and whether the identity written in it is that holder and alive. A shared
+// lock counts as held too: it refuses Acquire as surely as an exclusive one
+// (any user who can read the file can take one).
 func inspectLock(path string) lockState {
 	var st lockState
-	data, rerr := readHint(path, maxLockContent)
-	if rerr != nil && !isNotExist(rerr) && rerr != errTooLarge {
-		if errors.Is(rerr, errSymlink) || errors.Is(rerr, errIsDir) || errors.Is(rerr, errNotRegular) {
-			st.err = rerr
-			return st
-		}
-	}
-	if errors.Is(rerr, syscall.ENOTDIR) {
-		st.err = pathError("refusing", filepath.Dir(path), errors.New("is not a directory"))
+	if st.err = st.readContent(path); st.err != nil {
 		return st
 	}
-	if rerr == nil || rerr == errTooLarge {
-		st.content, st.contentOK = parseLockContent(data)
-	}
-	if st.contentOK {
-		var why string
-		st.verdict, why = liveness.Check(liveness.Identity(st.content))
-		st.reason = st.content.String() + ": " + st.verdict.String() + " (" + why + ")"
-	} else {
-		st.reason = "the lock file names no holder"
-	}
-	alive := st.verdict == liveness.Alive || st.verdict == liveness.Self
-
-	locks, exists, known := kernelLocks(path)
-	if !exists {
+	holders, exists, known := filelock.Holders(path)
+	switch {
+	case !exists:
 		return lockState{}
-	}
-	if known && len(locks) == 0 && alive {
-		// A release clears the identity before it unlocks, so a live
-		// identity in the file with no lock listed is most likely a pass of
-		// /proc/locks that missed the entry: the file is read a page per
-		// read(2), resumed by position, and locks that come and go between
-		// the reads shift entries out of view. Look again.
-		for range 3 {
-			if locks, _, _ = kernelLocks(path); len(locks) > 0 {
-				break
-			}
-		}
-	}
-	if known {
-		var firstPID int
-		for _, kl := range locks {
-			if st.contentOK && kl.pid == st.content.PID {
-				st.held, st.pid = true, kl.pid
-				st.verified = alive && kl.exclusive
-				if st.verified {
-					return st
-				}
-				continue
-			}
-			if kl.devMatch {
-				st.held = true
-				if firstPID == 0 || kl.exclusive {
-					firstPID = kl.pid
-				}
-			}
-		}
-		if st.pid == 0 {
-			st.pid = firstPID
-		}
-		if st.held && st.contentOK && !st.verified {
-			st.reason = fmt.Sprintf("the kernel names pid %d as the holder, not the lock file's %s", st.pid, st.content)
-		}
+	case !known:
+		st.probe(path)
 		return st
 	}
-	held, err := probeHeld(path)
-	if err != nil {
-		st.err = err
-		return st
+	if len(holders) == 0 && st.alive() {
+		holders = lookAgain(path)
 	}
-	st.held = held
-	if held && alive {
-		st.pid, st.verified = st.content.PID, true
-	}
+	st.fromHolders(holders)
 	return st
 }
 
-// holdsExclusive reports whether the kernel lists pid as an exclusive holder.
-func holdsExclusive(locks []kernelLock, pid int) bool {
-	for _, kl := range locks {
-		if kl.exclusive && kl.pid == pid {
-			return true
+// readContent reads the identity in the lock file at path and checks it.
+// It returns an error only for a path that cannot be a lock file.
+func (st *lockState) readContent(path string) error {
+	data, err := readFile(path, maxLockContent)
+	switch {
+	case errors.Is(err, durable.ErrSymlink), errors.Is(err, durable.ErrIsDir), errors.Is(err, durable.ErrNotRegular):
+		return err
+	case errors.Is(err, syscall.ENOTDIR):
+		return pathError("refusing", filepath.Dir(path), durable.ErrNotDir)
+	case err == nil, errors.Is(err, durable.ErrTooLarge):
+		st.content, st.contentOK = parseLockContent(data)
+	}
+	if !st.contentOK {
+		st.reason = "the lock file names no holder"
+		return nil
+	}
+	var why string
+	st.verdict, why = liveness.Check(liveness.Identity(st.content))
+	st.reason = st.content.String() + ": " + st.verdict.String() + " (" + why + ")"
+	return nil
+}
+
+// lookAgain reads the kernel's lock list again, up to three times, for a lock
+// file that names a live identity while the first pass listed no lock. A
+// release clears the identity before it unlocks, so that is most likely a
+// pass of /proc/locks that missed the entry: the file is read a page per
+// read(2), resumed by position, and locks that come and go between the reads
+// shift entries out of view.
+func lookAgain(path string) []filelock.Holder {
+	for range 3 {
+		if holders, _, _ := filelock.Holders(path); len(holders) > 0 {
+			return holders
 		}
 	}
-	return false
+	return nil
+}
+
+// fromHolders decides from the kernel's holders: held when any matches the
+// file, verified when the identity in it is alive and holds it exclusively.
+func (st *lockState) fromHolders(holders []filelock.Holder) {
+	var firstPID int
+	for _, h := range holders {
+		if st.contentOK && h.PID == st.content.PID {
+			st.held, st.pid = true, h.PID
+			st.verified = st.alive() && h.Exclusive
+			if st.verified {
+				return
+			}
+			continue
+		}
+		if h.DevMatch {
+			st.held = true
+			if firstPID == 0 || h.Exclusive {
+				firstPID = h.PID
+			}
+		}
+	}
+	if st.pid == 0 {
+		st.pid = firstPID
+	}
+	if st.held && st.contentOK && !st.verified {
+		st.reason = fmt.Sprintf("the kernel names pid %d as the holder, not the lock file's %s", st.pid, st.content)
+	}
+}
+
+// probe decides by taking and dropping a shared lock, where the kernel lists
+// no holders.
+func (st *lockState) probe(path string) {
+	held, err := filelock.ProbeHeld(path)
+	if err != nil {
+		st.err = public(err)
+		return
+	}
+	st.held = held
+	if held && st.alive() {
+		st.pid, st.verified = st.content.PID, true
+	}
 }
 
 // inspectRunner is inspectLock for dir's runner lock. Where the lock file
@@ -581,7 +774,7 @@ func holdsExclusive(locks []kernelLock, pid int) bool {
 // alive.
 func inspectRunner(dir string) lockState {
 	st := inspectLock(filepath.Join(dir, LockName))
-	if st.err != nil || !st.held || st.contentOK || kernelListsLocks() {
+	if st.err != nil || !st.held || st.contentOK || filelock.ListsHolders() {
 		return st
 	}
 	rec, state, _ := readRecord(dir)
@@ -591,15 +784,11 @@ func inspectRunner(dir string) lockState {
 	v, why := liveness.Check(liveness.Identity(rec.Process))
 	st.content, st.contentOK, st.verdict = rec.Process, true, v
 	st.reason = rec.Process.String() + " (from " + RecordName + "): " + v.String() + " (" + why + ")"
-	if v == liveness.Alive || v == liveness.Self {
+	if st.alive() {
 		st.pid, st.verified = rec.PID, true
 	}
 	return st
 }
-
-// probesInterfere reports whether lock holders can only be learned by
-// probing, so that a busy answer may be a probe's passing shared lock.
-func probesInterfere() bool { return !kernelListsLocks() }
 
 // dirWarnings reports what is odd about dir itself.
 func dirWarnings(dir string) []string {
@@ -611,63 +800,4 @@ func dirWarnings(dir string) []string {
 		return []string{fmt.Sprintf("%s is world-writable without the sticky bit: any user can replace the runner's files; chmod o-w or +t it", dir)}
 	}
 	return nil
-}
-
-// checkDir refuses the empty directory name. "" would mean the current
-// directory to the calls that join paths and an error to those that stat
-// it, so it is the same clear error for all of them.
-func checkDir(op, dir string) error {
-	if dir == "" {
-		return errorf("%s: the directory name is empty; name one (\".\" is the current directory)", op)
-	}
-	return nil
-}
-
-// ensureDir creates dir (0755, parents too) when it does not exist and checks
-// it is a directory.
-func ensureDir(dir string) error {
-	fi, err := os.Stat(dir)
-	if err == nil {
-		if !fi.IsDir() {
-			return pathError("refusing", dir, errors.New("is not a directory"))
-		}
-		return nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return pathError("stat", dir, unwrapPathErr(err))
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return pathError("mkdir", dir, unwrapPathErr(err))
-	}
-	return nil
-}
-
-// release gives the directory up: it removes runner.json, retires a restart
-// request addressed to this runner, clears the identity in runner.lock and
-// frees the lock.
-func (h *holder) release() {
-	h.once.Do(func() {
-		holders.Lock()
-		if holders.m[h.key] == h {
-			delete(holders.m, h.key)
-		}
-		holders.Unlock()
-		if ok, _ := h.lock.atPath(kindExclusive); ok {
-			err := withStateLock(h.dir, func() error {
-				path := filepath.Join(h.dir, RecordName)
-				if rec, state, _ := readRecord(h.dir); state == fileOK && sameProcess(rec.Process, h.self) {
-					if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-						return pathError("remove", path, unwrapPathErr(err))
-					}
-				}
-				retireRestartFor(h.dir, h.self.Instance)
-				return syncDir(h.dir)
-			})
-			if err != nil {
-				logger().Warn("runnerstate: release could not clean up", "dir", h.dir, "err", err)
-			}
-			h.lock.writeContent(nil)
-		}
-		h.lock.release()
-	})
 }

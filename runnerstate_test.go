@@ -6,9 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,92 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
-
-func init() {
-	// acquire: Acquire and Publish dir, say "acquired", hold until stdin
-	// closes. Commands: "spawn" starts a long-lived `sleep` child and says
-	// "spawned <pid>"; "read" reads runner.lock with os.ReadFile in this
-	// process and says "read".
-	roles["acquire"] = func(dir string) int {
-		release, err := Acquire(dir)
-		if err != nil {
-			say("error %v", err)
-			return 1
-		}
-		if err := Publish(dir, Record{MaxParallel: 2, Specs: []string{"demo"}}); err != nil {
-			say("error %v", err)
-			return 1
-		}
-		say("acquired")
-		for cmd := range commands() {
-			switch cmd {
-			case "spawn":
-				c := exec.Command("sleep", "600")
-				if err := c.Start(); err != nil {
-					say("error %v", err)
-					return 1
-				}
-				say("spawned %d", c.Process.Pid)
-			case "read":
-				os.ReadFile(filepath.Join(dir, LockName))
-				say("read")
-			}
-		}
-		release()
-		return 0
-	}
-	// try-acquire: one Acquire; says "acquired" (and releases) or "busy <pid>".
-	roles["try-acquire"] = func(dir string) int {
-		release, err := Acquire(dir)
-		if err != nil {
-			var be *BusyError
-			if errors.As(err, &be) {
-				say("busy %d", be.PID)
-				return 0
-			}
-			say("error %v", err)
-			return 1
-		}
-		release()
-		say("acquired")
-		return 0
-	}
-	// acquire-loop: Acquire, Publish, release, over and over, until told
-	// "stop"; then says "done <admitted> <refused>".
-	roles["acquire-loop"] = func(dir string) int {
-		cmds := commands()
-		say("looping")
-		ok, busy := 0, 0
-		for {
-			select {
-			case <-cmds:
-				say("done %d %d", ok, busy)
-				return 0
-			default:
-			}
-			release, err := Acquire(dir)
-			if err != nil {
-				if errors.Is(err, ErrBusy) {
-					busy++
-					continue
-				}
-				say("error %v", err)
-				return 1
-			}
-			if err := Publish(dir, Record{}); err != nil {
-				say("error %v", err)
-				return 1
-			}
-			ok++
-			release()
-		}
-	}
-}
 
 func readRecordFile(t *testing.T, dir string) Record {
 	t.Helper()
@@ -212,18 +130,18 @@ func writeJSON(t *testing.T, path string, v any) {
 func TestAcquireAfterZombieHolder(t *testing.T) {
 	dir := t.TempDir()
 	runner := startChild(t, "acquire", dir)
-	runner.expect("acquired")
+	runner.Expect("acquired")
 	rec := readRecordFile(t, dir)
-	require.Equal(t, runner.pid(), rec.PID)
+	require.Equal(t, runner.PID(), rec.PID)
 
-	require.NoError(t, runner.cmd.Process.Signal(syscall.SIGKILL))
+	require.NoError(t, runner.Cmd.Process.Signal(syscall.SIGKILL))
 	// Wait until the whole thread group has exited, without reaping it
 	// (WNOWAIT): then it is a zombie. A multi-threaded process's leader
 	// shows state Z in /proc while its other threads are still exiting and
 	// its files, the lock among them, still open.
 	var info unix.Siginfo
-	require.NoError(t, unix.Waitid(unix.P_PID, runner.pid(), &info, unix.WEXITED|unix.WNOWAIT, nil))
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(runner.pid()) + "/stat")
+	require.NoError(t, unix.Waitid(unix.P_PID, runner.PID(), &info, unix.WEXITED|unix.WNOWAIT, nil))
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(runner.PID()) + "/stat")
 	require.NoError(t, err, "not reaped yet")
 	st, err := liveness.ParseStat(data)
 	require.NoError(t, err)
@@ -236,9 +154,9 @@ func TestAcquireAfterZombieHolder(t *testing.T) {
 	assert.False(t, ok, "a zombie holds no lock")
 
 	next := startChild(t, "try-acquire", dir)
-	next.expect("acquired")
-	require.NoError(t, next.wait())
-	runner.wait()
+	next.Expect("acquired")
+	require.NoError(t, next.Wait())
+	runner.Wait()
 }
 
 // Case: runner.json is empty, "{", garbage, "0", or 1.5 KB of NUL bytes (a
@@ -293,15 +211,15 @@ func TestAcquireCorruptRecord(t *testing.T) {
 func TestChildNeverInheritsLock(t *testing.T) {
 	dir := t.TempDir()
 	runner := startChild(t, "acquire", dir)
-	runner.expect("acquired")
-	runner.send("spawn")
-	sleepPID, err := strconv.Atoi(runner.expect("spawned"))
+	runner.Expect("acquired")
+	runner.Send("spawn")
+	sleepPID, err := strconv.Atoi(runner.Expect("spawned"))
 	require.NoError(t, err)
 	sleeper, _ := os.FindProcess(sleepPID)
 	t.Cleanup(func() { sleeper.Kill() })
 
-	runner.kill()
-	runner.wait()
+	runner.Kill()
+	runner.Wait()
 	release, err := Acquire(dir)
 	require.NoError(t, err, "the runner's child must not hold the lock")
 	release()
@@ -314,17 +232,17 @@ func TestChildNeverInheritsLock(t *testing.T) {
 func TestReadingLockFileKeepsLock(t *testing.T) {
 	dir := t.TempDir()
 	runner := startChild(t, "acquire", dir)
-	runner.expect("acquired")
-	runner.send("read")
-	runner.expect("read")
+	runner.Expect("acquired")
+	runner.Send("read")
+	runner.Expect("read")
 	// And this process reads it too.
 	_, err := os.ReadFile(filepath.Join(dir, LockName))
 	require.NoError(t, err)
 
 	third := startChild(t, "try-acquire", dir)
-	assert.Equal(t, strconv.Itoa(runner.pid()), third.expect("busy"))
-	require.NoError(t, third.wait())
-	require.NoError(t, runner.stop())
+	assert.Equal(t, strconv.Itoa(runner.PID()), third.Expect("busy"))
+	require.NoError(t, third.Wait())
+	require.NoError(t, runner.Stop())
 }
 
 // Case: a symlink at runner.lock, runner.json or the temporary path, pointing
@@ -371,10 +289,8 @@ func TestSymlinksRefused(t *testing.T) {
 	})
 	t.Run("temporary file", func(t *testing.T) {
 		dir, victim := t.TempDir(), victimFile(t)
-		old := tempRandom
-		tempRandom = func() string { return "planted" }
-		defer func() { tempRandom = old }()
-		tmp := filepath.Join(dir, "."+"state"+tempInfix+writerTag()+"-planted")
+		defer durable.SetTempRandom(func() string { return "planted" })()
+		tmp := filepath.Join(dir, durable.TempPrefix("state")+durable.WriterTag()+"-planted")
 		require.NoError(t, os.Symlink(victim, tmp))
 		err := SaveLines(dir, "state", []string{"x"})
 		require.Error(t, err)
@@ -406,7 +322,7 @@ func TestRunningNeverInterferes(t *testing.T) {
 	for range 2 {
 		dir := t.TempDir()
 		c := startChild(t, "acquire-loop", dir)
-		c.expect("looping")
+		c.Expect("looping")
 		dirs, loops = append(dirs, dir), append(loops, c)
 	}
 	seenRecord, seenHeld := 0, 0
@@ -417,11 +333,11 @@ func TestRunningNeverInterferes(t *testing.T) {
 		if ok {
 			seenHeld++
 			if rec.PID != 0 {
-				assert.Equal(t, loops[k].pid(), rec.PID)
+				assert.Equal(t, loops[k].PID(), rec.PID)
 			}
 			if rec.Process.Instance != "" {
 				seenRecord++
-				assert.Equal(t, loops[k].pid(), rec.Process.PID)
+				assert.Equal(t, loops[k].PID(), rec.Process.PID)
 			}
 		}
 		if i%3 == 0 {
@@ -430,12 +346,12 @@ func TestRunningNeverInterferes(t *testing.T) {
 		}
 	}
 	for _, c := range loops {
-		c.send("stop")
-		f := strings.Fields(c.expect("done"))
+		c.Send("stop")
+		f := strings.Fields(c.Expect("done"))
 		require.Len(t, f, 2)
 		assert.Equal(t, "0", f[1], "an Acquire failed while only probes competed")
 		assert.NotEqual(t, "0", f[0])
-		require.NoError(t, c.stop())
+		require.NoError(t, c.Stop())
 	}
 	t.Logf("probes saw the lock held %d times, with a verified record %d times", seenHeld, seenRecord)
 }
@@ -443,11 +359,11 @@ func TestRunningNeverInterferes(t *testing.T) {
 func TestRunningReportsOnlyVerifiedRecords(t *testing.T) {
 	dir := t.TempDir()
 	runner := startChild(t, "acquire", dir)
-	runner.expect("acquired")
+	runner.Expect("acquired")
 	rec, ok, err := Running(dir)
 	require.NoError(t, err)
 	require.True(t, ok)
-	assert.Equal(t, runner.pid(), rec.PID)
+	assert.Equal(t, runner.PID(), rec.PID)
 	assert.Equal(t, []string{"demo"}, rec.Specs)
 
 	// A record rewritten to name another process is not reported.
@@ -457,15 +373,15 @@ func TestRunningReportsOnlyVerifiedRecords(t *testing.T) {
 	rec, ok, err = Running(dir)
 	require.NoError(t, err)
 	require.True(t, ok)
-	assert.Equal(t, Record{PID: runner.pid()}, rec)
+	assert.Equal(t, Record{PID: runner.PID()}, rec)
 
 	// A lock file with only a bare pid (an older runner) names the holder
 	// the kernel confirms, but cannot verify it.
-	require.NoError(t, os.WriteFile(filepath.Join(dir, LockName), []byte(strconv.Itoa(runner.pid())+"\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, LockName), []byte(strconv.Itoa(runner.PID())+"\n"), 0o644))
 	rec, ok, err = Running(dir)
 	require.NoError(t, err)
 	require.True(t, ok)
-	assert.Equal(t, Record{PID: runner.pid()}, rec)
+	assert.Equal(t, Record{PID: runner.PID()}, rec)
 	st, err := Status(dir)
 	require.NoError(t, err)
 	assert.True(t, st.Held)
@@ -477,9 +393,9 @@ func TestRunningReportsOnlyVerifiedRecords(t *testing.T) {
 	rec, ok, err = Running(dir)
 	require.NoError(t, err)
 	require.True(t, ok)
-	assert.Equal(t, Record{PID: runner.pid()}, rec)
+	assert.Equal(t, Record{PID: runner.PID()}, rec)
 
-	require.NoError(t, runner.stop())
+	require.NoError(t, runner.Stop())
 	_, ok, err = Running(dir)
 	require.NoError(t, err)
 	assert.False(t, ok)
@@ -513,10 +429,10 @@ func TestClearStale(t *testing.T) {
 
 	// A dead runner's leftovers: cleared, and its pid returned.
 	runner := startChild(t, "acquire", dir)
-	runner.expect("acquired")
-	dead := runner.pid()
-	runner.kill()
-	runner.wait()
+	runner.Expect("acquired")
+	dead := runner.PID()
+	runner.Kill()
+	runner.Wait()
 	assert.Equal(t, []int{dead}, StalePIDs(dir))
 	pid, cleared, err = ClearStale(dir)
 	require.NoError(t, err)
@@ -535,14 +451,14 @@ func TestClearStale(t *testing.T) {
 
 	// A live runner: its pid and a busy error.
 	live := startChild(t, "acquire", dir)
-	live.expect("acquired")
+	live.Expect("acquired")
 	pid, cleared, err = ClearStale(dir)
 	assert.ErrorIs(t, err, ErrBusy)
 	assert.ErrorIs(t, err, syscall.EWOULDBLOCK)
 	assert.False(t, cleared)
-	assert.Equal(t, live.pid(), pid)
+	assert.Equal(t, live.PID(), pid)
 	assert.FileExists(t, filepath.Join(dir, RecordName), "a live runner's record is left alone")
-	require.NoError(t, live.stop())
+	require.NoError(t, live.Stop())
 }
 
 func TestStatusJSON(t *testing.T) {
@@ -622,7 +538,7 @@ func TestAcquireRetiresOnlyOthersRestartRequests(t *testing.T) {
 	// Made while this runner was being admitted: kept for it.
 	since := time.Now()
 	write(restartRequest{Mode: RestartDrain, RequestedAt: time.Now()})
-	h, err := acquireRunner(dir, since)
+	h, err := acquire(dir, since)
 	require.NoError(t, err)
 	mode, ok := RestartRequested(dir)
 	assert.True(t, ok)

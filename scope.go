@@ -1,18 +1,17 @@
 package runnerstate
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
 
@@ -24,6 +23,11 @@ import (
 //   - The sync mark: many syncs or imports may run on a data root at once, and
 //     a reset must run only while none does (SyncRunning, NoSyncRunning). It is
 //     a reader/writer lock on one file: syncs share it, a reset takes it alone.
+
+// maxRecreated bounds how often SyncRunning and NoSyncRunning make the data
+// root again when it is removed under them; each round means somebody is
+// deleting it as fast as it is made.
+const maxRecreated = 16
 
 // The files of a scope directory and of a data root.
 const (
@@ -94,22 +98,10 @@ type ScopeOwner struct {
 // A wait that ends early may leave one goroutine blocked in flock(2) until
 // the holder releases, as Lock documents.
 //
-// One server per data dir, too: a server usually also owns its data dir
-// alone. That is a plain lock on a file in the data dir,
-// Lock(ctx, filepath.Join(dataDir, "server.lock")), taken after the scope:
-//
-//  1. Take the scope, then the data dir, always in that order, so two
-//     servers never wait for each other crosswise.
-//  2. When the data dir is refused, release the scope before exiting, so the
-//     scope does not stay held (and named after a data dir) by a process
-//     that serves nothing.
-//  3. On shutdown, finish the teardown (stop accepting, flush, close files,
-//     stop children) before releasing anything, then release the data dir and
-//     the scope: a successor admitted by the release must never start while
-//     this process still holds resources.
-//
-// The example shows the whole shape, and examples/scope is a server built
-// on it.
+// A server usually owns its data dir alone too: a plain
+// Lock(ctx, filepath.Join(dataDir, "server.lock")), taken after the scope,
+// released before it, and only after the teardown. The example shows the
+// order and why; examples/scope is a server built on it.
 func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func(), err error) {
 	if scopeDir == "" {
 		return nil, errorf("AcquireScope: the scope dir is empty")
@@ -125,7 +117,7 @@ func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func()
 	}
 	lockPath := filepath.Join(scopeDir, scopeLockName)
 	live := ctx.Err() == nil
-	l, err := acquireWait(ctx, lockPath, kindExclusive)
+	l, err := waitLock(ctx, lockPath, filelock.Exclusive, 0o644)
 	if err != nil {
 		var be *BusyError
 		if errors.As(err, &be) {
@@ -134,22 +126,18 @@ func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func()
 		return nil, err
 	}
 	self := Self()
-	line, err := jsonLine(self)
-	if err == nil {
-		err = l.writeContent(line)
-	}
-	if err != nil {
-		l.release()
+	if err := writeIdentity(l, self); err != nil {
+		l.Release()
 		return nil, err
 	}
 	prev, prevState, _ := readScopeOwner(scopeDir)
 	data, err := jsonLine(ScopeOwner{DataDir: dataDir, PID: self.PID, Process: self})
 	if err == nil {
-		err = writeAtomic(scopeDir, scopeOwnerName, data)
+		err = public(durable.Write(scopeDir, scopeOwnerName, data))
 	}
 	if err != nil {
-		l.writeContent(nil)
-		l.release()
+		l.WriteContent(nil)
+		l.Release()
 		return nil, err
 	}
 	switch ownerPath := filepath.Join(scopeDir, scopeOwnerName); prevState {
@@ -171,7 +159,7 @@ func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func()
 // scopeHold is this process's hold on a scope, from AcquireScope.
 type scopeHold struct {
 	dir  string
-	lock *lockFile
+	lock *filelock.File
 	self Identity
 	once sync.Once
 }
@@ -181,18 +169,15 @@ type scopeHold struct {
 // under it, the sidecar there may be another holder's, so it is left alone.
 func (h *scopeHold) release() {
 	h.once.Do(func() {
-		if ok, _ := h.lock.atPath(kindExclusive); ok {
-			path := filepath.Join(h.dir, scopeOwnerName)
+		err := letGo(h.lock, func() error {
 			if cur, state, _ := readScopeOwner(h.dir); state == fileOK && sameProcess(cur.Process, h.self) {
-				if err := os.Remove(path); err != nil && !isNotExist(err) {
-					logger().Warn("runnerstate: could not remove the scope owner record", "path", path, "err", err)
-				} else {
-					syncDir(h.dir)
-				}
+				return public(durable.Remove(h.dir, scopeOwnerName))
 			}
-			h.lock.writeContent(nil)
+			return nil
+		})
+		if err != nil {
+			logger().Warn("runnerstate: could not remove the scope owner record", "path", filepath.Join(h.dir, scopeOwnerName), "err", err)
 		}
-		h.lock.release()
 	})
 }
 
@@ -215,35 +200,13 @@ func ReadScopeOwner(scopeDir string) (ScopeOwner, bool) {
 }
 
 func readScopeOwner(scopeDir string) (ScopeOwner, fileState, error) {
-	path := filepath.Join(scopeDir, scopeOwnerName)
-	data, err := readHint(path, maxRecordSize)
-	if err != nil {
-		if isNotExist(err) {
-			return ScopeOwner{}, fileAbsent, nil
-		}
-		if err == errTooLarge {
-			err = pathError("read", path, errTooLarge)
-		}
-		return ScopeOwner{}, fileCorrupt, err
-	}
-	owner, err := parseScopeOwner(data)
-	if err != nil {
-		return ScopeOwner{}, fileCorrupt, pathError("parse", path, err)
-	}
-	return owner, fileOK, nil
+	return readState(filepath.Join(scopeDir, scopeOwnerName), parseScopeOwner)
 }
 
 // parseScopeOwner parses scope.owner.json: a JSON object naming a data dir.
 func parseScopeOwner(data []byte) (ScopeOwner, error) {
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 {
-		return ScopeOwner{}, errors.New("empty file")
-	}
-	if data[0] != '{' {
-		return ScopeOwner{}, errors.New("not a JSON object")
-	}
 	var owner ScopeOwner
-	if err := json.Unmarshal(data, &owner); err != nil {
+	if err := durable.DecodeObject(data, &owner); err != nil {
 		return ScopeOwner{}, err
 	}
 	if owner.DataDir == "" {
@@ -303,15 +266,15 @@ func SyncRunning(ctx context.Context, root string) (release func(), err error) {
 		if err := ensureDir(root); err != nil {
 			return nil, err
 		}
-		l, err := acquireWait(ctx, path, kindShared)
+		l, err := waitLock(ctx, path, filelock.Shared, 0o644)
 		if err == nil {
-			return l.release, nil
+			return l.Release, nil
 		}
 		var be *BusyError
 		if errors.As(err, &be) {
 			return nil, err
 		}
-		if isNotExist(err) && attempt < maxReplaced {
+		if isNotExist(err) && attempt < maxRecreated {
 			continue // root was removed while we waited: make it again and lock there
 		}
 		logger().Warn("runnerstate: the sync mark cannot be taken; this sync runs unmarked, and resets are refused until the mark is fixed",
@@ -352,16 +315,16 @@ func NoSyncRunning(root string) (release func(), err error) {
 		if err := ensureDir(root); err != nil {
 			return nil, err
 		}
-		l, err := acquireNB(path, kindExclusive)
+		l, err := filelock.TryLock(path, filelock.Exclusive, 0o644)
 		switch {
 		case err == nil:
-			return l.release, nil
-		case err == errWouldBlock:
+			return l.Release, nil
+		case errors.Is(err, filelock.ErrWouldBlock):
 			return nil, syncBusy(path)
-		case isNotExist(err) && attempt < maxReplaced:
+		case isNotExist(err) && attempt < maxRecreated:
 			continue // root was removed under us: make it again
 		}
-		return nil, syncUnknown(root, path, err)
+		return nil, syncUnknown(root, path, public(err))
 	}
 }
 
@@ -369,16 +332,16 @@ func NoSyncRunning(root string) (release func(), err error) {
 // kernel lists (Linux), told apart as syncs (shared) and resets (exclusive).
 func syncBusy(path string) error {
 	be := &BusyError{Path: path}
-	locks, _, _ := kernelLocks(path)
+	holders, _, _ := filelock.Holders(path)
 	var shared, exclusive []int
-	for _, kl := range locks {
-		if kl.pid <= 0 {
+	for _, h := range holders {
+		if h.PID <= 0 {
 			continue
 		}
-		if kl.exclusive {
-			exclusive = append(exclusive, kl.pid)
+		if h.Exclusive {
+			exclusive = append(exclusive, h.PID)
 		} else {
-			shared = append(shared, kl.pid)
+			shared = append(shared, h.PID)
 		}
 	}
 	slices.Sort(shared)
@@ -416,11 +379,11 @@ func syncUnknown(root, path string, cause error) error {
 	switch {
 	case errors.Is(cause, ErrLockingUnsupported):
 		why = "the filesystem refuses file locks"
-	case errors.Is(cause, errIsDir):
+	case errors.Is(cause, durable.ErrIsDir):
 		why = "it is a directory"
-	case errors.Is(cause, errSymlink):
+	case errors.Is(cause, durable.ErrSymlink):
 		why = "it is a symlink"
-	case errors.Is(cause, errNotRegular):
+	case errors.Is(cause, durable.ErrNotRegular):
 		why = "it is not a regular file"
 	default:
 		why = cause.Error()

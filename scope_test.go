@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -30,107 +30,6 @@ type scopeBusy struct {
 	Millis   int64  `json:"ms"`       // how long the call took
 }
 
-func init() {
-	// scope: a would-be server of the scope and data dir in arg
-	// ("<scope>\n<data>"). Commands: "acquire <ms>" calls AcquireScope with a
-	// deadline of ms milliseconds (0: no deadline) and says "held", "busy
-	// <scopeBusy JSON>" or "error <err>"; "release" releases and says
-	// "released". At EOF it releases what it holds and exits.
-	roles["scope"] = func(arg string) int {
-		scopeDir, dataDir, _ := strings.Cut(arg, "\n")
-		var release func()
-		for cmd := range commands() {
-			switch {
-			case strings.HasPrefix(cmd, "acquire "):
-				ms, _ := strconv.Atoi(strings.TrimPrefix(cmd, "acquire "))
-				ctx, cancel := context.WithCancel(context.Background())
-				if ms > 0 {
-					ctx, cancel = context.WithTimeout(context.Background(), time.Duration(ms)*time.Millisecond)
-				}
-				start := time.Now()
-				r, err := AcquireScope(ctx, scopeDir, dataDir)
-				took := time.Since(start)
-				cancel()
-				var be *BusyError
-				switch {
-				case err == nil:
-					release = r
-					say("held")
-				case errors.As(err, &be):
-					line, _ := json.Marshal(scopeBusy{
-						Owner: be.Owner, PID: be.PID, Verified: be.Verified, Msg: err.Error(),
-						Busy: errors.Is(err, ErrBusy), Deadline: errors.Is(err, context.DeadlineExceeded),
-						Millis: took.Milliseconds(),
-					})
-					say("busy %s", line)
-				default:
-					say("error %v", err)
-				}
-			case cmd == "release":
-				if release != nil {
-					release()
-					release = nil
-				}
-				say("released")
-			}
-		}
-		if release != nil {
-			release()
-		}
-		return 0
-	}
-	// scope-raw: wait for the scope's bare lock file with Lock, as a process
-	// that does not go through AcquireScope, and say whether a scope owner
-	// record was there at the moment the lock became ours.
-	roles["scope-raw"] = func(scopeDir string) int {
-		say("waiting")
-		unlock, err := Lock(context.Background(), filepath.Join(scopeDir, scopeLockName))
-		if err != nil {
-			say("error %v", err)
-			return 1
-		}
-		_, ok := ReadScopeOwner(scopeDir)
-		say("locked owner=%t", ok)
-		unlock()
-		return 0
-	}
-	// sync: say "starting", hold the sync mark of root from SyncRunning (no
-	// deadline), say "marked", hold it until stdin closes.
-	roles["sync"] = func(root string) int {
-		say("starting")
-		release, err := SyncRunning(context.Background(), root)
-		if err != nil {
-			say("error %v", err)
-			return 1
-		}
-		say("marked")
-		for range commands() {
-		}
-		release()
-		return 0
-	}
-	// reset: NoSyncRunning on root; say "reset" and hold the mark until stdin
-	// closes, or say why it was refused: "syncrunning <msg>", "unknown <msg>"
-	// or "error <msg>".
-	roles["reset"] = func(root string) int {
-		release, err := NoSyncRunning(root)
-		switch {
-		case err == nil:
-			say("reset")
-			for range commands() {
-			}
-			release()
-		case errors.Is(err, ErrSyncRunning):
-			say("syncrunning %v", err)
-		case errors.Is(err, ErrSyncUnknown):
-			say("unknown %v", err)
-		default:
-			say("error %v", err)
-		}
-		return 0
-	}
-}
-
 // scopeArg is the "scope" role's argument.
 func scopeArg(scopeDir, dataDir string) string { return scopeDir + "\n" + dataDir }
 
@@ -138,7 +37,7 @@ func scopeArg(scopeDir, dataDir string) string { return scopeDir + "\n" + dataDi
 func expectBusy(t *testing.T, c *child) scopeBusy {
 	t.Helper()
 	var b scopeBusy
-	require.NoError(t, json.Unmarshal([]byte(c.expect("busy ")), &b))
+	require.NoError(t, json.Unmarshal([]byte(c.Expect("busy ")), &b))
 	return b
 }
 
@@ -183,43 +82,43 @@ func TestScopeSecondServerRefusedNamesFirstDataDir(t *testing.T) {
 	sidecar := filepath.Join(scopeDir, scopeOwnerName)
 
 	a := startChild(t, "scope", scopeArg(scopeDir, dataA))
-	a.send("acquire 0")
-	a.expect("held")
+	a.Send("acquire 0")
+	a.Expect("held")
 	owner, ok := ReadScopeOwner(scopeDir)
 	require.True(t, ok)
 	assert.Equal(t, dataA, owner.DataDir)
-	assert.Equal(t, a.pid(), owner.PID)
-	assert.Equal(t, a.pid(), owner.Process.PID)
+	assert.Equal(t, a.PID(), owner.PID)
+	assert.Equal(t, a.PID(), owner.Process.PID)
 	assert.NotZero(t, owner.Process.StartTicks)
 
 	b := startChild(t, "scope", scopeArg(scopeDir, dataB))
-	b.send("acquire 200")
+	b.Send("acquire 200")
 	busy := expectBusy(t, b)
 	assert.Equal(t, dataA, busy.Owner, "the refusal names the data dir the holder serves")
 	assert.Contains(t, busy.Msg, dataA)
 	assert.Contains(t, busy.Msg, filepath.Join(scopeDir, scopeLockName))
-	assert.Equal(t, a.pid(), busy.PID)
+	assert.Equal(t, a.PID(), busy.PID)
 	assert.True(t, busy.Verified, "the lock file carries the holder's identity")
 	assert.True(t, busy.Busy, "errors.Is(err, ErrBusy)")
 	assert.True(t, busy.Deadline, "errors.Is(err, context.DeadlineExceeded)")
 	assert.GreaterOrEqual(t, busy.Millis, int64(200), "it waited for its whole deadline")
 
-	a.send("release")
-	a.expect("released")
+	a.Send("release")
+	a.Expect("released")
 	_, err := os.Lstat(sidecar)
 	assert.True(t, os.IsNotExist(err), "release removes the sidecar: %v", err)
 	_, ok = ReadScopeOwner(scopeDir)
 	assert.False(t, ok)
 
-	b.send("acquire 200")
-	b.expect("held")
+	b.Send("acquire 200")
+	b.Expect("held")
 	owner, ok = ReadScopeOwner(scopeDir)
 	require.True(t, ok)
 	assert.Equal(t, dataB, owner.DataDir)
-	assert.Equal(t, b.pid(), owner.PID)
+	assert.Equal(t, b.PID(), owner.PID)
 
-	require.NoError(t, b.stop())
-	require.NoError(t, a.stop())
+	require.NoError(t, b.Stop())
+	require.NoError(t, a.Stop())
 	_, err = os.Lstat(sidecar)
 	assert.True(t, os.IsNotExist(err), "the second server's release removed its sidecar too")
 	content, err := os.ReadFile(filepath.Join(scopeDir, scopeLockName))
@@ -233,20 +132,20 @@ func TestScopeWaiterAdmittedOnRelease(t *testing.T) {
 	base := t.TempDir()
 	scopeDir := filepath.Join(base, "scope")
 	a := startChild(t, "scope", scopeArg(scopeDir, filepath.Join(base, "a")))
-	a.send("acquire 0")
-	a.expect("held")
+	a.Send("acquire 0")
+	a.Expect("held")
 	b := startChild(t, "scope", scopeArg(scopeDir, filepath.Join(base, "b")))
-	b.send("acquire 0")
+	b.Send("acquire 0")
 	lockPath := filepath.Join(scopeDir, scopeLockName)
 	eventually(t, "the second server blocks in flock", func() bool { return blockedOn(t, lockPath) == 1 })
-	a.send("release")
-	a.expect("released")
-	b.expect("held")
+	a.Send("release")
+	a.Expect("released")
+	b.Expect("held")
 	owner, ok := ReadScopeOwner(scopeDir)
 	require.True(t, ok)
 	assert.Equal(t, filepath.Join(base, "b"), owner.DataDir)
-	require.NoError(t, b.stop())
-	require.NoError(t, a.stop())
+	require.NoError(t, b.Stop())
+	require.NoError(t, a.Stop())
 }
 
 // Case: a corrupt sidecar reads as no owner, and a refusal still names the
@@ -256,8 +155,8 @@ func TestScopeCorruptSidecar(t *testing.T) {
 	scopeDir := filepath.Join(base, "scope")
 	sidecar := filepath.Join(scopeDir, scopeOwnerName)
 	holder := startChild(t, "scope", scopeArg(scopeDir, filepath.Join(base, "data")))
-	holder.send("acquire 0")
-	holder.expect("held")
+	holder.Send("acquire 0")
+	holder.Expect("held")
 	_, ok := ReadScopeOwner(scopeDir)
 	require.True(t, ok)
 
@@ -273,7 +172,7 @@ func TestScopeCorruptSidecar(t *testing.T) {
 			var be *BusyError
 			require.ErrorAs(t, err, &be)
 			assert.Empty(t, be.Owner)
-			assert.Equal(t, holder.pid(), be.PID)
+			assert.Equal(t, holder.PID(), be.PID)
 			assert.Contains(t, err.Error(), scopeDir, "the refusal names the scope")
 			assert.ErrorIs(t, err, ErrBusy)
 			assert.ErrorIs(t, err, context.Canceled)
@@ -297,7 +196,7 @@ func TestScopeCorruptSidecar(t *testing.T) {
 
 	_, ok = ReadScopeOwner(filepath.Join(base, "nowhere"))
 	assert.False(t, ok, "an absent scope has no owner")
-	require.NoError(t, holder.stop())
+	require.NoError(t, holder.Stop())
 }
 
 // A sidecar whose owner is provably gone (its successor holds the lock but
@@ -308,8 +207,8 @@ func TestScopeRefusalSkipsDeadOwnersSidecar(t *testing.T) {
 	scopeDir := filepath.Join(base, "scope")
 	sidecar := filepath.Join(scopeDir, scopeOwnerName)
 	holder := startChild(t, "scope", scopeArg(scopeDir, filepath.Join(base, "data")))
-	holder.send("acquire 0")
-	holder.expect("held")
+	holder.Send("acquire 0")
+	holder.Expect("held")
 
 	gone := Self()
 	gone.StartTicks++ // this pid, another start: a process that no longer exists
@@ -329,7 +228,7 @@ func TestScopeRefusalSkipsDeadOwnersSidecar(t *testing.T) {
 	_, err = AcquireScope(cancelled(), scopeDir, filepath.Join(base, "other"))
 	require.ErrorAs(t, err, &be)
 	assert.Equal(t, "/named", be.Owner, "an owner that cannot be proven gone is named")
-	require.NoError(t, holder.stop())
+	require.NoError(t, holder.Stop())
 }
 
 // Case: the scope's holder is killed with SIGKILL: the next AcquireScope is
@@ -339,13 +238,13 @@ func TestScopeHolderKilled(t *testing.T) {
 	scopeDir := filepath.Join(base, "scope")
 	dataA, dataB := filepath.Join(base, "a"), filepath.Join(base, "b")
 	a := startChild(t, "scope", scopeArg(scopeDir, dataA))
-	a.send("acquire 0")
-	a.expect("held")
-	a.kill()
-	require.Error(t, a.wait())
+	a.Send("acquire 0")
+	a.Expect("held")
+	a.Kill()
+	require.Error(t, a.Wait())
 	owner, ok := ReadScopeOwner(scopeDir)
 	require.True(t, ok, "a killed holder leaves its sidecar")
-	require.Equal(t, a.pid(), owner.PID)
+	require.Equal(t, a.PID(), owner.PID)
 
 	log := captureLog(t)
 	// A context that has already ended: admitted means admitted at once.
@@ -357,7 +256,7 @@ func TestScopeHolderKilled(t *testing.T) {
 	assert.Equal(t, os.Getpid(), owner.PID)
 	assert.True(t, sameProcess(owner.Process, Self()))
 	assert.Contains(t, log.String(), "replaced the scope owner record a previous holder left")
-	assert.Contains(t, log.String(), "pid="+strconv.Itoa(a.pid()))
+	assert.Contains(t, log.String(), "pid="+strconv.Itoa(a.PID()))
 
 	content, err := os.ReadFile(filepath.Join(scopeDir, scopeLockName))
 	require.NoError(t, err)
@@ -385,13 +284,13 @@ func TestScopeReleaseRemovesSidecarBeforeUnlock(t *testing.T) {
 	release, err := AcquireScope(background(t), scopeDir, t.TempDir())
 	require.NoError(t, err)
 	raw := startChild(t, "scope-raw", scopeDir)
-	raw.expect("waiting")
+	raw.Expect("waiting")
 	eventually(t, "the raw locker blocks in flock", func() bool {
 		return blockedOn(t, filepath.Join(scopeDir, scopeLockName)) == 1
 	})
 	release()
-	assert.Equal(t, "owner=false", raw.expect("locked"))
-	require.NoError(t, raw.wait())
+	assert.Equal(t, "owner=false", raw.Expect("locked"))
+	require.NoError(t, raw.Wait())
 }
 
 // In one process a scope excludes a second AcquireScope exactly as it does
@@ -415,7 +314,7 @@ func TestScopeInProcess(t *testing.T) {
 	release2, err := AcquireScope(cancelled(), scopeDir, filepath.Join(base, "b"))
 	require.NoError(t, err)
 	release2()
-	assert.Equal(t, 0, parked.parkedCount(), "no wait was parked")
+	assert.Equal(t, 0, filelock.Parked(), "no wait was parked")
 }
 
 // A relative data dir is recorded absolute: the refused server may run in
@@ -502,19 +401,19 @@ func TestSyncMarkSharedResetRefused(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "root") // SyncRunning creates it
 	lockPath := filepath.Join(root, syncLockName)
 	s1 := startChild(t, "sync", root)
-	s1.expect("starting")
-	s1.expect("marked")
+	s1.Expect("starting")
+	s1.Expect("marked")
 	s2 := startChild(t, "sync", root)
-	s2.expect("starting")
-	s2.expect("marked")
+	s2.Expect("starting")
+	s2.Expect("marked")
 
 	r := startChild(t, "reset", root)
-	msg := r.expect("syncrunning ")
-	require.NoError(t, r.wait())
+	msg := r.Expect("syncrunning ")
+	require.NoError(t, r.Wait())
 	assert.Contains(t, msg, lockPath)
 	assert.Contains(t, msg, "reset again when it finishes")
-	assert.Contains(t, msg, strconv.Itoa(s1.pid()))
-	assert.Contains(t, msg, strconv.Itoa(s2.pid()))
+	assert.Contains(t, msg, strconv.Itoa(s1.PID()))
+	assert.Contains(t, msg, strconv.Itoa(s2.PID()))
 
 	// The same refusal in this process, with the whole error vocabulary.
 	_, err := NoSyncRunning(root)
@@ -524,23 +423,23 @@ func TestSyncMarkSharedResetRefused(t *testing.T) {
 	var be *BusyError
 	require.ErrorAs(t, err, &be)
 	assert.Equal(t, lockPath, be.Path)
-	assert.Contains(t, []int{s1.pid(), s2.pid()}, be.PID)
+	assert.Contains(t, []int{s1.PID(), s2.PID()}, be.PID)
 
-	require.NoError(t, s1.stop())
+	require.NoError(t, s1.Stop())
 	r = startChild(t, "reset", root)
-	assert.Contains(t, r.expect("syncrunning "), strconv.Itoa(s2.pid()), "one sync still runs")
-	require.NoError(t, r.wait())
-	require.NoError(t, s2.stop())
+	assert.Contains(t, r.Expect("syncrunning "), strconv.Itoa(s2.PID()), "one sync still runs")
+	require.NoError(t, r.Wait())
+	require.NoError(t, s2.Stop())
 
 	r = startChild(t, "reset", root)
-	r.expect("reset")
+	r.Expect("reset")
 	// While a reset holds the mark, another reset is refused too, and told so.
 	_, err = NoSyncRunning(root)
 	assert.ErrorIs(t, err, ErrSyncRunning)
 	assert.ErrorContains(t, err, "another reset holds "+lockPath)
 	require.ErrorAs(t, err, &be)
-	assert.Equal(t, r.pid(), be.PID)
-	require.NoError(t, r.stop())
+	assert.Equal(t, r.PID(), be.PID)
+	require.NoError(t, r.Stop())
 }
 
 // Case: a sync started while a reset holds the mark waits, in the kernel,
@@ -552,9 +451,9 @@ func TestSyncWaitsForReset(t *testing.T) {
 	require.NoError(t, err)
 
 	s1 := startChild(t, "sync", root)
-	s1.expect("starting")
+	s1.Expect("starting")
 	s2 := startChild(t, "sync", root)
-	s2.expect("starting")
+	s2.Expect("starting")
 	eventually(t, "both syncs block in flock", func() bool { return blockedOn(t, lockPath) == 2 })
 
 	// A sync in this process with a deadline gives up, naming the mark.
@@ -565,19 +464,19 @@ func TestSyncWaitsForReset(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.ErrorContains(t, err, lockPath)
 	select {
-	case line := <-s1.lines:
+	case line := <-s1.Lines:
 		t.Fatalf("a sync ran while the reset held the mark: %q", line)
 	default:
 	}
 
 	release()
-	s1.expect("marked")
-	s2.expect("marked")
+	s1.Expect("marked")
+	s2.Expect("marked")
 	_, err = NoSyncRunning(root)
 	assert.ErrorIs(t, err, ErrSyncRunning)
-	require.NoError(t, s1.stop())
-	require.NoError(t, s2.stop())
-	eventually(t, "the parked goroutine leaves", func() bool { return parked.parkedCount() == 0 })
+	require.NoError(t, s1.Stop())
+	require.NoError(t, s2.Stop())
+	eventually(t, "the parked goroutine leaves", func() bool { return filelock.Parked() == 0 })
 	release, err = NoSyncRunning(root)
 	require.NoError(t, err)
 	release()
@@ -684,12 +583,12 @@ func TestSyncMarkDirectoryAcrossProcesses(t *testing.T) {
 	path := filepath.Join(root, syncLockName)
 	require.NoError(t, os.Mkdir(path, 0o755))
 	s := startChild(t, "sync", root)
-	s.expect("starting")
-	s.expect("marked")
+	s.Expect("starting")
+	s.Expect("marked")
 	r := startChild(t, "reset", root)
-	assert.Contains(t, r.expect("unknown "), "remove "+path)
-	require.NoError(t, r.wait())
-	require.NoError(t, s.stop())
+	assert.Contains(t, r.Expect("unknown "), "remove "+path)
+	require.NoError(t, r.Wait())
+	require.NoError(t, s.Stop())
 }
 
 // A root that is not a directory is an error for both sides, not a warning.

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"syscall"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/dirwatch"
+	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
 
@@ -116,14 +118,13 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	if err := ensureDir(dir); err != nil {
 		return nil, err
 	}
-	if heldBy(dir) != nil {
+	if holdOf(dir) != nil {
 		// This process is the runner already: there is nobody to take over
 		// from, and waiting on itself would only end with ctx.
 		return nil, busyError(filepath.Join(dir, LockName), nil)
 	}
 	live := ctx.Err() == nil
 	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger}
-	createPrivate(t.lockPath)
 	if err := t.register(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil, t.busy(ctx.Err())
@@ -175,8 +176,8 @@ func (t *takeover) withdraw() {
 		}
 		g.Attempt = nil
 		if req, ok := readRestart(t.dir); ok && sameRequest(req, *t.request) && req.By.Instance == t.self.Instance {
-			if err := removeState(t.dir, RestartName); err != nil {
-				return err
+			if err := durable.Remove(t.dir, RestartName); err != nil {
+				return public(err)
 			}
 			t.log.Info("runnerstate: takeover withdrew its restart request", "dir", t.dir, "mode", req.Mode)
 		}
@@ -187,84 +188,101 @@ func (t *takeover) withdraw() {
 	}
 }
 
-// run is the takeover loop: try the lock; when busy, ask, escalate and wait
-// for the lock, a newer starter, or the next escalation step.
-func (t *takeover) run(ctx context.Context, live bool) (*holder, error) {
-	// A newer starter arriving cancels the wait at once.
-	supCtx, cancelSup := context.WithCancel(ctx)
-	watchDone := make(chan struct{})
+// run waits until the runner lock is this starter's, then enters: it is
+// admitted if it is still the newest starter.
+func (t *takeover) run(ctx context.Context, live bool) (*hold, error) {
+	supCtx, stop := t.watchNewer(ctx)
+	defer stop()
+	l, err := t.waitForLock(ctx, supCtx)
+	if err != nil {
+		return nil, err
+	}
+	return t.enter(ctx, live, l)
+}
+
+// watchNewer returns a context that ends with ctx or as soon as a newer
+// starter registers, so that a wait for the lock ends at once then; stop
+// ends the watch.
+func (t *takeover) watchNewer(ctx context.Context) (context.Context, func()) {
+	supCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
 	go func() {
-		defer close(watchDone)
-		w := newDirWatcher(t.dir)
-		defer w.close()
-		for w.wait(supCtx, 0, nil) == nil {
+		defer close(done)
+		w := dirwatch.New(t.dir)
+		defer w.Close()
+		for w.Wait(supCtx, 0, nil) == nil {
 			if g, _ := readGate(t.dir); g.newerThan(t.seq) {
-				cancelSup()
+				cancel()
 				return
 			}
 		}
 	}()
-	defer func() { cancelSup(); <-watchDone }()
+	return supCtx, func() { cancel(); <-done }
+}
 
+// waitForLock tries the lock and, while it is busy, takes the next step
+// against the holder and waits for the lock until that step is due, a newer
+// starter comes, or ctx ends.
+func (t *takeover) waitForLock(ctx, supCtx context.Context) (*filelock.File, error) {
 	for {
 		if g, _ := readGate(t.dir); g.newerThan(t.seq) {
 			return nil, ErrSuperseded
 		}
-		l, err := acquireNB(t.lockPath, kindExclusive)
-		if err == errWouldBlock && ctx.Err() != nil {
+		l, err := filelock.TryLock(t.lockPath, filelock.Exclusive, 0o600)
+		if !errors.Is(err, filelock.ErrWouldBlock) {
+			return l, public(err)
+		}
+		if ctx.Err() != nil {
 			// An ended context gets its one attempt, never a request or a
 			// signal.
 			return nil, t.busy(ctx.Err())
 		}
-		if err == errWouldBlock {
-			var next time.Time
-			next, err = t.step(ctx)
-			if ctx.Err() != nil {
-				return nil, t.busy(ctx.Err())
-			}
-			if err == errNotNewest {
-				return nil, ErrSuperseded
-			}
-			if err != nil {
-				return nil, err
-			}
-			waitCtx, cancel := context.WithDeadline(supCtx, next)
-			l, err = acquireWait(waitCtx, t.lockPath, kindExclusive)
-			cancel()
-			if err != nil && errors.Is(err, ErrBusy) {
-				if ctx.Err() != nil {
-					return nil, t.busy(ctx.Err())
-				}
-				continue // a step is due, or a newer starter came: look again
-			}
-		}
-		if err != nil {
-			return nil, err
-		}
-		// The kernel lock is ours, but the previous runner's process may
-		// still be finishing its exit. Wait for it before writing this
-		// starter's identity: until then no other starter can verify, and so
-		// signal, this one; a newer starter that comes meanwhile supersedes
-		// it at admission.
-		t.awaitPrevious(ctx)
-		if err := keepIfLive(ctx, live, t.lockPath, l.release); err != nil {
-			return nil, err
-		}
-		h, err := t.admit(ctx, l)
-		if err == errNotNewest {
+		next, err := t.step(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil, t.busy(ctx.Err())
+		case err == errNotNewest:
 			return nil, ErrSuperseded
+		case err != nil:
+			return nil, err
 		}
-		if err != nil && ctx.Err() != nil {
+		waitCtx, cancel := context.WithDeadline(supCtx, next)
+		l, err = waitLock(waitCtx, t.lockPath, filelock.Exclusive, 0o600)
+		cancel()
+		switch {
+		case err == nil:
+			return l, nil
+		case !errors.Is(err, ErrBusy):
+			return nil, err
+		case ctx.Err() != nil:
 			return nil, t.busy(ctx.Err())
 		}
-		if err != nil {
-			return nil, err
-		}
-		if err := keepIfLive(ctx, live, t.lockPath, h.release); err != nil {
-			return nil, err
-		}
-		return h, nil
+		// A step is due, or a newer starter came: look again.
 	}
+}
+
+// enter makes this starter the runner, holding l. The previous runner's
+// process may still be finishing its exit: it waits for that before writing
+// this starter's identity (until then no other starter can verify, and so
+// signal, this one; a newer starter that comes meanwhile supersedes it).
+func (t *takeover) enter(ctx context.Context, live bool, l *filelock.File) (*hold, error) {
+	t.awaitPrevious(ctx)
+	if err := keepIfLive(ctx, live, t.lockPath, l.Release); err != nil {
+		return nil, err
+	}
+	h, err := t.admit(ctx, l)
+	switch {
+	case err == errNotNewest:
+		return nil, ErrSuperseded
+	case err != nil && ctx.Err() != nil:
+		return nil, t.busy(ctx.Err())
+	case err != nil:
+		return nil, err
+	}
+	if err := keepIfLive(ctx, live, t.lockPath, h.release); err != nil {
+		return nil, err
+	}
+	return h, nil
 }
 
 var errNotNewest = errors.New("not the newest starter")
@@ -278,15 +296,29 @@ func (t *takeover) busy(cause error) error {
 // signal that is due, and returns when the next step is due.
 func (t *takeover) step(ctx context.Context) (time.Time, error) {
 	now := time.Now()
-	next := now.Add(notifySafetyInterval)
-	st := inspectRunner(t.dir)
-	if st.err != nil {
-		return next, st.err
+	st, canSignal, err := t.look()
+	if err != nil || !st.held {
+		// Released between our attempt and our look: try again at once.
+		return now, err
 	}
-	if !st.held {
-		return now, nil // released between our attempt and our look: try again at once
+	due, next, err := t.decide(ctx, st, canSignal, now)
+	if err != nil {
+		return now, err
 	}
-	canSignal := !t.opts.NoSignal && st.verified && st.verdict == liveness.Alive
+	if due != 0 {
+		t.signal(due)
+	}
+	return clampNext(now, next), ctx.Err()
+}
+
+// look inspects the holder and pins it when it may be signalled: verified
+// alive and local, and signals allowed. canSignal says the pin is in place.
+func (t *takeover) look() (st lockState, canSignal bool, err error) {
+	st = inspectRunner(t.dir)
+	if st.err != nil || !st.held {
+		return st, false, st.err
+	}
+	canSignal = !t.opts.NoSignal && st.verified && st.verdict == liveness.Alive
 	if canSignal && (t.pinned == nil || t.pinned.PID() != st.content.PID) {
 		if t.pinned != nil {
 			t.pinned.Close()
@@ -298,76 +330,109 @@ func (t *takeover) step(ctx context.Context) (time.Time, error) {
 			t.log.Debug("runnerstate: takeover could not pin the holder", "dir", t.dir, "pid", st.content.PID, "verdict", v.String(), "why", why)
 		}
 	}
-	if !canSignal && st.held && (t.opts.NoSignal || !st.verified) {
+	if !canSignal && (t.opts.NoSignal || !st.verified) {
 		warnOnce(fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.content.Instance),
 			"runnerstate: takeover will not signal the holder; it leaves a restart request and waits", "dir", t.dir, "pid", st.pid, "why", st.reason, "no_signal", t.opts.NoSignal)
 	}
-	var sendTerm, sendKill bool
-	err := updateGate(ctx, t.dir, func(g *gateState) error {
-		// Admissions happen under this same lock: a starter that is no longer
-		// the newest must not ask (or signal) the runner just admitted.
+	return st, canSignal, nil
+}
+
+// decide records this step in the gate, under the state lock: the takeover
+// attempt against the holder st names (a new one when the holder changed),
+// the restart request it asks for, and, when the holder may be signalled,
+// the signal due now (recorded as sent) and when the next step is due.
+// Admissions happen under this same lock, so a starter that is no longer the
+// newest never asks or signals the runner just admitted: errNotNewest.
+func (t *takeover) decide(ctx context.Context, st lockState, canSignal bool, now time.Time) (due liveness.Signal, next time.Time, err error) {
+	err = updateGate(ctx, t.dir, func(g *gateState) error {
 		if g.newerThan(t.seq) {
 			return errNotNewest
 		}
-		a := g.Attempt
-		need := false
-		if a == nil || a.For != st.content.Instance || a.PID != st.pid {
-			a = &gateAttempt{For: st.content.Instance, PID: st.pid, Mode: t.opts.Mode, FirstRequestAt: now}
-			g.Attempt = a
-			need = true
-		} else if strength(t.opts.Mode) > strength(a.Mode) {
-			a.Mode = t.opts.Mode
-			need = true
-		}
-		if need {
-			req, wrote, err := requestRestartLocked(t.dir, a.Mode, t.self, true)
-			if err != nil {
-				return err
-			}
-			if wrote {
-				t.request = &req
-				t.log.Info("runnerstate: takeover asked the runner to restart", "dir", t.dir, "pid", st.pid, "mode", a.Mode)
-			}
+		if err := t.ask(g, st, now); err != nil {
+			return err
 		}
 		if !canSignal {
 			return nil
 		}
-		termDue := a.FirstRequestAt.Add(t.opts.Grace)
-		switch {
-		case a.TermAt.IsZero() && !now.Before(termDue):
-			a.TermAt, sendTerm = now, true
-			next = now.Add(t.opts.KillAfter)
-		case a.TermAt.IsZero():
-			next = termDue
-		case a.KillAt.IsZero() && !now.Before(a.TermAt.Add(t.opts.KillAfter)):
-			a.KillAt, sendKill = now, true
-		case a.KillAt.IsZero():
-			next = a.TermAt.Add(t.opts.KillAfter)
+		due, next = escalate(*g.Attempt, now, t.opts.Grace, t.opts.KillAfter)
+		switch due {
+		case liveness.SIGTERM:
+			g.Attempt.TermAt = now
+		case liveness.SIGKILL:
+			g.Attempt.KillAt = now
 		}
 		return nil
 	})
-	if err != nil {
-		return next, err
-	}
-	if next.Before(now.Add(time.Millisecond)) {
-		next = now.Add(time.Millisecond)
-	}
-	if next.After(now.Add(notifySafetyInterval)) {
-		next = now.Add(notifySafetyInterval)
-	}
+	return due, next, err
+}
+
+// ask starts a takeover attempt against the holder st names, or upgrades
+// the current one's mode, and leaves the restart request it asks for. Called
+// under the state lock.
+func (t *takeover) ask(g *gateState, st lockState, now time.Time) error {
+	a := g.Attempt
 	switch {
-	case sendTerm:
-		t.signal(syscall.SIGTERM, "the grace period ended")
-	case sendKill:
-		t.signal(syscall.SIGKILL, "it outlived SIGTERM by the kill-after period")
+	case a == nil || a.For != st.content.Instance || a.PID != st.pid:
+		g.Attempt = &gateAttempt{For: st.content.Instance, PID: st.pid, Mode: t.opts.Mode, FirstRequestAt: now}
+	case strength(t.opts.Mode) > strength(a.Mode):
+		a.Mode = t.opts.Mode
+	default:
+		return nil // asked already, as strongly
 	}
-	return next, ctx.Err()
+	req, wrote, err := requestRestartLocked(t.dir, g.Attempt.Mode, t.self, true)
+	if err != nil {
+		return err
+	}
+	if wrote {
+		t.request = &req
+		t.log.Info("runnerstate: takeover asked the runner to restart", "dir", t.dir, "pid", st.pid, "mode", g.Attempt.Mode)
+	}
+	return nil
+}
+
+// escalate decides the next step against a holder that may be signalled, in
+// the attempt a: SIGTERM once grace has passed since its first request,
+// SIGKILL once killAfter has passed since the SIGTERM, each once. It returns
+// the signal due now (0 when none) and when the next step is due (zero when
+// none is left). It is a pure function of its arguments: the caller records
+// a signal it sends in a (TermAt, KillAt), so that every starter of the
+// attempt sees it was sent.
+func escalate(a gateAttempt, now time.Time, grace, killAfter time.Duration) (due liveness.Signal, next time.Time) {
+	termDue := a.FirstRequestAt.Add(grace)
+	switch {
+	case a.TermAt.IsZero() && now.Before(termDue):
+		return 0, termDue
+	case a.TermAt.IsZero():
+		return liveness.SIGTERM, now.Add(killAfter)
+	case !a.KillAt.IsZero():
+		return 0, time.Time{}
+	case now.Before(a.TermAt.Add(killAfter)):
+		return 0, a.TermAt.Add(killAfter)
+	}
+	return liveness.SIGKILL, time.Time{}
+}
+
+// clampNext bounds when the next look is due: at least a millisecond from
+// now, and at most the directory watcher's safety interval, so that a holder
+// that leaves without a wake-up is still seen.
+func clampNext(now, next time.Time) time.Time {
+	switch {
+	case next.IsZero(), next.After(now.Add(dirwatch.SafetyInterval)):
+		return now.Add(dirwatch.SafetyInterval)
+	case next.Before(now.Add(time.Millisecond)):
+		return now.Add(time.Millisecond)
+	}
+	return next
 }
 
 // signal sends sig to the pinned holder, which re-verifies it first.
-func (t *takeover) signal(sig syscall.Signal, why string) {
+func (t *takeover) signal(sig liveness.Signal) {
 	if t.pinned == nil {
 		return
+	}
+	why := "the grace period ended"
+	if sig == liveness.SIGKILL {
+		why = "it outlived SIGTERM by the kill-after period"
 	}
 	// The step was decided from a look taken before the gate update, which
 	// may have waited for the state lock: the runner may have let go since.
@@ -375,7 +440,7 @@ func (t *takeover) signal(sig syscall.Signal, why string) {
 	// still names as the holder. (The kernel has no "signal if it holds the
 	// lock"; what is left is the microseconds between this look and the
 	// signal, against a process that is verified and pinned.)
-	if locks, _, known := kernelLocks(t.lockPath); known && !holdsExclusive(locks, t.pinned.PID()) {
+	if holds, known := filelock.HoldsExclusive(t.lockPath, t.pinned.PID()); known && !holds {
 		t.log.Info("runnerstate: takeover did not signal the runner: it released the directory", "dir", t.dir, "pid", t.pinned.PID(), "signal", sig.String())
 		return
 	}
@@ -392,13 +457,12 @@ func (t *takeover) signal(sig syscall.Signal, why string) {
 // starter, it leaves the gate, writes its identity, clears what the previous
 // runner left and publishes its record. Otherwise it lets l go and returns
 // errNotNewest.
-func (t *takeover) admit(ctx context.Context, l *lockFile) (*holder, error) {
-	key, err := keyOf(t.dir)
+func (t *takeover) admit(ctx context.Context, l *filelock.File) (*hold, error) {
+	h, err := newHold(t.dir, l, t.self)
 	if err != nil {
-		l.release()
+		l.Release()
 		return nil, err
 	}
-	h := &holder{dir: t.dir, key: key, lock: l, self: t.self, acquiredAt: time.Now()}
 	newest := true
 	err = withStateLockCtx(ctx, t.dir, func() error {
 		return updateGateLocked(t.dir, func(g *gateState) error {
@@ -409,20 +473,15 @@ func (t *takeover) admit(ctx context.Context, l *lockFile) (*holder, error) {
 			g.remove(t.seq)
 			g.Admitted = t.seq
 			g.Attempt = nil
-			line, err := jsonLine(t.self)
-			if err != nil {
+			if err := writeIdentity(l, t.self); err != nil {
 				return err
 			}
-			if err := l.writeContent(line); err != nil {
-				return err
-			}
-			clearStaleRecord(t.dir, t.self)
-			retireRestart(t.dir, t.self, t.start)
+			settleIn(t.dir, t.self, t.start)
 			return nil
 		})
 	})
 	if err != nil || !newest {
-		l.release()
+		l.Release()
 		if err == nil {
 			err = errNotNewest
 		}
@@ -495,54 +554,82 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second
 	}
-	log := opts.Logger
-	if log == nil {
-		log = logger()
+	if opts.Logger == nil {
+		opts.Logger = logger()
 	}
-	lockPath := filepath.Join(dir, LockName)
-	var res StandbyResult
-	w := newDirWatcher(dir)
-	defer w.close()
-	// exited is signalled when the pinned owner's process exits.
-	exited := make(chan struct{}, 1)
-	var owner *exitWatch
-	defer func() { owner.stop() }()
-	nextCheck := time.Now()
+	s := &standby{dir: dir, opts: opts, w: dirwatch.New(dir), exited: make(chan struct{}, 1), nextCheck: time.Now()}
+	defer s.close()
 	for {
 		st := inspectRunner(dir)
 		if st.err != nil {
-			return res, st.err
+			return s.res, st.err
 		}
 		if !st.held {
-			res.Resumed = true
-			return res, nil
+			s.res.Resumed = true
+			return s.res, nil
 		}
-		if st.pid != res.PreviousOwnerPID {
-			res.PreviousOwnerPID = st.pid
-			log.Info("runnerstate: standing by while another runner owns the directory", "dir", dir, "pid", st.pid, "verified", st.verified)
+		s.follow(ctx, st)
+		if s.workCompleted() {
+			return s.res, nil
 		}
-		if st.verified && st.verdict == liveness.Alive && (owner == nil || owner.p.PID() != st.pid) {
-			owner.stop()
-			owner = nil
-			if p, _, _ := liveness.Pin(liveness.Identity(st.content)); p != nil {
-				owner = watchExit(ctx, p, exited)
-			}
-		}
-		var max time.Duration
-		if opts.WorkIsComplete != nil {
-			if !time.Now().Before(nextCheck) {
-				if opts.WorkIsComplete() {
-					res.WorkCompleted = true
-					return res, nil
-				}
-				nextCheck = time.Now().Add(opts.Interval)
-			}
-			max = time.Until(nextCheck)
-		}
-		if err := w.wait(ctx, max, exited); err != nil {
-			return res, busyError(lockPath, err)
+		if err := s.w.Wait(ctx, s.untilCheck(), s.exited); err != nil {
+			return s.res, busyError(filepath.Join(dir, LockName), err)
 		}
 	}
+}
+
+// standby is one Standby's state: the owner it follows and when it next asks
+// WorkIsComplete.
+type standby struct {
+	dir       string
+	opts      StandbyOptions
+	res       StandbyResult
+	w         *dirwatch.Watcher
+	exited    chan struct{} // signalled when the pinned owner exits
+	owner     *exitWatch
+	nextCheck time.Time
+}
+
+// follow names a new owner once, and pins a verified one to wake when it
+// exits.
+func (s *standby) follow(ctx context.Context, st lockState) {
+	if st.pid != s.res.PreviousOwnerPID {
+		s.res.PreviousOwnerPID = st.pid
+		s.opts.Logger.Info("runnerstate: standing by while another runner owns the directory", "dir", s.dir, "pid", st.pid, "verified", st.verified)
+	}
+	if st.verified && st.verdict == liveness.Alive && (s.owner == nil || s.owner.p.PID() != st.pid) {
+		s.owner.stop()
+		s.owner = nil
+		if p, _, _ := liveness.Pin(liveness.Identity(st.content)); p != nil {
+			s.owner = watchExit(ctx, p, s.exited)
+		}
+	}
+}
+
+// workCompleted asks WorkIsComplete when it is due.
+func (s *standby) workCompleted() bool {
+	if s.opts.WorkIsComplete == nil || time.Now().Before(s.nextCheck) {
+		return false
+	}
+	if s.opts.WorkIsComplete() {
+		s.res.WorkCompleted = true
+		return true
+	}
+	s.nextCheck = time.Now().Add(s.opts.Interval)
+	return false
+}
+
+// untilCheck bounds the next wait by the next WorkIsComplete (0: no bound).
+func (s *standby) untilCheck() time.Duration {
+	if s.opts.WorkIsComplete == nil {
+		return 0
+	}
+	return max(time.Until(s.nextCheck), time.Millisecond)
+}
+
+func (s *standby) close() {
+	s.owner.stop()
+	s.w.Close()
 }
 
 // exitWatch waits for a pinned process's exit beside a loop, and signals
@@ -576,4 +663,162 @@ func (e *exitWatch) stop() {
 	e.cancel()
 	<-e.done
 	e.p.Close()
+}
+
+// The takeover gate: gate.json records the starters waiting in Takeover, in
+// the order they came (a sequence number they share, never the wall clock),
+// and the escalation of the current takeover attempt, so that the newest
+// starter wins and the holder is signalled at most once per step however many
+// starters come and go. It is read and written only under the directory's
+// state lock, and written atomically but without fsync: it describes live
+// processes, and after a power loss none of them is left.
+
+// gateEntry is one waiting starter.
+type gateEntry struct {
+	Seq     uint64    `json:"seq"`
+	Starter Identity  `json:"starter"`
+	Since   time.Time `json:"since"`
+}
+
+// gateAttempt is the current takeover attempt against one holder.
+type gateAttempt struct {
+	For            string    `json:"for"` // the holder's instance ("" when it names none)
+	PID            int       `json:"pid"`
+	Mode           string    `json:"mode"`             // the restart mode requested
+	FirstRequestAt time.Time `json:"first_request_at"` // the grace clock starts here
+	TermAt         time.Time `json:"term_at,omitzero"` // SIGTERM sent
+	KillAt         time.Time `json:"kill_at,omitzero"` // SIGKILL sent
+}
+
+// gateState is the content of gate.json.
+type gateState struct {
+	Seq      uint64       `json:"seq"`      // the last sequence number handed out
+	Admitted uint64       `json:"admitted"` // the sequence number of the last starter admitted
+	Waiting  []gateEntry  `json:"waiting"`
+	Attempt  *gateAttempt `json:"attempt,omitempty"`
+}
+
+// unverifiableStarterTTL is how long a waiting starter whose liveness cannot
+// be verified (another PID namespace) counts as waiting.
+const unverifiableStarterTTL = time.Hour
+
+// readGate reads gate.json; a missing or unreadable one is an empty gate (the
+// problem is logged once, and the next writer replaces it), with a warning
+// for Status.
+func readGate(dir string) (gateState, string) {
+	path := filepath.Join(dir, gateName)
+	g, state, err := readState(path, parseGate)
+	if state != fileCorrupt {
+		return g, ""
+	}
+	warnOnce("gate:"+err.Error(), "runnerstate: ignoring a takeover gate that cannot be read", "path", path, "err", err)
+	return gateState{}, err.Error()
+}
+
+func parseGate(data []byte) (gateState, error) {
+	var g gateState
+	err := durable.DecodeObject(data, &g)
+	return g, err
+}
+
+// live reports whether a waiting starter may still be waiting: its identity
+// is verified alive, or cannot be verified and it came within the TTL.
+func (e gateEntry) live() bool {
+	v, _ := liveness.Check(liveness.Identity(e.Starter))
+	switch v {
+	case liveness.Self, liveness.Alive:
+		return true
+	case liveness.Dead, liveness.Stale:
+		return false
+	}
+	return time.Since(e.Since) < unverifiableStarterTTL
+}
+
+// prune drops the entries of starters that are gone (a kill -9ed starter never
+// blocks the others) and ends an attempt nobody waits for any more.
+func (g *gateState) prune() {
+	live := g.Waiting[:0]
+	for _, e := range g.Waiting {
+		if e.live() {
+			live = append(live, e)
+		}
+	}
+	clear(g.Waiting[len(live):])
+	g.Waiting = live
+	if len(g.Waiting) == 0 {
+		g.Attempt = nil
+	}
+}
+
+// newerThan reports whether a live starter came after seq, or one after seq
+// was already admitted.
+func (g *gateState) newerThan(seq uint64) bool {
+	if g.Admitted > seq {
+		return true
+	}
+	for _, e := range g.Waiting {
+		if e.Seq > seq && e.live() {
+			return true
+		}
+	}
+	return false
+}
+
+// next hands out the next sequence number: above every number the gate
+// knows (a hand-edited or corrupt gate.json may hold an admitted number above
+// seq), and never wrapping: far up, with nobody waiting, it starts again.
+func (g *gateState) next() uint64 {
+	base := max(g.Seq, g.Admitted)
+	for _, e := range g.Waiting {
+		base = max(base, e.Seq)
+	}
+	if base >= 1<<62 && (len(g.Waiting) == 0 || base >= 1<<63) {
+		g.Waiting = nil // only a forged gate gets this far with starters in it
+		base, g.Admitted = 0, 0
+	}
+	g.Seq = base + 1
+	return g.Seq
+}
+
+// remove drops the entry with seq.
+func (g *gateState) remove(seq uint64) {
+	for i, e := range g.Waiting {
+		if e.Seq == seq {
+			g.Waiting = append(g.Waiting[:i], g.Waiting[i+1:]...)
+			return
+		}
+	}
+}
+
+// updateGate runs fn on the gate under dir's state lock and writes the result
+// back. fn runs with the lock held and may touch other state files with the
+// *Locked helpers; it must not take the state lock itself.
+func updateGate(ctx context.Context, dir string, fn func(g *gateState) error) error {
+	return withStateLockCtx(ctx, dir, func() error { return updateGateLocked(dir, fn) })
+}
+
+func updateGateLocked(dir string, fn func(g *gateState) error) error {
+	g, _ := readGate(dir)
+	g.prune()
+	if err := fn(&g); err != nil {
+		return err
+	}
+	data, err := jsonLine(g)
+	if err != nil {
+		return err
+	}
+	return public(durable.WriteVolatile(dir, gateName, data))
+}
+
+// waitingStarters lists the live starters waiting in Takeover for dir, oldest
+// first, and a warning when the gate file cannot be read.
+func waitingStarters(dir string) ([]Identity, string) {
+	g, warn := readGate(dir)
+	var ids []Identity
+	for _, e := range g.Waiting {
+		if e.live() {
+			ids = append(ids, e.Starter)
+		}
+	}
+	return ids, warn
 }

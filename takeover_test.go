@@ -5,10 +5,8 @@ package runnerstate
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -29,105 +28,10 @@ const (
 	envWait      = "RUNNERSTATE_TEST_WAIT"      // starter: its context's timeout
 )
 
-func init() {
-	// runner: Acquire and Publish dir, say "acquired". "obey" exits at once
-	// on any restart request. "stubborn" says "ack <mode>" for each request
-	// and goes on holding, and says "term" for each SIGTERM it ignores.
-	// "linger" releases the directory on a restart request, says "released",
-	// and lives on until stdin closes, as a runner finishing its exit does.
-	roles["runner"] = func(dir string) int {
-		sigs := make(chan os.Signal, 4)
-		signal.Notify(sigs, syscall.SIGTERM)
-		release, err := Acquire(dir)
-		if err != nil {
-			say("error %v", err)
-			return 1
-		}
-		defer release()
-		if err := Publish(dir, Record{Specs: []string{"old"}}); err != nil {
-			say("error %v", err)
-			return 1
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		restarts := WatchRestart(ctx, dir)
-		say("acquired")
-		cmds := commands()
-		for {
-			select {
-			case mode := <-restarts:
-				switch os.Getenv(envBehaviour) {
-				case "obey":
-					say("exiting %s", mode)
-					return 0
-				case "linger":
-					release()
-					say("released")
-					for range cmds {
-					}
-					return 0
-				}
-				say("ack %s", mode)
-			case <-sigs:
-				if os.Getenv(envBehaviour) == "obey" {
-					return 143
-				}
-				say("term")
-			case _, ok := <-cmds:
-				if !ok {
-					return 0
-				}
-			}
-		}
-	}
-	// starter: Takeover with the options and timeout from the environment;
-	// says "admitted" (and holds until stdin closes), "superseded", "busy
-	// <err>" or "error <err>". Every signal it sends is said first as
-	// "signal <number>".
-	roles["starter"] = func(dir string) int {
-		var opts TakeoverOptions
-		if s := os.Getenv(envOptions); s != "" {
-			if err := json.Unmarshal([]byte(s), &opts); err != nil {
-				say("error %v", err)
-				return 1
-			}
-		}
-		wait, _ := time.ParseDuration(os.Getenv(envWait))
-		if wait == 0 {
-			wait = childWait
-		}
-		var mu sync.Mutex
-		defer liveness.SetSignalHook(func(pid int, sig syscall.Signal) {
-			mu.Lock()
-			defer mu.Unlock()
-			say("signal %d %d", pid, int(sig))
-		})()
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		defer cancel()
-		release, err := Takeover(ctx, dir, opts)
-		switch {
-		case errors.Is(err, ErrSuperseded):
-			say("superseded")
-			return 0
-		case errors.Is(err, ErrBusy):
-			say("busy %v", err)
-			return 0
-		case err != nil:
-			say("error %v", err)
-			return 1
-		}
-		say("admitted")
-		for range commands() {
-		}
-		release()
-		return 0
-	}
-}
-
 func startRunner(t *testing.T, dir, behaviour string) *child {
 	t.Setenv(envBehaviour, behaviour)
 	r := startChild(t, "runner", dir)
-	r.expect("acquired")
+	r.Expect("acquired")
 	return r
 }
 
@@ -210,8 +114,8 @@ func TestTakeoverCooperative(t *testing.T) {
 	release, err := Takeover(background(t), dir, TakeoverOptions{Grace: time.Minute})
 	require.NoError(t, err)
 	t.Logf("takeover of a cooperative runner took %v", time.Since(start))
-	old.expect("exiting now")
-	require.NoError(t, old.wait())
+	old.Expect("exiting now")
+	require.NoError(t, old.Wait())
 	assert.Empty(t, sent(), "a cooperative runner is never signalled")
 	rec, ok, _ := Running(dir)
 	require.True(t, ok)
@@ -238,16 +142,16 @@ func TestTakeoverStubbornRunner(t *testing.T) {
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
 		var be *BusyError
 		require.ErrorAs(t, err, &be)
-		assert.Equal(t, old.pid(), be.PID)
+		assert.Equal(t, old.PID(), be.PID)
 		assert.True(t, be.Verified)
-		old.expect("ack now")
+		old.Expect("ack now")
 		assert.Empty(t, sent())
 		rec, ok, _ := Running(dir)
 		require.True(t, ok, "the old runner still runs")
-		assert.Equal(t, old.pid(), rec.PID)
+		assert.Equal(t, old.PID(), rec.PID)
 		st, _ := Status(dir)
 		assert.Empty(t, st.Waiting, "the starter withdrew")
-		require.NoError(t, old.stop())
+		require.NoError(t, old.Stop())
 	})
 	t.Run("escalates", func(t *testing.T) {
 		dir := t.TempDir()
@@ -259,13 +163,13 @@ func TestTakeoverStubbornRunner(t *testing.T) {
 		elapsed := time.Since(start)
 		t.Logf("takeover of a runner that ignores requests and SIGTERM took %v", elapsed)
 		assert.GreaterOrEqual(t, elapsed, 600*time.Millisecond, "grace and kill-after were honoured")
-		old.expect("ack now")
-		old.expect("term")
-		err = old.wait()
+		old.Expect("ack now")
+		old.Expect("term")
+		err = old.Wait()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee)
 		assert.Equal(t, syscall.SIGKILL, ee.Sys().(syscall.WaitStatus).Signal())
-		pid := strconv.Itoa(old.pid())
+		pid := strconv.Itoa(old.PID())
 		assert.Equal(t, []string{pid + " terminated", pid + " killed"}, sent())
 		assert.NoFileExists(t, filepath.Join(dir, RestartName), "the restart file is gone afterwards")
 		rec, ok, _ := Running(dir)
@@ -297,16 +201,16 @@ func TestTakeoverNewestStarterWins(t *testing.T) {
 		starters = append(starters, s)
 		eventually(t, "starter "+strconv.Itoa(i)+" waits", func() bool {
 			st, err := Status(dir)
-			return err == nil && len(st.Waiting) > 0 && st.Waiting[len(st.Waiting)-1].PID == s.pid()
+			return err == nil && len(st.Waiting) > 0 && st.Waiting[len(st.Waiting)-1].PID == s.PID()
 		})
 	}
 	signals := map[string]int{}
 	for i, s := range starters {
 		var outcome string
 		for {
-			line := s.expect("")
+			line := s.Expect("")
 			if f := strings.Fields(line); len(f) == 3 && f[0] == "signal" {
-				assert.Equal(t, strconv.Itoa(old.pid()), f[1], "only the old runner is signalled")
+				assert.Equal(t, strconv.Itoa(old.PID()), f[1], "only the old runner is signalled")
 				signals[f[2]]++
 				continue
 			}
@@ -321,14 +225,14 @@ func TestTakeoverNewestStarterWins(t *testing.T) {
 	}
 	assert.Equal(t, 1, signals[strconv.Itoa(int(syscall.SIGTERM))], "SIGTERM once")
 	assert.Equal(t, 1, signals[strconv.Itoa(int(syscall.SIGKILL))], "SIGKILL once")
-	old.wait()
+	old.Wait()
 	st, err := Status(dir)
 	require.NoError(t, err)
 	assert.True(t, st.Verified)
-	assert.Equal(t, starters[9].pid(), st.Holder.PID)
+	assert.Equal(t, starters[9].PID(), st.Holder.PID)
 	assert.Empty(t, st.Waiting)
 	for _, s := range starters {
-		require.NoError(t, s.stop())
+		require.NoError(t, s.Stop())
 	}
 }
 
@@ -339,7 +243,7 @@ func TestTakeoverCancelledStarterWithdraws(t *testing.T) {
 	dir := t.TempDir()
 	// An old runner that does not watch for requests: it never acts on one.
 	old := startChild(t, "acquire", dir)
-	old.expect("acquired")
+	old.Expect("acquired")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -361,25 +265,25 @@ func TestTakeoverCancelledStarterWithdraws(t *testing.T) {
 	assert.Empty(t, st.Waiting)
 	assert.Empty(t, st.Restart, "the starter's own request is withdrawn")
 	assert.True(t, st.Verified)
-	assert.Equal(t, old.pid(), st.Holder.PID, "the old runner keeps running")
-	require.NoError(t, old.stop())
+	assert.Equal(t, old.PID(), st.Holder.PID, "the old runner keeps running")
+	require.NoError(t, old.Stop())
 }
 
 func TestTakeoverDeadStarterIsPruned(t *testing.T) {
 	dir := t.TempDir()
 	old := startChild(t, "acquire", dir)
-	old.expect("acquired")
+	old.Expect("acquired")
 	s := startStarter(t, dir, TakeoverOptions{Grace: time.Minute}, childWait)
 	eventually(t, "the starter waits", func() bool {
 		st, err := Status(dir)
 		return err == nil && len(st.Waiting) == 1
 	})
-	s.kill()
-	s.wait()
+	s.Kill()
+	s.Wait()
 	st, err := Status(dir)
 	require.NoError(t, err)
 	assert.Empty(t, st.Waiting, "a kill -9ed starter is not shown as waiting")
-	require.NoError(t, old.stop())
+	require.NoError(t, old.Stop())
 	// And it blocks nobody.
 	release, err := Takeover(background(t), dir, TakeoverOptions{})
 	require.NoError(t, err)
@@ -394,10 +298,10 @@ func TestTakeoverBadMode(t *testing.T) {
 func TestTakeoverUnverifiableHolderIsNeverSignalled(t *testing.T) {
 	dir := t.TempDir()
 	old := startChild(t, "acquire", dir)
-	old.expect("acquired")
+	old.Expect("acquired")
 	// An older runner wrote only its bare pid: it holds the lock, but its
 	// identity cannot be verified.
-	require.NoError(t, os.WriteFile(filepath.Join(dir, LockName), []byte(strconv.Itoa(old.pid())+"\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, LockName), []byte(strconv.Itoa(old.PID())+"\n"), 0o644))
 	sent := signalsSeen(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
@@ -406,10 +310,10 @@ func TestTakeoverUnverifiableHolderIsNeverSignalled(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	var be *BusyError
 	require.ErrorAs(t, err, &be)
-	assert.Equal(t, old.pid(), be.PID)
+	assert.Equal(t, old.PID(), be.PID)
 	assert.False(t, be.Verified)
 	assert.Empty(t, sent())
-	require.NoError(t, old.stop())
+	require.NoError(t, old.Stop())
 }
 
 func TestStandby(t *testing.T) {
@@ -421,7 +325,7 @@ func TestStandby(t *testing.T) {
 	t.Run("owner exits", func(t *testing.T) {
 		dir := t.TempDir()
 		owner := startChild(t, "acquire", dir)
-		owner.expect("acquired")
+		owner.Expect("acquired")
 		logs := captureLog(t)
 		got := make(chan StandbyResult, 1)
 		go func() {
@@ -430,16 +334,16 @@ func TestStandby(t *testing.T) {
 			got <- res
 		}()
 		eventually(t, "standby names the owner", func() bool { return strings.Contains(logs.String(), "standing by") })
-		owner.kill()
-		owner.wait()
+		owner.Kill()
+		owner.Wait()
 		res := <-got
-		assert.Equal(t, StandbyResult{Resumed: true, PreviousOwnerPID: owner.pid()}, res)
+		assert.Equal(t, StandbyResult{Resumed: true, PreviousOwnerPID: owner.PID()}, res)
 		assert.Equal(t, 1, strings.Count(logs.String(), "standing by"), "logged once")
 	})
 	t.Run("work completed", func(t *testing.T) {
 		dir := t.TempDir()
 		owner := startChild(t, "acquire", dir)
-		owner.expect("acquired")
+		owner.Expect("acquired")
 		var mu sync.Mutex
 		done := false
 		go func() {
@@ -454,19 +358,19 @@ func TestStandby(t *testing.T) {
 			return done
 		}})
 		require.NoError(t, err)
-		assert.Equal(t, StandbyResult{PreviousOwnerPID: owner.pid(), WorkCompleted: true}, res)
-		require.NoError(t, owner.stop())
+		assert.Equal(t, StandbyResult{PreviousOwnerPID: owner.PID(), WorkCompleted: true}, res)
+		require.NoError(t, owner.Stop())
 	})
 	t.Run("context ends", func(t *testing.T) {
 		dir := t.TempDir()
 		owner := startChild(t, "acquire", dir)
-		owner.expect("acquired")
+		owner.Expect("acquired")
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		_, err := Standby(ctx, dir, StandbyOptions{})
 		assert.ErrorIs(t, err, ErrBusy)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		require.NoError(t, owner.stop())
+		require.NoError(t, owner.Stop())
 	})
 }
 
@@ -484,7 +388,7 @@ func TestTakeoverSimultaneousStartersLeaveARunner(t *testing.T) {
 		admitted := 0
 		for _, s := range starters {
 			for {
-				line := s.expect("")
+				line := s.Expect("")
 				if strings.HasPrefix(line, "signal ") {
 					continue
 				}
@@ -502,7 +406,7 @@ func TestTakeoverSimultaneousStartersLeaveARunner(t *testing.T) {
 		assert.True(t, st.Held && st.Verified, "round %d: a verified runner holds the dir: %+v", round, st)
 		assert.Empty(t, st.Restart, "round %d: no restart request is left for the admitted runner", round)
 		for _, s := range starters {
-			s.stop()
+			s.Stop()
 		}
 	}
 }
@@ -529,25 +433,25 @@ func TestTakeoverNeverSignalsAStarterBeingAdmitted(t *testing.T) {
 	dir := t.TempDir()
 	old := startRunner(t, dir, "linger")
 	first := startStarter(t, dir, TakeoverOptions{Grace: time.Hour, KillAfter: childWait}, childWait)
-	old.expect("released")
+	old.Expect("released")
 	eventually(t, "the first starter holds the kernel lock, awaiting the old runner's exit", func() bool {
-		locks, _, _ := kernelLocks(filepath.Join(dir, LockName))
-		return holdsExclusive(locks, first.pid())
+		holds, _ := filelock.HoldsExclusive(filepath.Join(dir, LockName), first.PID())
+		return holds
 	})
 	hasty := startStarter(t, dir, TakeoverOptions{Grace: time.Millisecond, KillAfter: time.Millisecond}, childWait)
 	eventually(t, "the newer starter has looked at the holder and asked", func() bool {
 		req, ok := readRestart(dir)
-		return ok && req.By.PID == hasty.pid()
+		return ok && req.By.PID == hasty.PID()
 	})
 	st, err := Status(dir)
 	require.NoError(t, err)
 	assert.True(t, st.Held)
 	assert.False(t, st.Verified, "a starter being admitted cannot be verified yet")
-	require.NoError(t, old.stop())
-	assert.Equal(t, "superseded", first.expect(""), "the admitting starter is no longer the newest")
-	assert.Equal(t, "admitted", hasty.expect(""), "the newer starter signals nobody and is admitted")
-	require.NoError(t, first.stop())
-	require.NoError(t, hasty.stop())
+	require.NoError(t, old.Stop())
+	assert.Equal(t, "superseded", first.Expect(""), "the admitting starter is no longer the newest")
+	assert.Equal(t, "admitted", hasty.Expect(""), "the newer starter signals nobody and is admitted")
+	require.NoError(t, first.Stop())
+	require.NoError(t, hasty.Stop())
 }
 
 // Case: a starter whose context ends while it holds the lock and awaits the
@@ -566,10 +470,10 @@ func TestTakeoverContextEndsDuringAdmission(t *testing.T) {
 		}
 		done <- err
 	}()
-	old.expect("released")
+	old.Expect("released")
 	eventually(t, "the starter holds the kernel lock, awaiting the old runner's exit", func() bool {
-		locks, _, _ := kernelLocks(filepath.Join(dir, LockName))
-		return holdsExclusive(locks, os.Getpid())
+		holds, _ := filelock.HoldsExclusive(filepath.Join(dir, LockName), os.Getpid())
+		return holds
 	})
 	cancel()
 	err := <-done
@@ -583,5 +487,5 @@ func TestTakeoverContextEndsDuringAdmission(t *testing.T) {
 	st, err := Status(dir)
 	require.NoError(t, err)
 	assert.Empty(t, st.Waiting)
-	require.NoError(t, old.stop())
+	require.NoError(t, old.Stop())
 }

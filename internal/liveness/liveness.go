@@ -35,7 +35,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -305,7 +304,7 @@ func (p *Process) Verify() (Verdict, string) {
 // error wrapping errors.ErrUnsupported for a signal this OS cannot send
 // (windows: anything but SIGKILL); otherwise the kernel's error, wrapped.
 // On Unix, signal 0 only verifies, like kill(pid, 0).
-func (p *Process) Signal(sig syscall.Signal) error {
+func (p *Process) Signal(sig Signal) error {
 	if p == nil || p.waitSem == nil {
 		return fmt.Errorf("liveness: signal %v: not a pinned process: %w", sig, ErrNotAlive)
 	}
@@ -528,7 +527,7 @@ const maxPID = 1<<31 - 1
 // sent; they are nil in production.
 var (
 	testHookProbe  func(pid int)
-	testHookSignal func(pid int, sig syscall.Signal)
+	testHookSignal func(pid int, sig Signal)
 )
 
 func probeHook(pid int) {

@@ -13,7 +13,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/shirou/gopsutil/v4/host"
@@ -95,18 +94,6 @@ func lookup(pid int) (Identity, error) {
 	}, nil
 }
 
-// killExited: see the Linux file. EPERM means the pid exists.
-func killExited(pid int) (bool, error) {
-	switch err := unix.Kill(pid, 0); {
-	case err == nil, errors.Is(err, unix.EPERM):
-		return false, nil
-	case errors.Is(err, unix.ESRCH):
-		return true, nil
-	default:
-		return false, fmt.Errorf("kill(%d, 0): %w", pid, err)
-	}
-}
-
 func pin(id Identity) (*Process, Verdict, string) {
 	p := newProcess(id, &handle{})
 	v, why := p.verify()
@@ -149,10 +136,10 @@ func (p *Process) verify() (Verdict, string) {
 	return Alive, fmt.Sprintf("start time %d µs matches", p.id.StartTicks)
 }
 
-func signalSupported(syscall.Signal) error { return nil }
+func signalSupported(Signal) error { return nil }
 
 // signal: verified just before; killVerified sends and verifies again.
-func (p *Process) signal(sig syscall.Signal) error { return p.killVerified(sig) }
+func (p *Process) signal(sig Signal) error { return p.killVerified(sig) }
 
 func (p *Process) exitedNow() bool {
 	v, _ := p.Verify()

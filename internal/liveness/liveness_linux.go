@@ -191,20 +191,6 @@ func zombieDead(root string, pid int, pinned bool, exited func() (bool, error)) 
 	return err != nil || st.threads <= 1
 }
 
-// killExited asks kill(pid, 0) whether anything holds pid: ESRCH means
-// nothing does; success and EPERM both mean something does (EPERM is never
-// taken as death). It proves nothing about which process that is.
-func killExited(pid int) (bool, error) {
-	switch err := unix.Kill(pid, 0); {
-	case err == nil, errors.Is(err, unix.EPERM):
-		return false, nil
-	case errors.Is(err, unix.ESRCH):
-		return true, nil
-	default:
-		return false, fmt.Errorf("kill(%d, 0): %w", pid, err)
-	}
-}
-
 // pidfdReadable reports whether the pidfd polls readable, which it does
 // once the whole thread group has exited (zombie included).
 func pidfdReadable(fd int) (bool, error) {
@@ -427,9 +413,9 @@ func (p *Process) verify() (Verdict, string) {
 	return inspect(pid, p.id.StartTicks, false, exited)
 }
 
-func signalSupported(syscall.Signal) error { return nil }
+func signalSupported(Signal) error { return nil }
 
-func (p *Process) signal(sig syscall.Signal) error {
+func (p *Process) signal(sig Signal) error {
 	pid := p.id.PID
 	if p.h.f == nil {
 		// No pidfd: verified just before; killVerified sends and verifies

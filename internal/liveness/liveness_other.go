@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"syscall"
 )
 
 const startIsBootRelative = true // unknown unit: never trust it without a boot id
@@ -37,9 +36,9 @@ func (*Process) verify() (Verdict, string) {
 	return Unverifiable, "process identity unsupported on " + runtime.GOOS
 }
 
-func signalSupported(syscall.Signal) error { return errUnsupported }
+func signalSupported(Signal) error { return errUnsupported }
 
-func (*Process) signal(syscall.Signal) error { return errUnsupported }
+func (*Process) signal(Signal) error { return errUnsupported }
 
 func (*Process) exitedNow() bool { return false }
 

@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -227,7 +226,7 @@ func TestNothingProbed(t *testing.T) {
 func recordProbes(t *testing.T) *[]int {
 	var probed []int
 	testHookProbe = func(pid int) { probed = append(probed, pid) }
-	testHookSignal = func(pid int, sig syscall.Signal) { t.Errorf("signal %v sent to pid %d", sig, pid) }
+	testHookSignal = func(pid int, sig Signal) { t.Errorf("signal %v sent to pid %d", sig, pid) }
 	t.Cleanup(func() { testHookProbe, testHookSignal = nil, nil })
 	return &probed
 }
@@ -237,7 +236,7 @@ func TestZeroProcess(t *testing.T) {
 		assert.Equal(t, 0, p.PID())
 		v, _ := p.Verify()
 		assert.Equal(t, Unverifiable, v)
-		assert.ErrorIs(t, p.Signal(syscall.SIGTERM), ErrNotAlive)
+		assert.ErrorIs(t, p.Signal(SIGTERM), ErrNotAlive)
 		assert.Error(t, p.Wait(context.Background()))
 		assert.False(t, p.Exited())
 		assert.NoError(t, p.Close())

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -15,7 +14,7 @@ import (
 // killVerified sends sig with kill(2) to a process verified just before, and
 // verifies it again afterwards, so that a pid recycled in between is at least
 // reported. It is the signal of the paths without a pidfd.
-func (p *Process) killVerified(sig syscall.Signal) error {
+func (p *Process) killVerified(sig Signal) error {
 	pid := p.id.PID
 	if err := unix.Kill(pid, sig); err != nil {
 		if errors.Is(err, unix.ESRCH) {
@@ -27,6 +26,20 @@ func (p *Process) killVerified(sig syscall.Signal) error {
 		return fmt.Errorf("liveness: signalled pid %d with %v, but afterwards it is %s (%s): the signal may have reached a process that reused the pid", pid, sig, v, why)
 	}
 	return nil
+}
+
+// killExited asks kill(pid, 0) whether anything holds pid: ESRCH means
+// nothing does; success and EPERM both mean something does (EPERM is never
+// taken as death). It proves nothing about which process that is.
+func killExited(pid int) (bool, error) {
+	switch err := unix.Kill(pid, 0); {
+	case err == nil, errors.Is(err, unix.EPERM):
+		return false, nil
+	case errors.Is(err, unix.ESRCH):
+		return true, nil
+	default:
+		return false, fmt.Errorf("kill(%d, 0): %w", pid, err)
+	}
 }
 
 // pollExit polls exited every 5 ms until it reports true (nil) or ctx ends

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/shirou/gopsutil/v4/host"
@@ -202,15 +201,15 @@ func (p *Process) verify() (Verdict, string) {
 	return v, why
 }
 
-func signalSupported(sig syscall.Signal) error {
-	if sig != syscall.SIGKILL {
+func signalSupported(sig Signal) error {
+	if sig != SIGKILL {
 		return fmt.Errorf("only SIGKILL (TerminateProcess) is available: %w", errors.ErrUnsupported)
 	}
 	return nil
 }
 
 // signal terminates the process through the pinned handle (exit code 1).
-func (p *Process) signal(syscall.Signal) error {
+func (p *Process) signal(Signal) error {
 	err := p.h.use(func(h windows.Handle) error { return windows.TerminateProcess(h, 1) })
 	if err != nil {
 		return fmt.Errorf("liveness: terminate pid %d: %w", p.id.PID, err)

@@ -1,4 +1,4 @@
-package runnerstate
+package filelock
 
 import (
 	"bytes"
@@ -8,26 +8,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// procLocks is /proc/locks; a variable so tests can point it at a fixture.
-var procLocks = "/proc/locks"
+// procLocks is /proc/locks.
+const procLocks = "/proc/locks"
 
-// kernelLock is one granted flock(2) lock the kernel lists for a file.
-type kernelLock struct {
-	pid       int // the pid that called flock, as seen from our PID namespace; 0 when not visible
-	exclusive bool
-	devMatch  bool // the device numbers matched too, not only the inode
-}
-
-// kernelLocks lists the granted flock locks on the file at path from
+// Holders lists the granted flock locks on the file at path from
 // /proc/locks, without touching the lock: a probe that locked, even shared,
-// would make a concurrent LOCK_EX|LOCK_NB fail. known is false when the kernel
-// cannot tell (no /proc), and the caller falls back to a probe.
+// would make a concurrent LOCK_EX|LOCK_NB fail. exists is false when there is
+// no file at path; known is false when the kernel cannot tell (no /proc, the
+// file cannot be stat'ed), and the caller falls back to ProbeHeld.
 //
 // /proc/locks names a lock by "major:minor:inode" of the superblock's device.
 // On btrfs subvolumes and overlayfs stat(2) reports another device number, so
-// entries that match the inode but not the device are returned with devMatch
-// false, for the caller to corroborate with the lock file's recorded pid.
-func kernelLocks(path string) (locks []kernelLock, exists, known bool) {
+// entries that match the inode but not the device come with DevMatch false.
+func Holders(path string) (holders []Holder, exists, known bool) {
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); err != nil {
 		if err == unix.ENOENT {
@@ -52,23 +45,23 @@ func kernelLocks(path string) (locks []kernelLock, exists, known bool) {
 		} else {
 			line, data = data, nil
 		}
-		kl, lmaj, lmin, lino, ok := parseLocksLine(line)
+		h, lmaj, lmin, lino, ok := ParseLocksLine(line)
 		if !ok || lino != ino {
 			continue
 		}
-		kl.devMatch = lmaj == major && lmin == minor
-		locks = append(locks, kl)
+		h.DevMatch = lmaj == major && lmin == minor
+		holders = append(holders, h)
 	}
-	return locks, true, true
+	return holders, true, true
 }
 
-// parseLocksLine parses one /proc/locks line of a granted FLOCK lock:
+// ParseLocksLine parses one /proc/locks line of a granted FLOCK lock:
 //
 //	1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF
 //
 // Blocked waiters ("1: -> FLOCK ...") and other lock types are skipped. The
 // format is fs/locks.c's lock_get_status.
-func parseLocksLine(line []byte) (kl kernelLock, major, minor, ino uint64, ok bool) {
+func ParseLocksLine(line []byte) (h Holder, major, minor, ino uint64, ok bool) {
 	var f [8][]byte
 	n := 0
 	for n < len(f) {
@@ -86,46 +79,47 @@ func parseLocksLine(line []byte) (kl kernelLock, major, minor, ino uint64, ok bo
 		n++
 	}
 	if n < 6 || string(f[1]) != "FLOCK" || !isOrdinal(f[0]) || (string(f[2]) != "ADVISORY" && string(f[2]) != "MANDATORY") {
-		return kl, 0, 0, 0, false
+		return h, 0, 0, 0, false
 	}
 	switch string(f[3]) {
 	case "WRITE":
-		kl.exclusive = true
+		h.Exclusive = true
 	case "READ":
 	default:
-		return kl, 0, 0, 0, false
+		return h, 0, 0, 0, false
 	}
 	pid, err := strconv.Atoi(string(f[4]))
 	if err != nil {
-		return kl, 0, 0, 0, false
+		return h, 0, 0, 0, false
 	}
 	if pid > 0 {
-		kl.pid = pid
+		h.PID = pid
 	}
 	dev := f[5]
 	c1 := bytes.IndexByte(dev, ':')
 	if c1 < 0 {
-		return kl, 0, 0, 0, false
+		return h, 0, 0, 0, false
 	}
 	c2 := bytes.IndexByte(dev[c1+1:], ':')
 	if c2 < 0 {
-		return kl, 0, 0, 0, false
+		return h, 0, 0, 0, false
 	}
 	c2 += c1 + 1
 	if major, err = strconv.ParseUint(string(dev[:c1]), 16, 32); err != nil {
-		return kl, 0, 0, 0, false
+		return h, 0, 0, 0, false
 	}
 	if minor, err = strconv.ParseUint(string(dev[c1+1:c2]), 16, 32); err != nil {
-		return kl, 0, 0, 0, false
+		return h, 0, 0, 0, false
 	}
 	if ino, err = strconv.ParseUint(string(dev[c2+1:]), 10, 64); err != nil {
-		return kl, 0, 0, 0, false
+		return h, 0, 0, 0, false
 	}
-	return kl, major, minor, ino, true
+	return h, major, minor, ino, true
 }
 
-// kernelListsLocks reports whether /proc/locks can be read here.
-var kernelListsLocks = sync.OnceValue(func() bool {
+// ListsHolders reports whether the kernel lists lock holders here
+// (/proc/locks can be read). Where it does not, holders can only be probed.
+var ListsHolders = sync.OnceValue(func() bool {
 	fd, err := unix.Open(procLocks, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false

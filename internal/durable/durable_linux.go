@@ -1,4 +1,4 @@
-package runnerstate
+package durable
 
 import (
 	"os"
@@ -6,9 +6,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// renameNoReplace renames oldPath to newPath unless newPath exists, in which
+// RenameNoReplace renames oldPath to newPath unless newPath exists, in which
 // case it fails with an error satisfying errors.Is(err, fs.ErrExist).
-func renameNoReplace(oldPath, newPath string) error {
+func RenameNoReplace(oldPath, newPath string) error {
 	err := unix.Renameat2(unix.AT_FDCWD, oldPath, unix.AT_FDCWD, newPath, unix.RENAME_NOREPLACE)
 	switch err {
 	case nil:

@@ -1,4 +1,4 @@
-package runnerstate
+package dirwatch
 
 import (
 	"os"
@@ -6,17 +6,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// dirNotify is inotify(7) on a directory, read through Go's netpoller: a
+// notifier is inotify(7) on a directory, read through Go's netpoller: a
 // change to any file in it wakes the watcher at once.
-type dirNotify struct {
+type notifier struct {
 	f      *os.File
 	events chan struct{}
 	done   chan struct{}
 }
 
-// openDirNotify watches dir, or returns nil (the watcher then polls) when
-// inotify is unavailable or the watch limit is reached.
-func openDirNotify(dir string) *dirNotify {
+// openNotifier watches dir, or returns nil when inotify is unavailable or
+// the watch limit is reached.
+func openNotifier(dir string) *notifier {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
 		return nil
@@ -27,7 +27,7 @@ func openDirNotify(dir string) *dirNotify {
 		unix.Close(fd)
 		return nil
 	}
-	n := &dirNotify{
+	n := &notifier{
 		f:      os.NewFile(uintptr(fd), "inotify:"+dir),
 		events: make(chan struct{}, 1),
 		done:   make(chan struct{}),
@@ -36,7 +36,7 @@ func openDirNotify(dir string) *dirNotify {
 	return n
 }
 
-func (n *dirNotify) run() {
+func (n *notifier) run() {
 	defer close(n.done)
 	buf := make([]byte, 4096)
 	for {
@@ -51,7 +51,7 @@ func (n *dirNotify) run() {
 }
 
 // close stops the watch and waits for its reader to exit.
-func (n *dirNotify) close() {
+func (n *notifier) close() {
 	n.f.Close()
 	<-n.done
 }

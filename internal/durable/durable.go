@@ -1,0 +1,372 @@
+// Package durable reads and writes the small files a runner directory holds
+// without ever following a symlink, blocking on a FIFO, reading a runaway
+// file whole, or tearing a byte.
+//
+// A file is replaced atomically: the data goes to a temporary file in the
+// same directory, created O_EXCL|O_NOFOLLOW (a planted symlink is never
+// followed), written, fsynced, closed, renamed over the target, and the
+// directory fsynced, so that a reader or a crash sees the old content or the
+// new, never a mix (the shape of google/renameio, written here so that
+// Windows and the leftover rules below share it). On any failure the
+// temporary file is removed. A temporary file left by a writer that was
+// killed is removed by the next writer of that name, when it is older than
+// a minute (a younger one may be a concurrent writer's) or when the writer
+// its name records is provably gone.
+//
+// Errors are *fs.PathError naming the path, with one of this package's
+// sentinels (ErrSymlink, ErrIsDir, ErrNotRegular, ErrTooLarge) or the
+// system's error as Err. Nothing here logs, and nothing knows which files
+// the caller keeps.
+package durable
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"hash/fnv"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/runnerstate/runnerstate/internal/liveness"
+)
+
+// Why a path is refused. Each comes inside an *fs.PathError naming the path,
+// and says what to do.
+var (
+	ErrSymlink    = errors.New("is a symlink, which is never followed here; remove it")
+	ErrIsDir      = errors.New("is a directory where a file belongs; move it away")
+	ErrNotRegular = errors.New("is not a regular file; move it away")
+	ErrNotDir     = errors.New("is not a directory")
+	// ErrTooLarge is ReadFile's answer for a file larger than asked for;
+	// the first bytes come with it.
+	ErrTooLarge = errors.New("file is larger than a record can be")
+)
+
+// refused is the error for a path that is refused for why.
+func refused(path string, why error) error {
+	return &fs.PathError{Op: "refusing", Path: path, Err: why}
+}
+
+// CheckMode refuses a file mode that is not a regular file's: a symlink, a
+// directory or anything else, with the error naming path. It is the one
+// place that decides what may stand where a state or lock file belongs.
+func CheckMode(path string, mode fs.FileMode) error {
+	switch {
+	case mode&fs.ModeSymlink != 0:
+		return refused(path, ErrSymlink)
+	case mode.IsDir():
+		return refused(path, ErrIsDir)
+	case !mode.IsRegular():
+		return refused(path, ErrNotRegular)
+	}
+	return nil
+}
+
+// Unwrap returns the system's error inside an *fs.PathError or
+// *os.LinkError, so that the caller can name the path its own way.
+func Unwrap(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Err
+	}
+	return err
+}
+
+// DecodeObject decodes data, the content of a small JSON state file, into
+// v. Anything but one JSON object (white space around it allowed) is an
+// error: an empty file, an array, a bare number.
+func DecodeObject(data []byte, v any) error {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return errors.New("empty file")
+	}
+	if data[0] != '{' {
+		return errors.New("not a JSON object")
+	}
+	return json.Unmarshal(data, v)
+}
+
+// EnsureDir creates dir (0755, parents too) when it does not exist, and
+// refuses a dir that is not a directory.
+func EnsureDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err == nil {
+		if !fi.IsDir() {
+			return refused(dir, ErrNotDir)
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return &fs.PathError{Op: "stat", Path: dir, Err: Unwrap(err)}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return &fs.PathError{Op: "mkdir", Path: dir, Err: Unwrap(err)}
+	}
+	return nil
+}
+
+// Remove removes dir/name if it is there, and syncs dir so that the removal
+// survives a power loss. A missing file is not an error.
+func Remove(dir, name string) error {
+	path := filepath.Join(dir, name)
+	if err := os.Remove(path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return &fs.PathError{Op: "remove", Path: path, Err: Unwrap(err)}
+	}
+	return SyncDir(dir)
+}
+
+// SetAside renames dir/name to dir/name+suffix, replacing an older one, so
+// that an unreadable file is kept for a person to look at while its name is
+// free again. It returns the new path.
+func SetAside(dir, name, suffix string) (string, error) {
+	path := filepath.Join(dir, name)
+	aside := path + suffix
+	if err := os.Rename(path, aside); err != nil {
+		return "", &fs.PathError{Op: "rename", Path: path, Err: Unwrap(err)}
+	}
+	return aside, SyncDir(dir)
+}
+
+// Write replaces dir/name with data atomically and durably (see the package
+// doc): after it returns nil, a crash or a power loss leaves the new
+// content. A symlink, a directory or another non-regular file at dir/name is
+// refused. Errors name dir/name, or the temporary file for a failure of its
+// own (its write, fsync or close); the temporary file is removed on every
+// failure. An error from the directory's fsync after the rename means the
+// new content is in place and read by everyone, but not known to survive a
+// power loss.
+func Write(dir, name string, data []byte) error {
+	return replace(dir, name, data, synced)
+}
+
+// WriteVolatile is Write without the fsyncs: atomic (readers see the old
+// content or the new) but not durable. It is for files that describe live
+// processes, which a power loss ends anyway.
+func WriteVolatile(dir, name string, data []byte) error {
+	return replace(dir, name, data, unsynced)
+}
+
+// durability says whether a write fsyncs the file and its directory.
+type durability uint8
+
+const (
+	unsynced durability = iota
+	synced
+)
+
+func replace(dir, name string, data []byte, d durability) error {
+	target := filepath.Join(dir, name)
+	if err := checkTarget(target); err != nil {
+		return err
+	}
+	removeLeftovers(dir, name)
+	f, tmp, err := createTemp(dir, name, target)
+	if err != nil {
+		return err
+	}
+	if err := fill(f, tmp, data, d); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, target); err != nil {
+		os.Remove(tmp)
+		return &fs.PathError{Op: "rename", Path: target, Err: Unwrap(err)}
+	}
+	if d == unsynced {
+		return nil
+	}
+	return SyncDir(dir)
+}
+
+// checkTarget refuses to replace anything but a regular file (or nothing).
+func checkTarget(target string) error {
+	fi, err := os.Lstat(target)
+	if err == nil {
+		return CheckMode(target, fi.Mode())
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return &fs.PathError{Op: "stat", Path: target, Err: Unwrap(err)}
+}
+
+// createTemp creates the temporary file of name in dir, exclusively and
+// without following a symlink. A failure is reported against target, the
+// file the caller asked for, except a symlink planted at the temporary path.
+func createTemp(dir, name, target string) (*os.File, string, error) {
+	prefix := TempPrefix(name) + WriterTag() + "-"
+	var tmp string
+	for range 4 {
+		tmp = filepath.Join(dir, prefix+tempRandom())
+		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, 0o644)
+		if err == nil {
+			return f, tmp, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return nil, "", &fs.PathError{Op: "write", Path: target, Err: Unwrap(err)}
+		}
+		if fi, lerr := os.Lstat(tmp); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return nil, "", refused(tmp, ErrSymlink)
+		}
+	}
+	return nil, "", &fs.PathError{Op: "create", Path: tmp, Err: fs.ErrExist}
+}
+
+// fill writes data to the temporary file f, fsyncs it when d says so, and
+// closes it (on failure too).
+func fill(f *os.File, tmp string, data []byte, d durability) error {
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return &fs.PathError{Op: "write", Path: tmp, Err: Unwrap(err)}
+	}
+	if d == synced {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return &fs.PathError{Op: "fsync", Path: tmp, Err: Unwrap(err)}
+		}
+	}
+	if err := f.Close(); err != nil {
+		return &fs.PathError{Op: "close", Path: tmp, Err: Unwrap(err)}
+	}
+	return nil
+}
+
+// tempInfix marks a temporary file: ".<name>.tmp-<writer>-<random>".
+const tempInfix = ".tmp-"
+
+// TempPrefix is how the temporary files of name begin: ".<name>.tmp-". A
+// long name is shortened and a hash of it added, so that the temporary name
+// still fits where the name itself does (255 bytes on most filesystems).
+func TempPrefix(name string) string {
+	if len(name) > 160 {
+		h := fnv.New64a()
+		h.Write([]byte(name))
+		name = name[:120] + "~" + strconv.FormatUint(h.Sum64(), 16)
+	}
+	return "." + name + tempInfix
+}
+
+// IsTemp reports whether name is a temporary file's name, which a caller
+// must never pick for a file of its own.
+func IsTemp(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.Contains(name, tempInfix)
+}
+
+// LeftoverAge is the age past which any leftover temporary file is removed:
+// a younger one may be a concurrent writer's.
+const LeftoverAge = time.Minute
+
+// WriterTag names this process in temporary file names: pid, start ticks
+// and a hash of boot id and PID namespace, so that a later writer can tell
+// whether the writer of a leftover is gone.
+var WriterTag = sync.OnceValue(func() string {
+	self := liveness.Current()
+	h := fnv.New32a()
+	h.Write([]byte(self.BootID + "|" + self.PIDNS))
+	return strconv.Itoa(self.PID) + "-" + strconv.FormatUint(self.StartTicks, 10) + "-" + strconv.FormatUint(uint64(h.Sum32()), 16)
+})
+
+// tempRandom returns the random part of a temporary file name.
+var tempRandom = func() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// SetTempRandom makes fn name the random part of temporary files, and
+// returns a func that restores the default. For tests that plant a symlink
+// at the exact temporary path; not safe for concurrent use with writes.
+func SetTempRandom(fn func() string) (restore func()) {
+	old := tempRandom
+	tempRandom = fn
+	return func() { tempRandom = old }
+}
+
+// removeLeftovers removes temporary files of name left by writers that are
+// gone: any older than LeftoverAge, and younger ones whose writer, named in
+// the file name, is provably dead on this machine.
+func removeLeftovers(dir, name string) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return
+	}
+	prefix := TempPrefix(name)
+	for _, n := range names {
+		tag, ok := strings.CutPrefix(n, prefix)
+		if !ok {
+			continue
+		}
+		p := filepath.Join(dir, n)
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if time.Since(fi.ModTime()) > LeftoverAge || WriterGone(tag) {
+			os.Remove(p)
+		}
+	}
+}
+
+// WriterGone parses "<pid>-<ticks>-<nshash>-<random>", the tail of a
+// temporary file name, and reports whether that writer is provably gone:
+// same boot and PID namespace as this process, and its pid is dead or now
+// names a later process. Anything it cannot parse or prove is not gone.
+func WriterGone(tag string) bool {
+	parts := strings.Split(tag, "-")
+	if len(parts) != 4 {
+		return false
+	}
+	selfParts := strings.Split(WriterTag(), "-")
+	if parts[2] != selfParts[2] {
+		return false // another boot or namespace: only age tells
+	}
+	pid, err := strconv.Atoi(parts[0])
+	if err != nil || pid <= 0 {
+		return false
+	}
+	ticks, err := strconv.ParseUint(parts[1], 10, 64)
+	if err != nil || ticks == 0 {
+		return false
+	}
+	me := liveness.Current()
+	id := liveness.Identity{PID: pid, StartTicks: ticks, BootID: me.BootID, PIDNS: me.PIDNS, Machine: me.Machine}
+	v, _ := liveness.Check(id)
+	return v == liveness.Dead || v == liveness.Stale
+}
+
+// renameLink renames without replacing by linking the new name (which fails
+// when it exists) and removing the old one. Where hard links are not
+// supported it falls back to a checked rename, which is safe among writers
+// that serialise on a lock of their own.
+func renameLink(oldPath, newPath string) error {
+	err := os.Link(oldPath, newPath)
+	if err == nil {
+		return os.Remove(oldPath)
+	}
+	if errors.Is(err, fs.ErrExist) || errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if _, serr := os.Lstat(newPath); serr == nil {
+		return &os.LinkError{Op: "rename", Old: oldPath, New: newPath, Err: fs.ErrExist}
+	}
+	return os.Rename(oldPath, newPath)
+}

@@ -1,0 +1,55 @@
+//go:build !unix
+
+package durable
+
+import (
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// oNoFollow: these systems have no such open flag; a symlink is refused by
+// an Lstat before opening, which leaves a window a local attacker could race.
+const oNoFollow = 0
+
+// ReadFile reads up to max bytes of the regular file at path, refusing a
+// symlink, a directory or another non-regular file (by an Lstat first). A
+// missing file is an error satisfying errors.Is(err, fs.ErrNotExist). A file
+// larger than max returns its first max bytes and ErrTooLarge.
+func ReadFile(path string, max int) ([]byte, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: Unwrap(err)}
+	}
+	if err := CheckMode(path, fi.Mode()); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: Unwrap(err)}
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: Unwrap(err)}
+	}
+	if len(data) > max {
+		return data[:max], ErrTooLarge
+	}
+	return data, nil
+}
+
+// Key identifies a directory by its absolute, cleaned path (case-folded
+// where the filesystem is case-insensitive), so that two spellings of one
+// directory are one key.
+type Key struct{ path string }
+
+// KeyOf returns dir's Key.
+func KeyOf(dir string) (Key, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return Key{}, &fs.PathError{Op: "abs", Path: dir, Err: err}
+	}
+	return Key{path: foldCase(filepath.Clean(abs))}, nil
+}

@@ -1,0 +1,23 @@
+//go:build !unix && !windows
+
+package durable
+
+import (
+	"io/fs"
+	"os"
+)
+
+// SyncDir fsyncs a directory where the system can; where it cannot (an
+// error from the sync itself) nothing more can be done, and it is not an
+// error.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: dir, Err: Unwrap(err)}
+	}
+	defer d.Close()
+	d.Sync()
+	return nil
+}
+
+func foldCase(path string) string { return path }

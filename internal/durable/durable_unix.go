@@ -1,0 +1,119 @@
+//go:build unix
+
+package durable
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// oNoFollow makes an open fail on a symlink at the last path element.
+const oNoFollow = syscall.O_NOFOLLOW
+
+// ReadFile reads up to max bytes of the regular file at path without
+// following a symlink, without creating it and without blocking on a FIFO:
+// how a process that does not hold a lock reads what the holder wrote (a
+// hint, never authority). A missing file is an error satisfying
+// errors.Is(err, fs.ErrNotExist). A file larger than max returns its first
+// max bytes and ErrTooLarge.
+func ReadFile(path string, max int) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, OpenError(path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if err := CheckMode(path, ModeOf(uint32(st.Mode))); err != nil {
+		return nil, err
+	}
+	size := max
+	if st.Size >= 0 && st.Size < int64(max) {
+		size = int(st.Size) + 1 // +1 to see a file that grew since fstat
+	}
+	buf := make([]byte, size)
+	n := 0
+	for n < size {
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	if n == max && st.Size > int64(max) {
+		return buf[:n], ErrTooLarge
+	}
+	return buf[:n], nil
+}
+
+// OpenError turns an open(2) failure of path into an *fs.PathError that
+// says, where it helps, what to do: a symlink met by O_NOFOLLOW is ErrSymlink
+// (ELOOP; EMLINK is FreeBSD's answer), a directory ErrIsDir.
+func OpenError(path string, err error) error {
+	switch err {
+	case unix.ELOOP, unix.EMLINK:
+		return refused(path, ErrSymlink)
+	case unix.EISDIR:
+		return refused(path, ErrIsDir)
+	}
+	return &fs.PathError{Op: "open", Path: path, Err: err}
+}
+
+// ModeOf converts a stat(2) st_mode into an fs.FileMode's type bits.
+func ModeOf(mode uint32) fs.FileMode {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return 0
+	case unix.S_IFDIR:
+		return fs.ModeDir
+	case unix.S_IFLNK:
+		return fs.ModeSymlink
+	case unix.S_IFIFO:
+		return fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		return fs.ModeSocket
+	case unix.S_IFCHR:
+		return fs.ModeDevice | fs.ModeCharDevice
+	}
+	return fs.ModeDevice
+}
+
+// SyncDir fsyncs a directory so that a rename or removal in it survives a
+// power loss. A filesystem that cannot sync directories (EINVAL) is not an
+// error.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: dir, Err: Unwrap(err)}
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return &fs.PathError{Op: "fsync", Path: dir, Err: Unwrap(err)}
+	}
+	return nil
+}
+
+// Key identifies a directory: its device and inode, so that two spellings
+// of one directory are one key.
+type Key struct{ dev, ino uint64 }
+
+// KeyOf returns dir's Key.
+func KeyOf(dir string) (Key, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return Key{}, &fs.PathError{Op: "stat", Path: dir, Err: err}
+	}
+	return Key{dev: uint64(st.Dev), ino: uint64(st.Ino)}, nil
+}

@@ -1,0 +1,152 @@
+// Package filelock takes and holds kernel file locks: flock(2) on Unix,
+// LockFileEx on Windows (through gofrs/flock), and ErrUnsupported at run
+// time where the system has neither. It hands a released lock to the
+// in-process waiters of a path through one parked goroutine, and names the
+// processes the kernel says hold a file's lock.
+//
+// A lock belongs to the open file description, not to the process: two
+// Files on one path exclude each other inside one process exactly as they
+// do across processes, and closing some other descriptor of the same file
+// (as os.ReadFile does) never drops the lock (unlike fcntl locks). Every
+// File is opened close-on-exec, never through a symlink, never truncated,
+// and after locking it is checked to still be the file at its path.
+//
+// Errors are *fs.PathError naming the path, with ErrWouldBlock, an
+// ErrUnsupported, a durable refusal (symlink, directory, not a regular
+// file), ErrHardLinked, ErrReplaced or the system's error inside. Nothing
+// here logs or knows which files the caller keeps.
+package filelock
+
+import (
+	"errors"
+	"io/fs"
+
+	"github.com/runnerstate/runnerstate/internal/durable"
+)
+
+// Mode is how a File is locked.
+type Mode uint8
+
+const (
+	// Exclusive is a write lock, opened read-write so that the holder can
+	// write its identity into the file.
+	Exclusive Mode = iota
+	// Shared is a read lock; it needs only read permission on the file.
+	Shared
+)
+
+var (
+	// ErrWouldBlock is the answer of an attempt that found the lock held.
+	ErrWouldBlock = errors.New("lock is held by another process")
+	// ErrUnsupported is the answer of a filesystem (or a system) that
+	// refuses file locks: ENOLCK, EOPNOTSUPP, some network and FUSE
+	// filesystems. It comes as an *UnsupportedError.
+	ErrUnsupported = errors.New("file locking is not supported on this filesystem")
+	// ErrHardLinked refuses a lock file that has another name: the
+	// identity written into it would land in that other file too.
+	ErrHardLinked = errors.New("has another name (a hard link), and writing to it would write there too; remove the other link")
+	// ErrReplaced is the answer when the file keeps being replaced or
+	// removed under every lock taken on it.
+	ErrReplaced = errors.New("the lock file keeps being replaced or removed while it is locked; stop whatever deletes it")
+)
+
+// UnsupportedError is a filesystem's refusal of locks, with the system's
+// own error (ENOLCK, EOPNOTSUPP, ERROR_NOT_SUPPORTED...).
+type UnsupportedError struct{ Err error }
+
+func (e *UnsupportedError) Error() string        { return ErrUnsupported.Error() + " (" + e.Err.Error() + ")" }
+func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
+func (e *UnsupportedError) Unwrap() error        { return e.Err }
+
+// maxReplaced bounds how often an attempt retries when the file it locked
+// was replaced or unlinked under it. Each retry means somebody else is
+// deleting the lock file; a handful of rounds tells a race from a loop.
+const maxReplaced = 16
+
+// TryLock makes one attempt, without waiting, to lock the file at path in
+// mode, creating it with perm when it does not exist. It returns
+// ErrWouldBlock (in an *fs.PathError) when the lock is held.
+func TryLock(path string, mode Mode, perm fs.FileMode) (*File, error) {
+	f, err := tryLock(path, mode, perm)
+	if err != nil && f != nil {
+		f.Release()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// tryLock is TryLock, but when the lock is held it also returns the open,
+// unlocked File, for a waiter to block on without opening the file again.
+func tryLock(path string, mode Mode, perm fs.FileMode) (*File, error) {
+	for attempt := 0; ; attempt++ {
+		f, err := open(path, mode, perm)
+		if err != nil {
+			return nil, err
+		}
+		if err := f.lock(false); err != nil {
+			if errors.Is(err, ErrWouldBlock) {
+				return f, err
+			}
+			f.Release()
+			return nil, err
+		}
+		same, err := f.AtPath()
+		if err != nil {
+			f.Release()
+			return nil, err
+		}
+		if same {
+			return f, nil
+		}
+		f.Release()
+		if attempt >= maxReplaced {
+			return nil, &fs.PathError{Op: "lock", Path: path, Err: ErrReplaced}
+		}
+	}
+}
+
+// refusedMode refuses a locked file that is not a regular file, or that has
+// another name: the one check every platform makes after locking.
+func refusedMode(path string, mode fs.FileMode, links uint64) error {
+	if err := durable.CheckMode(path, mode); err != nil {
+		return err
+	}
+	if links > 1 {
+		return &fs.PathError{Op: "refusing", Path: path, Err: ErrHardLinked}
+	}
+	return nil
+}
+
+// Holder is one granted lock the kernel lists for a file.
+type Holder struct {
+	// PID is the process that took the lock, as seen from this process's
+	// PID namespace; 0 when it is not visible from here.
+	PID int
+	// Exclusive is a write lock (a shared one otherwise).
+	Exclusive bool
+	// DevMatch says the device numbers matched too, not only the inode.
+	// On btrfs subvolumes and overlayfs stat(2) reports another device
+	// than the kernel's lock list, so a caller corroborates an entry that
+	// matches by inode only.
+	DevMatch bool
+}
+
+// holdsExclusive reports whether pid is an exclusive holder in holders.
+func holdsExclusive(holders []Holder, pid int) bool {
+	for _, h := range holders {
+		if h.Exclusive && h.PID == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// HoldsExclusive reports whether the kernel lists pid as an exclusive holder
+// of the lock of the file at path. Where the kernel lists no holders it
+// reports known false.
+func HoldsExclusive(path string, pid int) (holds, known bool) {
+	holders, _, known := Holders(path)
+	return holdsExclusive(holders, pid), known
+}

@@ -1,0 +1,208 @@
+//go:build unix
+
+package filelock
+
+import (
+	"errors"
+	"io/fs"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/runnerstate/runnerstate/internal/durable"
+	"golang.org/x/sys/unix"
+)
+
+// File is one open file description carrying a flock(2) lock.
+type File struct {
+	path     string
+	fd       int
+	mode     Mode
+	released atomic.Bool
+}
+
+// Flags for opening a lock file: never through a symlink (O_NOFOLLOW), never
+// inherited by a child (O_CLOEXEC), never truncated (no O_TRUNC), and never
+// blocking on a FIFO planted at the path (O_NONBLOCK, which regular files and
+// flock(2) ignore; the non-regular file is refused right after locking).
+const (
+	openExclusive = unix.O_RDWR | unix.O_CREAT | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK
+	openShared    = unix.O_RDONLY | unix.O_CREAT | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK
+)
+
+// open opens path for a lock in mode, creating it with perm.
+func open(path string, mode Mode, perm fs.FileMode) (*File, error) {
+	flags := openExclusive
+	if mode == Shared {
+		flags = openShared
+	}
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Open(path, flags, uint32(perm.Perm()))
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, durable.OpenError(path, err)
+	}
+	// Whether it is a regular file is checked by AtPath, right after the
+	// flock, with the same fstat that compares inodes: one syscall, not two.
+	return &File{path: path, fd: fd, mode: mode}, nil
+}
+
+// Path is the path the File was opened at.
+func (f *File) Path() string { return f.path }
+
+// Fd is the descriptor carrying the lock.
+func (f *File) Fd() uintptr { return uintptr(f.fd) }
+
+// lock takes the flock in the File's mode. With block false it returns
+// ErrWouldBlock at once when another open file description holds a
+// conflicting lock.
+func (f *File) lock(block bool) error {
+	how := unix.LOCK_SH
+	if f.mode == Exclusive {
+		how = unix.LOCK_EX
+	}
+	return f.flock(how, block)
+}
+
+func (f *File) flock(how int, block bool) error {
+	if !block {
+		how |= unix.LOCK_NB
+	}
+	for {
+		err := flockSyscall(f.fd, how)
+		switch err {
+		case nil:
+			return nil
+		case unix.EINTR:
+			continue
+		case unix.EWOULDBLOCK:
+			return &fs.PathError{Op: "lock", Path: f.path, Err: ErrWouldBlock}
+		case unix.ENOLCK, unix.EOPNOTSUPP, unix.ENOSYS:
+			return &fs.PathError{Op: "lock", Path: f.path, Err: &UnsupportedError{Err: err}}
+		}
+		return &fs.PathError{Op: "flock", Path: f.path, Err: err}
+	}
+}
+
+// AtPath reports whether the locked descriptor is still the file at its
+// path. A lock on a file that was unlinked or replaced after it was opened
+// protects nothing, so callers retry when it is not. A locked file that is
+// not a regular file, or that has another name, is refused.
+func (f *File) AtPath() (bool, error) {
+	var fst, pst unix.Stat_t
+	if err := unix.Fstat(f.fd, &fst); err != nil {
+		return false, &fs.PathError{Op: "stat", Path: f.path, Err: err}
+	}
+	if err := refusedMode(f.path, durable.ModeOf(uint32(fst.Mode)), uint64(fst.Nlink)); err != nil {
+		return false, err
+	}
+	if err := unix.Lstat(f.path, &pst); err != nil { // a direct call: through a func value pst would escape
+		if err == unix.ENOENT {
+			return false, nil
+		}
+		return false, &fs.PathError{Op: "stat", Path: f.path, Err: err}
+	}
+	return fst.Dev == pst.Dev && fst.Ino == pst.Ino, nil
+}
+
+// Release drops the lock by closing the descriptor. It is idempotent. Close
+// alone is enough, and saves a syscall per cycle: the descriptor is
+// close-on-exec and never duplicated by this package, so no other
+// descriptor shares its open file description and the lock goes with it. (A
+// cgo fork() without exec would share it; the child then holds the lock
+// until it exits, as flock(2) documents.)
+func (f *File) Release() {
+	if !f.released.CompareAndSwap(false, true) {
+		return
+	}
+	unix.Close(f.fd)
+}
+
+// WriteContent replaces the file's content with b while the lock is held:
+// b is written at offset 0 first and the tail cut after, so that a reader
+// never sees an empty file where there was content.
+func (f *File) WriteContent(b []byte) error {
+	for off := 0; off < len(b); {
+		n, err := unix.Pwrite(f.fd, b[off:], int64(off))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &fs.PathError{Op: "write", Path: f.path, Err: err}
+		}
+		off += n
+	}
+	if err := unix.Ftruncate(f.fd, int64(len(b))); err != nil {
+		return &fs.PathError{Op: "truncate", Path: f.path, Err: err}
+	}
+	return nil
+}
+
+// ReadContent reads up to max bytes of the file through the locked
+// descriptor.
+func (f *File) ReadContent(max int) ([]byte, error) {
+	buf := make([]byte, max)
+	n := 0
+	for n < max {
+		m, err := unix.Pread(f.fd, buf[n:], int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: f.path, Err: err}
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return buf[:n], nil
+}
+
+// flockSyscall is flock(2); SetFlockFault replaces it.
+var flockSyscall = unix.Flock
+
+// SetFlockFault makes every flock(2) of this package fail with errno, and
+// returns a func that restores it: for tests of the packages above this one
+// that need the faults only exotic filesystems give (ENOLCK). Not safe for
+// concurrent use with locks.
+func SetFlockFault(errno error) (restore func()) {
+	old := flockSyscall
+	flockSyscall = func(int, int) error { return errno }
+	return func() { flockSyscall = old }
+}
+
+// WouldBlockErrno is the system's "would block" error, which a busy answer
+// also stands for (syscall.EWOULDBLOCK); nil where there is none.
+var WouldBlockErrno error = syscall.EWOULDBLOCK
+
+// ProbeHeld reports whether someone holds an exclusive lock on path, by
+// taking and at once dropping a non-blocking shared lock on a read-only
+// descriptor. It creates nothing. It is the fallback where the kernel does
+// not list lock holders; for the instant it holds the shared lock, a
+// concurrent exclusive try-lock fails, so a caller that probes retries a busy
+// answer briefly.
+func ProbeHeld(path string) (held bool, err error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		if err == unix.ENOENT {
+			return false, nil
+		}
+		return false, durable.OpenError(path, err)
+	}
+	defer unix.Close(fd)
+	f := &File{path: path, fd: fd, mode: Shared}
+	err = f.flock(unix.LOCK_SH, false)
+	switch {
+	case err == nil:
+		unix.Flock(fd, unix.LOCK_UN)
+		return false, nil
+	case errors.Is(err, ErrWouldBlock):
+		return true, nil
+	}
+	return false, err
+}

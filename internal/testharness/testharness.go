@@ -1,0 +1,250 @@
+// Package testharness runs the multi-process tests of this module with real
+// processes: a test binary re-executes itself to play a named role, and the
+// test talks to it in lines, commands on its stdin and events on its stdout.
+// Closing a child's stdin is its cue to let go and exit, and every child is
+// killed and reaped when its test ends, whatever happened.
+//
+// It is for tests only (of the root package, internal/liveness and bench),
+// in the shape of the Go toolchain's own tests, which re-execute the test
+// binary with an environment variable selecting the role.
+package testharness
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// RoleEnv names the role a re-executed test binary plays.
+const RoleEnv = "RUNNERSTATE_TEST_ROLE"
+
+// Wait bounds every wait for a child's event: generous, because the machines
+// are shared, and only ever reached when something is broken.
+const Wait = 20 * time.Second
+
+// A Role is a child process's program. arg is the last command-line
+// argument (a path, usually); the result is the exit code.
+type Role func(arg string) int
+
+// Roles are a test binary's roles by name.
+type Roles map[string]Role
+
+// RunRole runs the role RoleEnv names and exits with its code, when this
+// process is a child; otherwise it returns. Call it first in TestMain.
+func RunRole(roles Roles) {
+	name := os.Getenv(RoleEnv)
+	if name == "" {
+		return
+	}
+	role, ok := roles[name]
+	if !ok {
+		fmt.Fprintln(os.Stderr, "testharness: unknown role", name)
+		os.Exit(2)
+	}
+	os.Exit(role(os.Args[len(os.Args)-1]))
+}
+
+// Say prints one event line for the parent.
+func Say(format string, args ...any) {
+	fmt.Fprintf(os.Stdout, format+"\n", args...)
+}
+
+// Commands returns the child's stdin lines; the channel is closed at EOF.
+func Commands() <-chan string {
+	ch := make(chan string)
+	go func() {
+		defer close(ch)
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			ch <- sc.Text()
+		}
+	}()
+	return ch
+}
+
+// Command is the command that re-executes this test binary with arg as its
+// last argument, behind the prefix command if any (unshare ..., setpriv ...).
+// Start it with StartCmd.
+func Command(arg string, prefix ...string) *exec.Cmd {
+	args := append(append([]string{}, prefix...), os.Args[0], "-test.run=^$", "-test.bench=^$", arg)
+	return exec.Command(args[0], args[1:]...)
+}
+
+// Child is a re-executed test binary playing a role.
+type Child struct {
+	// Cmd is the running command.
+	Cmd *exec.Cmd
+	// Lines are the child's stdout lines; closed when its stdout closes.
+	Lines <-chan string
+
+	t     testing.TB
+	stdin io.WriteCloser
+	once  sync.Once
+	err   error
+	done  chan struct{}
+}
+
+// Start starts the test binary in role with arg. The child is killed and
+// reaped when the test ends.
+func Start(t testing.TB, role, arg string) *Child {
+	t.Helper()
+	return StartCmd(t, Command(arg), role)
+}
+
+// StartCmd is Start for a command the caller prepared (another uid, a
+// namespace, a prefix command, more environment). Its stderr goes to the
+// test log, each line behind the role's name.
+func StartCmd(t testing.TB, cmd *exec.Cmd, role string) *Child {
+	t.Helper()
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	// Under -race a child otherwise sleeps a second at exit (atexit_sleep_ms).
+	cmd.Env = append(cmd.Env, RoleEnv+"="+role, "GORACE=atexit_sleep_ms=0")
+	if cmd.Stderr == nil {
+		cmd.Stderr = &logWriter{t: t, prefix: role + ": "}
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 64)
+	c := &Child{Cmd: cmd, Lines: lines, t: t, stdin: stdin, done: make(chan struct{})}
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 1<<24)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() { c.Kill(); c.Wait() })
+	return c
+}
+
+// PID is the child's pid.
+func (c *Child) PID() int { return c.Cmd.Process.Pid }
+
+// Expect waits for the child's next line and checks it starts with prefix;
+// it returns the rest of the line, trimmed. The test fails when the child
+// says something else, exits first, or stays silent for Wait.
+func (c *Child) Expect(prefix string) string {
+	c.t.Helper()
+	select {
+	case line, ok := <-c.Lines:
+		if !ok {
+			c.t.Fatalf("child %d exited before saying %q", c.PID(), prefix)
+		}
+		if !strings.HasPrefix(line, prefix) {
+			c.t.Fatalf("child %d said %q, want %q...", c.PID(), line, prefix)
+		}
+		return strings.TrimSpace(strings.TrimPrefix(line, prefix))
+	case <-time.After(Wait):
+		c.t.Fatalf("child %d did not say %q within %v", c.PID(), prefix, Wait)
+	}
+	return ""
+}
+
+// Send writes one command line to the child.
+func (c *Child) Send(cmd string) {
+	c.t.Helper()
+	if _, err := io.WriteString(c.stdin, cmd+"\n"); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// CloseStdin closes the child's stdin: its cue to let go and exit.
+func (c *Child) CloseStdin() { c.stdin.Close() }
+
+// Stop closes the child's stdin and waits for it to exit.
+func (c *Child) Stop() error {
+	c.CloseStdin()
+	return c.Wait()
+}
+
+// Kill sends the child SIGKILL (TerminateProcess on Windows).
+func (c *Child) Kill() { c.Cmd.Process.Kill() }
+
+// Wait reaps the child once; later calls return the first result.
+func (c *Child) Wait() error {
+	c.once.Do(func() {
+		c.err = c.Cmd.Wait()
+		close(c.done)
+	})
+	<-c.done
+	return c.err
+}
+
+// logWriter copies a child's stderr into the test log, line by line.
+type logWriter struct {
+	t      testing.TB
+	prefix string
+	mu     sync.Mutex
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		w.t.Log(w.prefix + line)
+	}
+	return len(p), nil
+}
+
+// LogBuffer is a buffer safe for the concurrent writes of a logger and the
+// reads of a test.
+type LogBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String is what was written so far.
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Eventually polls cond every millisecond until it holds or Wait passes. It
+// is for states the test cannot be told about (a process becoming a zombie,
+// a waiter blocking in the kernel), never as a stand-in for synchronisation
+// it could have.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(Wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, Wait)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Bounded is a context for calls that must not wait in a test: it bounds
+// them by Wait, so that a bug fails the test instead of hanging it.
+func Bounded(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,778 @@
+//go:build linux
+
+package runnerstate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/runnerstate/runnerstate/internal/filelock"
+	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/testharness"
+	"golang.org/x/sys/unix"
+)
+
+// The roles of the multi-process tests, in one place: a test starts one with
+// startChild(t, name, arg); the child runs it with arg and exits with its
+// code. A role reports events on stdout, one line each (say), and takes
+// commands on stdin, one per line (commands); closing its stdin tells it to
+// let go and exit.
+var roles = testharness.Roles{
+	"hold":          roleHold,
+	"wait":          roleWait,
+	"try":           roleTry,
+	"rhold":         roleRhold,
+	"acquire":       roleAcquire,
+	"try-acquire":   roleTryAcquire,
+	"acquire-loop":  roleAcquireLoop,
+	"append":        roleAppend,
+	"runner":        roleRunner,
+	"starter":       roleStarter,
+	"scope":         roleScope,
+	"scope-raw":     roleScopeRaw,
+	"sync":          roleSync,
+	"reset":         roleReset,
+	"chaos-starter": roleChaosStarter,
+	"bare-holder":   roleBareHolder,
+	"crash-writer":  roleCrashWriter,
+	"ops":           roleOps,
+	"ns-runner":     roleNsRunner,
+}
+
+// hold: take an exclusive lock on the path, say "locked", hold it until
+// stdin closes. Command "read" reads the lock file with os.ReadFile in this
+// same process (the fcntl-lock pitfall) and says "read".
+func roleHold(path string) int {
+	unlock, err := TryLock(path)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	say("locked")
+	for cmd := range commands() {
+		if cmd == "read" {
+			os.ReadFile(path)
+			say("read")
+		}
+	}
+	unlock()
+	return 0
+}
+
+// wait: block in Lock until it is ours, say "locked", hold until stdin
+// closes.
+func roleWait(path string) int {
+	say("waiting")
+	unlock, err := Lock(context.Background(), path)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	say("locked")
+	for range commands() {
+	}
+	unlock()
+	return 0
+}
+
+// try: one TryLock; say "locked" or "busy <pid>".
+func roleTry(path string) int {
+	unlock, err := TryLock(path)
+	if err != nil {
+		var be *BusyError
+		if errors.As(err, &be) {
+			say("busy %d", be.PID)
+			return 0
+		}
+		say("error %v", err)
+		return 1
+	}
+	unlock()
+	say("locked")
+	return 0
+}
+
+// rhold: a shared lock, held until stdin closes.
+func roleRhold(path string) int {
+	unlock, err := TryRLock(path)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	say("locked")
+	for range commands() {
+	}
+	unlock()
+	return 0
+}
+
+// acquire: Acquire and Publish dir, say "acquired", hold until stdin
+// closes. Commands: "spawn" starts a long-lived `sleep` child and says
+// "spawned <pid>"; "read" reads runner.lock with os.ReadFile in this
+// process and says "read".
+func roleAcquire(dir string) int {
+	release, err := Acquire(dir)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	if err := Publish(dir, Record{MaxParallel: 2, Specs: []string{"demo"}}); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	say("acquired")
+	for cmd := range commands() {
+		switch cmd {
+		case "spawn":
+			c := exec.Command("sleep", "600")
+			if err := c.Start(); err != nil {
+				say("error %v", err)
+				return 1
+			}
+			say("spawned %d", c.Process.Pid)
+		case "read":
+			os.ReadFile(filepath.Join(dir, LockName))
+			say("read")
+		}
+	}
+	release()
+	return 0
+}
+
+// try-acquire: one Acquire; says "acquired" (and releases) or "busy <pid>".
+func roleTryAcquire(dir string) int {
+	release, err := Acquire(dir)
+	if err != nil {
+		var be *BusyError
+		if errors.As(err, &be) {
+			say("busy %d", be.PID)
+			return 0
+		}
+		say("error %v", err)
+		return 1
+	}
+	release()
+	say("acquired")
+	return 0
+}
+
+// acquire-loop: Acquire, Publish, release, over and over, until told
+// "stop"; then says "done <admitted> <refused>".
+func roleAcquireLoop(dir string) int {
+	cmds := commands()
+	say("looping")
+	ok, busy := 0, 0
+	for {
+		select {
+		case <-cmds:
+			say("done %d %d", ok, busy)
+			return 0
+		default:
+		}
+		release, err := Acquire(dir)
+		if err != nil {
+			if errors.Is(err, ErrBusy) {
+				busy++
+				continue
+			}
+			say("error %v", err)
+			return 1
+		}
+		if err := Publish(dir, Record{}); err != nil {
+			say("error %v", err)
+			return 1
+		}
+		ok++
+		release()
+	}
+}
+
+// append: AppendLine "<tag> <i>" for i in 0..n-1 (n is the role's line
+// count, from the environment), then say "appended".
+func roleAppend(dir string) int {
+	n, _ := strconv.Atoi(os.Getenv("RUNNERSTATE_TEST_N"))
+	tag := os.Getenv("RUNNERSTATE_TEST_TAG")
+	for i := range n {
+		if err := AppendLine(dir, "log", fmt.Sprintf("%s %d", tag, i)); err != nil {
+			say("error %v", err)
+			return 1
+		}
+	}
+	say("appended")
+	return 0
+}
+
+// runner: Acquire and Publish dir, say "acquired". "obey" exits at once
+// on any restart request. "stubborn" says "ack <mode>" for each request
+// and goes on holding, and says "term" for each SIGTERM it ignores.
+// "linger" releases the directory on a restart request, says "released",
+// and lives on until stdin closes, as a runner finishing its exit does.
+func roleRunner(dir string) int {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM)
+	release, err := Acquire(dir)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	defer release()
+	if err := Publish(dir, Record{Specs: []string{"old"}}); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	restarts := WatchRestart(ctx, dir)
+	say("acquired")
+	cmds := commands()
+	for {
+		select {
+		case mode := <-restarts:
+			switch os.Getenv(envBehaviour) {
+			case "obey":
+				say("exiting %s", mode)
+				return 0
+			case "linger":
+				release()
+				say("released")
+				for range cmds {
+				}
+				return 0
+			}
+			say("ack %s", mode)
+		case <-sigs:
+			if os.Getenv(envBehaviour) == "obey" {
+				return 143
+			}
+			say("term")
+		case _, ok := <-cmds:
+			if !ok {
+				return 0
+			}
+		}
+	}
+}
+
+// starter: Takeover with the options and timeout from the environment;
+// says "admitted" (and holds until stdin closes), "superseded", "busy
+// <err>" or "error <err>". Every signal it sends is said first as
+// "signal <number>".
+func roleStarter(dir string) int {
+	var opts TakeoverOptions
+	if s := os.Getenv(envOptions); s != "" {
+		if err := json.Unmarshal([]byte(s), &opts); err != nil {
+			say("error %v", err)
+			return 1
+		}
+	}
+	wait, _ := time.ParseDuration(os.Getenv(envWait))
+	if wait == 0 {
+		wait = childWait
+	}
+	var mu sync.Mutex
+	defer liveness.SetSignalHook(func(pid int, sig syscall.Signal) {
+		mu.Lock()
+		defer mu.Unlock()
+		say("signal %d %d", pid, int(sig))
+	})()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	release, err := Takeover(ctx, dir, opts)
+	switch {
+	case errors.Is(err, ErrSuperseded):
+		say("superseded")
+		return 0
+	case errors.Is(err, ErrBusy):
+		say("busy %v", err)
+		return 0
+	case err != nil:
+		say("error %v", err)
+		return 1
+	}
+	say("admitted")
+	for range commands() {
+	}
+	release()
+	return 0
+}
+
+// scope: a would-be server of the scope and data dir in arg
+// ("<scope>\n<data>"). Commands: "acquire <ms>" calls AcquireScope with a
+// deadline of ms milliseconds (0: no deadline) and says "held", "busy
+// <scopeBusy JSON>" or "error <err>"; "release" releases and says
+// "released". At EOF it releases what it holds and exits.
+func roleScope(arg string) int {
+	scopeDir, dataDir, _ := strings.Cut(arg, "\n")
+	var release func()
+	for cmd := range commands() {
+		switch {
+		case strings.HasPrefix(cmd, "acquire "):
+			ms, _ := strconv.Atoi(strings.TrimPrefix(cmd, "acquire "))
+			ctx, cancel := context.WithCancel(context.Background())
+			if ms > 0 {
+				ctx, cancel = context.WithTimeout(context.Background(), time.Duration(ms)*time.Millisecond)
+			}
+			start := time.Now()
+			r, err := AcquireScope(ctx, scopeDir, dataDir)
+			took := time.Since(start)
+			cancel()
+			var be *BusyError
+			switch {
+			case err == nil:
+				release = r
+				say("held")
+			case errors.As(err, &be):
+				line, _ := json.Marshal(scopeBusy{
+					Owner: be.Owner, PID: be.PID, Verified: be.Verified, Msg: err.Error(),
+					Busy: errors.Is(err, ErrBusy), Deadline: errors.Is(err, context.DeadlineExceeded),
+					Millis: took.Milliseconds(),
+				})
+				say("busy %s", line)
+			default:
+				say("error %v", err)
+			}
+		case cmd == "release":
+			if release != nil {
+				release()
+				release = nil
+			}
+			say("released")
+		}
+	}
+	if release != nil {
+		release()
+	}
+	return 0
+}
+
+// scope-raw: wait for the scope's bare lock file with Lock, as a process
+// that does not go through AcquireScope, and say whether a scope owner
+// record was there at the moment the lock became ours.
+func roleScopeRaw(scopeDir string) int {
+	say("waiting")
+	unlock, err := Lock(context.Background(), filepath.Join(scopeDir, scopeLockName))
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	_, ok := ReadScopeOwner(scopeDir)
+	say("locked owner=%t", ok)
+	unlock()
+	return 0
+}
+
+// sync: say "starting", hold the sync mark of root from SyncRunning (no
+// deadline), say "marked", hold it until stdin closes.
+func roleSync(root string) int {
+	say("starting")
+	release, err := SyncRunning(context.Background(), root)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	say("marked")
+	for range commands() {
+	}
+	release()
+	return 0
+}
+
+// reset: NoSyncRunning on root; say "reset" and hold the mark until stdin
+// closes, or say why it was refused: "syncrunning <msg>", "unknown <msg>"
+// or "error <msg>".
+func roleReset(root string) int {
+	release, err := NoSyncRunning(root)
+	switch {
+	case err == nil:
+		say("reset")
+		for range commands() {
+		}
+		release()
+	case errors.Is(err, ErrSyncRunning):
+		say("syncrunning %v", err)
+	case errors.Is(err, ErrSyncUnknown):
+		say("unknown %v", err)
+	default:
+		say("error %v", err)
+	}
+	return 0
+}
+
+// chaos-starter: Takeover dir once (options: Grace and KillAfter 150 ms,
+// context 5 s) and, when admitted, run a job for $JOB, ticking into the
+// witness log every 3 ms. Behaviour (RUNNERSTATE_TEST_BEHAVIOUR): "obey"
+// ends its job on a restart request or SIGTERM; "stubborn" ignores
+// restart requests; "deaf" ignores both and has to be killed. Closing
+// stdin ends the job, or the wait, at once. It says "admitted" when it is
+// the runner; anything else it says is an error.
+func roleChaosStarter(dir string) int {
+	// Errors only: with a dozen processes taking over from each other,
+	// the warnings about unverifiable holders (a runner between taking
+	// the lock and writing its identity) would drown the test log.
+	SetLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	w, err := os.OpenFile(os.Getenv(envWitness), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	behaviour := os.Getenv(envBehaviour)
+	job, _ := time.ParseDuration(os.Getenv(envJob))
+	lockPath := filepath.Join(dir, LockName)
+	terms := make(chan os.Signal, 8)
+	signal.Notify(terms, syscall.SIGTERM)
+	stdinClosed := make(chan struct{})
+	go func() {
+		for range commands() {
+		}
+		close(stdinClosed)
+	}()
+	defer liveness.SetSignalHook(func(pid int, sig syscall.Signal) {
+		// The target is pinned and was verified just before this hook:
+		// its pid still names it.
+		witnessLine(w, "signal", procKey(pid), int(sig), holdsFlock(pid, lockPath))
+	})()
+
+	// The starter's own registration in the gate, for the superseded
+	// check: seen by polling while Takeover waits.
+	self := Self()
+	mySeq := make(chan uint64, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), chaosWait)
+	defer cancel()
+	waitDone := make(chan struct{})
+	go func() {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			g, _ := readGate(dir)
+			for _, e := range g.Waiting {
+				if e.Starter.Instance == self.Instance {
+					mySeq <- e.Seq
+					return
+				}
+			}
+			select {
+			case <-waitDone:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	go func() {
+		select {
+		case sig := <-terms:
+			// Admitted already (Takeover returns after it publishes and
+			// the previous runner exits): then it is the runner's.
+			if holdsFlock(os.Getpid(), lockPath) {
+				terms <- sig
+				return
+			}
+			witnessLine(w, "term-waiting")
+			cancel()
+		case <-stdinClosed:
+			cancel()
+		case <-waitDone:
+		}
+	}()
+	// A watchdog: a Takeover that outlives its context by far is a hang;
+	// say so with every goroutine's stack.
+	watchdog := time.AfterFunc(chaosWait+15*time.Second, func() {
+		witnessLine(w, "hung", "watchdog")
+		buf := make([]byte, 1<<20)
+		os.Stderr.Write(buf[:runtime.Stack(buf, true)])
+		os.Exit(3)
+	})
+	witnessLine(w, "call", behaviour)
+	start := time.Now()
+	release, err := Takeover(ctx, dir, TakeoverOptions{Grace: chaosGrace, KillAfter: chaosKillAfter})
+	took := time.Since(start)
+	watchdog.Stop()
+	close(waitDone)
+	if took > chaosWait+5*time.Second {
+		witnessLine(w, "hung", took)
+	}
+	seq := uint64(0)
+	select {
+	case seq = <-mySeq:
+	default:
+	}
+	switch {
+	case errors.Is(err, ErrSuperseded):
+		g, _ := readGate(dir)
+		witnessLine(w, "superseded", seq, g.Seq)
+		return 0
+	case errors.Is(err, ErrBusy):
+		witnessLine(w, "busy", strings.ReplaceAll(err.Error(), " ", "_"))
+		return 0
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// Documented as a *BusyError wrapping the context's error; see
+		// TestTakeoverContextEndIsBusy.
+		witnessLine(w, "bare-ctx", strings.ReplaceAll(err.Error(), " ", "_"))
+		return 0
+	case err != nil:
+		witnessLine(w, "error", strings.ReplaceAll(err.Error(), " ", "_"))
+		say("error %v", err)
+		return 1
+	}
+	if !holdsFlock(os.Getpid(), lockPath) {
+		holders, _ := kernelFlockHolders(lockPath)
+		witnessLine(w, "nothold", fmt.Sprint(holders))
+	}
+	g, _ := readGate(dir)
+	witnessLine(w, "start", g.Admitted, self.Instance)
+	say("admitted")
+
+	jobCtx, cancelJob := context.WithCancel(context.Background())
+	defer cancelJob()
+	restarts := WatchRestart(jobCtx, dir)
+	tick := time.NewTicker(chaosTick)
+	defer tick.Stop()
+	done := time.After(job)
+	reason := ""
+	for reason == "" {
+		select {
+		case <-tick.C:
+			witnessLine(w, "tick")
+		case <-done:
+			reason = "job-done"
+		case <-stdinClosed:
+			reason = "stop"
+		case <-restarts:
+			if behaviour == "obey" {
+				reason = "restart"
+			}
+		case <-terms:
+			if behaviour != "deaf" {
+				reason = "term"
+			}
+		}
+	}
+	witnessLine(w, "end", reason)
+	release()
+	cancelJob()
+	for range restarts {
+	}
+	return 0
+}
+
+// bare-holder: take an exclusive flock on runner.lock in dir and write
+// this process's identity into it, as a runner does, and say "locked".
+// "unlock" drops the lock (the process lives on) and says "unlocked";
+// each SIGTERM is said as "term". It exits when stdin closes.
+func roleBareHolder(dir string) int {
+	terms := make(chan os.Signal, 4)
+	signal.Notify(terms, syscall.SIGTERM)
+	l, err := filelock.TryLock(filepath.Join(dir, LockName), filelock.Exclusive, 0o600)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	line, _ := jsonLine(Self())
+	if err := l.WriteContent(line); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	say("locked")
+	cmds := commands()
+	for {
+		select {
+		case cmd, ok := <-cmds:
+			if !ok {
+				return 0
+			}
+			if cmd == "unlock" {
+				l.Release()
+				say("unlocked")
+			}
+		case <-terms:
+			say("term")
+		}
+	}
+}
+
+// crash-writer: take dir over, say "ready", then for gen = $GEN, $GEN+1,
+// ...: on every fifth gen, release and take dir over again; Publish a
+// record whose meta is {"gen": gen}; leave a restart
+// request (cleared and re-made as drain on even gens, upgraded to now on
+// odd ones); replace the state file with crashLines lines "gen <gen>
+// <i>"; append "line <gen>" to the journal; say "ack <gen>". It runs
+// until it is killed.
+func roleCrashWriter(dir string) int {
+	gen, err := strconv.Atoi(os.Getenv(envCrashGen))
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	quietChild()
+	ctx, cancel := context.WithTimeout(context.Background(), childWait)
+	defer cancel()
+	release, err := Takeover(ctx, dir, TakeoverOptions{})
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	say("ready")
+	lines := make([]string, crashLines)
+	for ; ; gen++ {
+		if gen%5 == 4 {
+			// Let go and take the directory again now and then, so that
+			// kills land in release and in admission too.
+			release()
+			if release, err = Takeover(ctx, dir, TakeoverOptions{}); err != nil {
+				say("error retake %v", err)
+				return 1
+			}
+		}
+		meta, _ := json.Marshal(map[string]int{crashMetaKey: gen})
+		if err := Publish(dir, Record{Meta: meta}); err != nil {
+			say("error publish %v", err)
+			return 1
+		}
+		if gen%2 == 0 {
+			if err := ClearRestart(dir); err != nil {
+				say("error clear %v", err)
+				return 1
+			}
+			err = RequestRestart(dir, RestartDrain)
+		} else {
+			err = RequestRestart(dir, RestartNow)
+		}
+		if err != nil {
+			say("error request %v", err)
+			return 1
+		}
+		for i := range lines {
+			lines[i] = fmt.Sprintf("gen %d %d %s", gen, i, strings.Repeat("x", 64))
+		}
+		if err := SaveLines(dir, crashState, lines); err != nil {
+			say("error save %v", err)
+			return 1
+		}
+		if err := AppendLine(dir, crashJournal, fmt.Sprintf("line %d", gen)); err != nil {
+			say("error append %v", err)
+			return 1
+		}
+		say("ack %d", gen)
+	}
+}
+
+// ops: run the operations listed in RUNNERSTATE_TEST_OPS against dir, one
+// after another, and say "op <json opResult>" for each. With
+// RUNNERSTATE_TEST_MOUNT_RO=1 it first bind-mounts dir read-only onto
+// itself (it must run in a mount namespace of its own) and says
+// "mounted" or "nomount <why>". The operation "rhold" takes a shared
+// lock on runner.lock and holds it until stdin closes.
+func roleOps(dir string) int {
+	if os.Getenv(envMountRO) == "1" {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			say("nomount %v", err)
+			return 0
+		}
+		if err := unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			say("nomount %v", err)
+			return 0
+		}
+		say("mounted")
+	}
+	for _, op := range strings.Split(os.Getenv(envOps), ",") {
+		r := opResult{Op: op}
+		var err error
+		switch op {
+		case "status":
+			var st Report
+			st, err = Status(dir)
+			r.Held = st.Held
+			r.Extra = strings.Join(st.Warnings, "; ")
+		case "running":
+			_, r.Held, err = Running(dir)
+		case "acquire":
+			var release func()
+			if release, err = Acquire(dir); err == nil {
+				release()
+			}
+		case "takeover":
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			var release func()
+			if release, err = Takeover(ctx, dir, TakeoverOptions{}); err == nil {
+				release()
+			}
+			cancel()
+		case "trylock":
+			var unlock func()
+			if unlock, err = TryLock(filepath.Join(dir, LockName)); err == nil {
+				unlock()
+			}
+		case "request":
+			err = RequestRestart(dir, RestartNow)
+		case "save":
+			err = SaveLines(dir, "state", []string{"x"})
+		case "append":
+			err = AppendLine(dir, "state", "x")
+		case "load":
+			var lines []string
+			lines, err = LoadLines(dir, "state")
+			r.Extra = strings.Join(lines, "|")
+		case "clearstale":
+			_, _, err = ClearStale(dir)
+		case "rhold":
+			unlock, err := TryRLock(filepath.Join(dir, LockName))
+			if err != nil {
+				say("error %v", err)
+				return 1
+			}
+			say("held")
+			for range commands() {
+			}
+			unlock()
+			return 0
+		default:
+			say("error unknown op %q", op)
+			return 2
+		}
+		if err != nil {
+			r.Err = err.Error()
+			r.Busy = errors.Is(err, ErrBusy)
+			r.Perm = errors.Is(err, os.ErrPermission)
+			r.ROFS = errors.Is(err, syscall.EROFS)
+		}
+		data, _ := json.Marshal(r)
+		say("op %s", data)
+	}
+	return 0
+}
+
+// ns-runner: Acquire dir, Publish, leave a restart request addressed to
+// itself, say "acquired <pid as it sees itself>", hold until stdin closes.
+// Run behind `unshare --pid` it is a runner of another PID namespace.
+func roleNsRunner(dir string) int {
+	release, err := Acquire(dir)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	if err := Publish(dir, Record{Specs: []string{"other-namespace"}}); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	if err := RequestRestart(dir, RestartDrain); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	say("acquired %d", os.Getpid())
+	for range commands() {
+	}
+	release()
+	return 0
+}
