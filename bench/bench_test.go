@@ -13,13 +13,11 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -30,19 +28,16 @@ import (
 	"github.com/gofrs/flock"
 	"github.com/nightlyone/lockfile"
 	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/shirou/gopsutil/v4/process"
 	"golang.org/x/sys/unix"
 )
-
-const roleEnv = "BENCH_ROLE"
 
 func TestMain(m *testing.M) {
 	// The library's info lines (a stale record cleared, standing by) would
 	// drown the results.
 	runnerstate.SetLogger(slog.New(slog.DiscardHandler))
-	if role := os.Getenv(roleEnv); role != "" {
-		os.Exit(runRole(role, os.Args[len(os.Args)-1]))
-	}
+	testharness.RunRole(roles)
 	os.Exit(m.Run())
 }
 
@@ -127,13 +122,13 @@ func BenchmarkTryLock(b *testing.B) {
 
 func BenchmarkRunning(b *testing.B) {
 	dir := b.TempDir()
-	holder := startRole(b, "hold-runner", dir)
-	holder.expect("ready")
+	holder := testharness.Start(b, "hold-runner", dir)
+	holder.Expect("ready")
 	b.Run("impl=runnerstate", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			rec, ok, err := runnerstate.Running(dir)
-			if err != nil || !ok || rec.PID != holder.pid() {
+			if err != nil || !ok || rec.PID != holder.PID() {
 				b.Fatal(rec.PID, ok, err)
 			}
 		}
@@ -171,7 +166,7 @@ func BenchmarkRunning(b *testing.B) {
 		}
 		b.ReportMetric(float64(falseDead)/float64(b.N), "false-dead/op")
 	})
-	holder.stop()
+	holder.Stop()
 }
 
 // ---------------------------------------------------------------------------
@@ -183,31 +178,31 @@ func BenchmarkHandoff(b *testing.B) {
 	for _, impl := range []string{"flock-blocking", "runnerstate", "gofrs-poll-10ms"} {
 		b.Run("impl="+impl, func(b *testing.B) {
 			path := filepath.Join(b.TempDir(), "x.lock")
-			waiter := startRole(b, "handoff-"+impl, path)
+			waiter := testharness.Start(b, "handoff-"+impl, path)
 			var samples []time.Duration
 			for b.Loop() {
 				unlock, err := runnerstate.TryLock(path)
 				if err != nil {
 					b.Fatal(err)
 				}
-				waiter.send("go")
-				waiter.expect("waiting")
+				waiter.Send("go")
+				waiter.Expect("waiting")
 				if impl == "gofrs-poll-10ms" {
 					time.Sleep(15 * time.Millisecond) // it polls: no kernel waiter to see
 				} else {
-					waitBlocked(b, path, waiter.pid())
+					waitBlocked(b, path, waiter.PID())
 				}
 				t0 := monotonic()
 				unlock()
-				t1, err := strconv.ParseInt(waiter.expect("locked"), 10, 64)
+				t1, err := strconv.ParseInt(waiter.Expect("locked"), 10, 64)
 				if err != nil {
 					b.Fatal(err)
 				}
 				samples = append(samples, time.Duration(t1-t0))
-				waiter.expect("released")
+				waiter.Expect("released")
 			}
 			reportLatency(b, "handoff-"+impl, samples)
-			waiter.stop()
+			waiter.Stop()
 		})
 	}
 }
@@ -244,26 +239,26 @@ func BenchmarkContention(b *testing.B) {
 			var waits []time.Duration
 			var total time.Duration
 			for b.Loop() {
-				var kids []*role
+				var kids []*testharness.Child
 				for range procs {
-					kids = append(kids, startRole(b, "contend-"+impl, path))
+					kids = append(kids, testharness.Start(b, "contend-"+impl, path))
 				}
 				for _, k := range kids {
-					k.expect("ready")
+					k.Expect("ready")
 				}
 				start := time.Now()
 				for _, k := range kids {
-					k.send(strconv.Itoa(cycles))
+					k.Send(strconv.Itoa(cycles))
 				}
 				for _, k := range kids {
-					for _, f := range strings.Fields(k.expect("waits")) {
+					for _, f := range strings.Fields(k.Expect("waits")) {
 						ns, _ := strconv.ParseInt(f, 10, 64)
 						waits = append(waits, time.Duration(ns))
 					}
 				}
 				total += time.Since(start)
 				for _, k := range kids {
-					k.stop()
+					k.Stop()
 				}
 			}
 			n := float64(b.N * procs * cycles)
@@ -290,13 +285,13 @@ func BenchmarkTakeover(b *testing.B) {
 		dir := b.TempDir()
 		var samples []time.Duration
 		for b.Loop() {
-			old := startRole(b, "obey-runner", dir)
-			old.expect("ready")
+			old := testharness.Start(b, "obey-runner", dir)
+			old.Expect("ready")
 			t0 := time.Now()
 			if err := runnerstate.RequestRestart(dir, runnerstate.RestartNow); err != nil {
 				b.Fatal(err)
 			}
-			old.wait()
+			old.Wait()
 			samples = append(samples, time.Since(t0))
 		}
 		reportLatency(b, "takeover-floor", samples)
@@ -305,8 +300,8 @@ func BenchmarkTakeover(b *testing.B) {
 		dir := b.TempDir()
 		var samples []time.Duration
 		for b.Loop() {
-			old := startRole(b, "obey-runner", dir)
-			old.expect("ready")
+			old := testharness.Start(b, "obey-runner", dir)
+			old.Expect("ready")
 			t0 := time.Now()
 			release, err := runnerstate.Takeover(context.Background(), dir, runnerstate.TakeoverOptions{Grace: time.Minute})
 			if err != nil {
@@ -314,7 +309,7 @@ func BenchmarkTakeover(b *testing.B) {
 			}
 			samples = append(samples, time.Since(t0))
 			release()
-			old.wait()
+			old.Wait()
 		}
 		reportLatency(b, "takeover", samples)
 	})
@@ -327,8 +322,8 @@ func BenchmarkStandbyWake(b *testing.B) {
 	dir := b.TempDir()
 	var samples []time.Duration
 	for b.Loop() {
-		owner := startRole(b, "obey-runner", dir)
-		owner.expect("ready")
+		owner := testharness.Start(b, "obey-runner", dir)
+		owner.Expect("ready")
 		got := make(chan time.Time, 1)
 		go func() {
 			runnerstate.Standby(context.Background(), dir, runnerstate.StandbyOptions{})
@@ -337,9 +332,9 @@ func BenchmarkStandbyWake(b *testing.B) {
 		// Let Standby see the owner first.
 		time.Sleep(20 * time.Millisecond)
 		t0 := time.Now()
-		owner.kill()
+		owner.Kill()
 		samples = append(samples, (<-got).Sub(t0))
-		owner.wait()
+		owner.Wait()
 	}
 	reportLatency(b, "standby", samples)
 }
@@ -456,61 +451,4 @@ func reportLatency(b *testing.B, name string, samples []time.Duration) {
 			f.Close()
 		}
 	}
-}
-
-// role is a re-executed bench binary; it talks in lines.
-type role struct {
-	tb    testing.TB
-	cmd   *exec.Cmd
-	in    *os.File
-	lines chan string
-	done  chan struct{}
-}
-
-func startRole(tb testing.TB, name, arg string) *role {
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$", arg)
-	cmd.Env = append(os.Environ(), roleEnv+"="+name)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	r := &role{tb: tb, cmd: cmd, in: in.(*os.File), lines: make(chan string, 16), done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(nil, 1<<24)
-		for sc.Scan() {
-			r.lines <- sc.Text()
-		}
-		close(r.lines)
-	}()
-	go func() { cmd.Wait(); close(r.done) }()
-	tb.Cleanup(func() { r.kill(); <-r.done })
-	return r
-}
-
-func (r *role) pid() int         { return r.cmd.Process.Pid }
-func (r *role) send(line string) { fmt.Fprintln(r.in, line) }
-func (r *role) kill()            { r.cmd.Process.Kill() }
-func (r *role) wait()            { <-r.done }
-func (r *role) stop()            { r.in.Close(); <-r.done }
-
-func (r *role) expect(prefix string) string {
-	select {
-	case line, ok := <-r.lines:
-		if !ok || !strings.HasPrefix(line, prefix) {
-			r.tb.Fatalf("role %d said %q (open %v), want %q", r.pid(), line, ok, prefix)
-		}
-		return strings.TrimSpace(strings.TrimPrefix(line, prefix))
-	case <-time.After(30 * time.Second):
-		r.tb.Fatalf("role %d silent, want %q", r.pid(), prefix)
-	}
-	return ""
 }

@@ -13,12 +13,13 @@ import (
 
 	"github.com/gofrs/flock"
 	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"golang.org/x/sys/unix"
 )
 
 // The child processes of the benchmarks. Each says "ready" (or waits for a
 // command) on stdout and takes commands on stdin.
-var roles = map[string]func(arg string) int{
+var roles = testharness.Roles{
 	// hold-runner: Acquire and Publish dir, hold until stdin closes.
 	"hold-runner": func(dir string) int {
 		release, err := runnerstate.Acquire(dir)
@@ -73,15 +74,6 @@ var roles = map[string]func(arg string) int{
 		return unlock
 	}),
 	"contend-flock-blocking": contend(blockingFlock),
-}
-
-func runRole(name, arg string) int {
-	fn, ok := roles[name]
-	if !ok {
-		fmt.Fprintln(os.Stderr, "unknown role", name)
-		return 2
-	}
-	return fn(arg)
 }
 
 func fail(err error) int {

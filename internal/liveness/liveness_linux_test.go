@@ -3,8 +3,6 @@
 package liveness
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -29,7 +28,7 @@ func init() {
 	// that thread exits alone (exit(2), not exit_group(2)), so the leader
 	// shows state Z while the process lives on in its other threads until
 	// stdin closes.
-	if os.Getenv(helperEnv) != "leader-exit" {
+	if os.Getenv(testharness.RoleEnv) != "leader-exit" {
 		return
 	}
 	go func() {
@@ -76,56 +75,17 @@ func forEachMode(t *testing.T, fn func(t *testing.T, pidfd bool)) {
 	}
 }
 
-// child is a process started by a test; it is always reaped by the end of
-// the test.
-type child struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	stderr bytes.Buffer
-}
-
-func (c *child) pid() int { return c.cmd.Process.Pid }
-
-// reap kills the child if it still runs and waits for it; idempotent. (A
-// helper also exits by itself when its stdin closes, so none outlives a
-// crashed test binary.)
-func (c *child) reap() {
-	if c.cmd.ProcessState != nil {
-		return
-	}
-	_ = c.stdin.Close()
-	_ = c.cmd.Process.Kill()
-	_ = c.cmd.Wait()
-}
-
-// startHelper re-executes the test binary in a TestHelperProcess role,
-// behind the prefix command if any (unshare ...).
-func startHelper(t testing.TB, role string, prefix ...string) (*child, *bufio.Reader) {
+// startHelper re-executes the test binary in role, behind the prefix
+// command if any (unshare ...). It is killed and reaped when the test ends.
+func startHelper(t testing.TB, role string, prefix ...string) *testharness.Child {
 	t.Helper()
-	args := append(append([]string{}, prefix...), os.Args[0], "-test.run=^TestHelperProcess$")
-	c := &child{cmd: exec.Command(args[0], args[1:]...)}
-	c.cmd.Env = append(os.Environ(), helperEnv+"="+role)
-	c.cmd.Stderr = &c.stderr
-	var err error
-	c.stdin, err = c.cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := c.cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, c.cmd.Start())
-	t.Cleanup(c.reap)
-	return c, bufio.NewReader(stdout)
+	return testharness.StartCmd(t, testharness.Command("", prefix...), role)
 }
 
 // startSleep starts `sleep 3600`, an unrelated process.
-func startSleep(t testing.TB) *child {
+func startSleep(t testing.TB) *testharness.Child {
 	t.Helper()
-	c := &child{cmd: exec.Command("sleep", "3600")}
-	var err error
-	c.stdin, err = c.cmd.StdinPipe()
-	require.NoError(t, err)
-	require.NoError(t, c.cmd.Start())
-	t.Cleanup(c.reap)
-	return c
+	return testharness.StartCmd(t, exec.Command("sleep", "3600"), "sleep")
 }
 
 func mustLookup(t testing.TB, pid int) Identity {
@@ -195,8 +155,8 @@ func TestSelf(t *testing.T) {
 // reaped) and reaped.
 func TestChildLifecycle(t *testing.T) {
 	forEachMode(t, func(t *testing.T, pidfd bool) {
-		c, _ := startHelper(t, "block")
-		id := mustLookup(t, c.pid())
+		c := startHelper(t, "block")
+		id := mustLookup(t, c.PID())
 		reused := id
 		reused.StartTicks++
 
@@ -207,19 +167,19 @@ func TestChildLifecycle(t *testing.T) {
 		assert.Equal(t, Stale, v, why)
 		assert.Contains(t, why, "pid reused")
 
-		require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
-		waitZombie(t, c.pid())
+		require.NoError(t, c.Cmd.Process.Signal(syscall.SIGKILL))
+		waitZombie(t, c.PID())
 		v, why = Check(id)
 		assert.Equal(t, Dead, v, why)
-		_, err := Lookup(c.pid())
+		_, err := Lookup(c.PID())
 		assert.ErrorIs(t, err, ErrNoProcess)
 
-		c.reap()
+		c.Wait()
 		for _, rec := range []Identity{id, reused} {
 			v, why = Check(rec)
 			assert.Equal(t, Dead, v, why)
 		}
-		_, err = Lookup(c.pid())
+		_, err = Lookup(c.PID())
 		assert.ErrorIs(t, err, ErrNoProcess)
 	})
 }
@@ -255,7 +215,7 @@ func TestCheckRecords(t *testing.T) {
 	}
 	forEachMode(t, func(t *testing.T, _ bool) {
 		c := startSleep(t)
-		base := mustLookup(t, c.pid())
+		base := mustLookup(t, c.PID())
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				probed := recordProbes(t)
@@ -277,8 +237,8 @@ func TestCheckRecords(t *testing.T) {
 				}
 			})
 		}
-		assert.Nil(t, c.cmd.ProcessState, "child untouched")
-		assert.NotEqual(t, byte('Z'), procState(t, c.pid()))
+		assert.Nil(t, c.Cmd.ProcessState, "child untouched")
+		assert.NotEqual(t, byte('Z'), procState(t, c.PID()))
 	})
 }
 
@@ -330,12 +290,12 @@ func TestThreadID(t *testing.T) {
 
 func TestPinSignalWait(t *testing.T) {
 	forEachMode(t, func(t *testing.T, _ bool) {
-		c, _ := startHelper(t, "block")
-		p, v, why := Pin(mustLookup(t, c.pid()))
+		c := startHelper(t, "block")
+		p, v, why := Pin(mustLookup(t, c.PID()))
 		require.Equal(t, Alive, v, why)
 		require.NotNil(t, p)
 		defer p.Close()
-		assert.Equal(t, c.pid(), p.PID())
+		assert.Equal(t, c.PID(), p.PID())
 		assert.False(t, p.Exited())
 		v, why = p.Verify()
 		assert.Equal(t, Alive, v, why)
@@ -377,9 +337,9 @@ func TestPinSignalWait(t *testing.T) {
 		v, _ = p.Verify()
 		assert.Equal(t, Unverifiable, v, "nothing is proven through a closed pin")
 
-		err := c.cmd.Wait()
+		err := c.Wait()
 		require.Error(t, err)
-		ws := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
+		ws := c.Cmd.ProcessState.Sys().(syscall.WaitStatus)
 		assert.True(t, ws.Signaled())
 		assert.Equal(t, syscall.SIGTERM, ws.Signal())
 	})
@@ -387,8 +347,8 @@ func TestPinSignalWait(t *testing.T) {
 
 func TestCloseEndsWait(t *testing.T) {
 	forEachMode(t, func(t *testing.T, _ bool) {
-		c, _ := startHelper(t, "block")
-		p, v, why := Pin(mustLookup(t, c.pid()))
+		c := startHelper(t, "block")
+		p, v, why := Pin(mustLookup(t, c.PID()))
 		require.Equal(t, Alive, v, why)
 		done := make(chan error, 1)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -397,7 +357,7 @@ func TestCloseEndsWait(t *testing.T) {
 		require.NoError(t, p.Close())
 		assert.ErrorIs(t, <-done, os.ErrClosed)
 		assert.ErrorIs(t, p.Signal(syscall.SIGTERM), ErrNotAlive)
-		assert.Nil(t, c.cmd.ProcessState)
+		assert.Nil(t, c.Cmd.ProcessState)
 	})
 }
 
@@ -407,7 +367,7 @@ func TestCloseEndsWait(t *testing.T) {
 func TestPinRefusesRecycledPid(t *testing.T) {
 	forEachMode(t, func(t *testing.T, _ bool) {
 		c := startSleep(t)
-		actual := mustLookup(t, c.pid())
+		actual := mustLookup(t, c.PID())
 		recycled := actual
 		recycled.StartTicks++
 
@@ -419,8 +379,8 @@ func TestPinRefusesRecycledPid(t *testing.T) {
 
 		v, why = Check(actual)
 		assert.Equal(t, Alive, v, why)
-		assert.NotEqual(t, byte('Z'), procState(t, c.pid()))
-		assert.Nil(t, c.cmd.ProcessState)
+		assert.NotEqual(t, byte('Z'), procState(t, c.PID()))
+		assert.Nil(t, c.Cmd.ProcessState)
 	})
 }
 
@@ -430,11 +390,20 @@ func TestOtherNamespace(t *testing.T) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("unshare not installed")
 	}
-	c, out := startHelper(t, "identity", "unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
-	line, err := out.ReadString('\n')
-	if err != nil {
-		c.reap()
-		t.Skipf("cannot create a pid namespace here: %v: %s", err, c.stderr.String())
+	cmd := testharness.Command("", "unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
+	var stderr testharness.LogBuffer
+	cmd.Stderr = &stderr
+	c := testharness.StartCmd(t, cmd, "identity")
+	var line string
+	select {
+	case l, ok := <-c.Lines:
+		if !ok {
+			c.Wait()
+			t.Skipf("cannot create a pid namespace here: %s", stderr.String())
+		}
+		line = l
+	case <-time.After(testharness.Wait):
+		t.Fatalf("the helper in a new pid namespace said nothing within %v", testharness.Wait)
 	}
 	var rec Identity
 	require.NoError(t, json.Unmarshal([]byte(line), &rec))
@@ -464,20 +433,20 @@ func TestOtherNamespace(t *testing.T) {
 // the pidfd proves death.
 func TestHidepid(t *testing.T) {
 	forEachMode(t, func(t *testing.T, pidfd bool) {
-		c, _ := startHelper(t, "block")
-		id := mustLookup(t, c.pid())
+		c := startHelper(t, "block")
+		id := mustLookup(t, c.PID())
 		procRoot = t.TempDir()
 		t.Cleanup(func() { procRoot = "/proc" })
 
 		v, why := Check(id)
 		assert.Equal(t, Unverifiable, v, why)
 		assert.Contains(t, why, "hidepid")
-		_, err := Lookup(c.pid())
+		_, err := Lookup(c.PID())
 		assert.Error(t, err)
 		assert.NotErrorIs(t, err, ErrNoProcess)
 
-		require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
-		waitZombie(t, c.pid())
+		require.NoError(t, c.Cmd.Process.Signal(syscall.SIGKILL))
+		waitZombie(t, c.PID())
 		v, why = Check(id)
 		if pidfd {
 			assert.Equal(t, Dead, v, why)
@@ -500,14 +469,15 @@ func BenchmarkWaitWake(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				c := startSleep(b)
-				p, v, why := Pin(mustLookup(b, c.pid()))
+				p, v, why := Pin(mustLookup(b, c.PID()))
 				require.Equal(b, Alive, v, why)
 				b.StartTimer()
 				require.NoError(b, p.Signal(syscall.SIGKILL))
 				require.NoError(b, p.Wait(ctx))
 				b.StopTimer()
 				require.NoError(b, p.Close())
-				c.reap()
+				c.Kill()
+				c.Wait()
 			}
 		})
 	}
@@ -516,13 +486,13 @@ func BenchmarkWaitWake(b *testing.B) {
 // TestZombieLeaderLives: a process whose main thread has exited shows Z in
 // /proc/<pid>/stat, but its other threads run: it is alive, not dead.
 func TestZombieLeaderLives(t *testing.T) {
-	c, _ := startHelper(t, "leader-exit")
+	c := startHelper(t, "leader-exit")
 	deadline := time.Now().Add(10 * time.Second)
-	for procState(t, c.pid()) != 'Z' {
-		require.True(t, time.Now().Before(deadline), "main thread of %d did not exit", c.pid())
+	for procState(t, c.PID()) != 'Z' {
+		require.True(t, time.Now().Before(deadline), "main thread of %d did not exit", c.PID())
 		time.Sleep(time.Millisecond) // nothing to block on: the process does not exit
 	}
-	id := mustLookup(t, c.pid())
+	id := mustLookup(t, c.PID())
 	forEachMode(t, func(t *testing.T, _ bool) {
 		v, why := Check(id)
 		assert.Equal(t, Alive, v, why)
@@ -531,8 +501,7 @@ func TestZombieLeaderLives(t *testing.T) {
 		assert.False(t, p.Exited())
 		require.NoError(t, p.Close())
 	})
-	require.NoError(t, c.stdin.Close())
-	require.NoError(t, c.cmd.Wait())
+	require.NoError(t, c.Stop())
 	v, why := Check(id)
 	assert.Equal(t, Dead, v, why)
 }

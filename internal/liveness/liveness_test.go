@@ -1,7 +1,6 @@
 package liveness
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,40 +10,38 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
-// helperEnv selects the role of a re-executed test binary (see
-// TestHelperProcess).
-const helperEnv = "LIVENESS_TEST_HELPER"
-
 func TestMain(m *testing.M) {
+	testharness.RunRole(roles)
 	goleak.VerifyTestMain(m)
 }
 
-// TestHelperProcess is not a test: the tests re-execute the test binary with
-// -test.run=^TestHelperProcess$ and helperEnv set to a role.
-//
-//	block:    wait until stdin reaches EOF, then exit 0.
-//	identity: print Current() as one JSON line, then behave like block.
-func TestHelperProcess(t *testing.T) {
-	role := os.Getenv(helperEnv)
-	if role == "" {
-		t.Skip("helper process only")
+// roles are the programs of the re-executed test binary (see
+// internal/testharness); leader-exit, which must run on the main thread, is
+// played in an init function instead (liveness_linux_test.go).
+var roles = testharness.Roles{
+	"identity": roleIdentity,
+	"block":    roleBlock,
+}
+
+// roleIdentity prints Current() as one JSON line, then behaves like block.
+func roleIdentity(string) int {
+	b, _ := json.Marshal(Current())
+	fmt.Println(string(b))
+	return roleBlock("")
+}
+
+// roleBlock waits until stdin reaches EOF (the parent closed it, or died),
+// then exits 0.
+func roleBlock(string) int {
+	for range testharness.Commands() {
 	}
-	switch role {
-	case "identity":
-		b, _ := json.Marshal(Current())
-		fmt.Println(string(b))
-	case "block":
-	default:
-		fmt.Fprintln(os.Stderr, "unknown helper role", role)
-		os.Exit(2)
-	}
-	_, _ = bufio.NewReader(os.Stdin).ReadString(0) // EOF once the parent closes stdin (or dies)
-	os.Exit(0)
+	return 0
 }
 
 func TestVerdictString(t *testing.T) {
