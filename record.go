@@ -172,8 +172,8 @@ func readState[T any](path string, parse func([]byte) (T, error)) (T, fileState,
 
 // readFile reads up to max bytes of the file at path without following a
 // symlink or blocking on a FIFO (durable.ReadFile), in this package's words.
-func readFile(path string, max int) ([]byte, error) {
-	data, err := durable.ReadFile(path, max)
+func readFile(path string, limit int) ([]byte, error) {
+	data, err := durable.ReadFile(path, limit)
 	if errors.Is(err, durable.ErrTooLarge) {
 		return data, durable.ErrTooLarge
 	}

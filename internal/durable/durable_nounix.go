@@ -17,7 +17,7 @@ const oNoFollow = 0
 // symlink, a directory or another non-regular file (by an Lstat first). A
 // missing file is an error satisfying errors.Is(err, fs.ErrNotExist). A file
 // larger than max returns its first max bytes and ErrTooLarge.
-func ReadFile(path string, max int) ([]byte, error) {
+func ReadFile(path string, limit int) ([]byte, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: Unwrap(err)}
@@ -30,12 +30,12 @@ func ReadFile(path string, max int) ([]byte, error) {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: Unwrap(err)}
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
+	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
 	if err != nil {
 		return nil, &fs.PathError{Op: "read", Path: path, Err: Unwrap(err)}
 	}
-	if len(data) > max {
-		return data[:max], ErrTooLarge
+	if len(data) > limit {
+		return data[:limit], ErrTooLarge
 	}
 	return data, nil
 }

@@ -20,7 +20,7 @@ const oNoFollow = syscall.O_NOFOLLOW
 // hint, never authority). A missing file is an error satisfying
 // errors.Is(err, fs.ErrNotExist). A file larger than max returns its first
 // max bytes and ErrTooLarge.
-func ReadFile(path string, max int) ([]byte, error) {
+func ReadFile(path string, limit int) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, OpenError(path, err)
@@ -33,8 +33,8 @@ func ReadFile(path string, max int) ([]byte, error) {
 	if err := CheckMode(path, ModeOf(uint32(st.Mode))); err != nil {
 		return nil, err
 	}
-	size := max
-	if st.Size >= 0 && st.Size < int64(max) {
+	size := limit
+	if st.Size >= 0 && st.Size < int64(limit) {
 		size = int(st.Size) + 1 // +1 to see a file that grew since fstat
 	}
 	buf := make([]byte, size)
@@ -52,7 +52,7 @@ func ReadFile(path string, max int) ([]byte, error) {
 		}
 		n += m
 	}
-	if n == max && st.Size > int64(max) {
+	if n == limit && st.Size > int64(limit) {
 		return buf[:n], ErrTooLarge
 	}
 	return buf[:n], nil

@@ -144,10 +144,10 @@ func (f *File) WriteContent(b []byte) error {
 
 // ReadContent reads up to max bytes of the file through the locked
 // descriptor.
-func (f *File) ReadContent(max int) ([]byte, error) {
-	buf := make([]byte, max)
+func (f *File) ReadContent(limit int) ([]byte, error) {
+	buf := make([]byte, limit)
 	n := 0
-	for n < max {
+	for n < limit {
 		m, err := unix.Pread(f.fd, buf[n:], int64(n))
 		if err == unix.EINTR {
 			continue

@@ -181,45 +181,23 @@ func (v Verdict) String() string {
 
 // Check decides what the evidence proves about the process id names, and
 // returns the verdict with a short phrase naming the evidence (for logs,
-// e.g. "start ticks 123 != 456 recorded (pid reused)").
+// e.g. "start ticks 123 != 456 recorded (pid reused)"). Each [Verdict]'s doc
+// says which evidence produces it; Check weighs the evidence in this order
+// and stops at the first step that settles the verdict:
 //
-// The rules, in order:
-//
-//  1. id.PID <= 0: [Unverifiable] ("no pid"); nothing is probed. So is a
-//     pid above 2^31-1, which system calls would truncate into another pid.
-//  2. Same kernel is decided by boot id. Both known and equal: this running
-//     kernel (machine ids are then not compared: containers on one kernel
-//     share the boot id but may have their own machine id). Both known and
-//     different: [Stale] when both machine ids are known and equal (the
-//     machine rebooted), else [Foreign]. A boot id missing on either side:
-//     [Foreign] when both machine ids are known and differ. The hostname is
-//     never evidence.
-//  3. On this kernel: a record PIDNS that differs from ours gives
-//     [OtherNamespace]; an empty record PIDNS while ours is known (or the
-//     reverse) gives [Unverifiable]. When the kernel is not established
-//     by boot id, differing PIDNS values give [Unverifiable].
-//  4. id.StartTicks == 0: [Unverifiable] ("legacy record without start
-//     identity"); nothing is probed. On Linux, where start ticks count from
-//     boot, a record whose kernel could not be established by boot id is
-//     [Unverifiable] here too.
-//  5. The kernel is asked. On Linux: pidfd_open(pid) first, which pins
-//     the process. ESRCH gives [Dead]; EINVAL (ENOENT on recent kernels)
-//     on an existing pid means a thread id and gives [Stale]; ENOSYS or
-//     EPERM (seccomp) switch to kill(pid, 0), where ESRCH gives [Dead] and
-//     EPERM means the process exists. A readable pidfd (exited) gives
-//     [Dead]. Then /proc/<pid>/stat: state Z or X gives [Dead] (unless
-//     only the main thread has exited: the pidfd is not readable or,
-//     without one, /proc/<pid>/status counts more than one thread); field
-//     22 not exactly StartTicks gives [Stale] ("pid reused"). Then the Tgid of
-//     /proc/<pid>/status: not pid gives [Stale] (thread id). A missing
-//     /proc/<pid> gives [Dead] when the process is known to have exited and
-//     [Unverifiable] otherwise (hidepid). Last the pidfd is polled once
-//     more: still not readable means the process held the pid throughout,
-//     so the /proc evidence was its own. On darwin the same with sysctl
-//     kern.proc.pid (p_starttime exact in µs, p_stat SZOMB) and
-//     kill(pid, 0); on windows through a process handle: its creation time
-//     and exit status.
-//  6. All matching: [Self] when pid is this process, else [Alive].
+//  1. the pid itself: none, or beyond a pid_t;
+//  2. the kernel: by boot id, and by machine id where a boot id is missing
+//     (the hostname is never evidence);
+//  3. the PID namespace;
+//  4. the start identity: a record without one is never proven alive.
+//     Nothing is probed up to here;
+//  5. the kernel's own view of the pid: on Linux pidfd_open first, which
+//     pins the process, then /proc/<pid>/stat (and status without a pidfd),
+//     then the pidfd polled once more: still not readable means the process
+//     held the pid throughout, so the /proc evidence was its own. On darwin
+//     sysctl kern.proc.pid and kill(pid, 0); on windows a process handle's
+//     creation time and exit status;
+//  6. all matching: [Self] when pid is this process, else [Alive].
 //
 // Check only reads. It never signals, and it does not keep anything open.
 func Check(id Identity) (Verdict, string) {
