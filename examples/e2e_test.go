@@ -96,6 +96,19 @@ func (s *story) waitHolder(name string, pid int) {
 	s.t.Fatalf("runner %s (pid %d) never held the dir verified; its log:\n%s", name, pid, s.log(name))
 }
 
+// waitLog waits until runner name's log contains what.
+func (s *story) waitLog(name, what string) {
+	s.t.Helper()
+	deadline := time.Now().Add(storyWait)
+	for time.Now().Before(deadline) {
+		if strings.Contains(s.log(name), what) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.t.Fatalf("runner %s never logged %q; its log:\n%s", name, what, s.log(name))
+}
+
 func (s *story) waitGone(name string, cmd *exec.Cmd) {
 	s.t.Helper()
 	select {
@@ -123,6 +136,10 @@ func TestMainJobStory(t *testing.T) {
 	require.Contains(t, s.log("a"), "restart requested", "A left because it was asked")
 	require.Equal(t, 0, a.ProcessState.ExitCode())
 
+	// A drain that arrives before b's first job would find nothing to let
+	// finish: ask once a job runs (the holder is verified from its lock
+	// file before it has published or started anything).
+	s.waitLog("b", "job started")
 	out, err := s.ctl("restart", "--drain")
 	require.NoError(t, err, out)
 	s.waitGone("b", b)
