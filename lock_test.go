@@ -91,9 +91,9 @@ func TestLockDeadline(t *testing.T) {
 	holder := startChild(t, "hold", path)
 	holder.Expect("locked")
 
+	start := time.Now() // before the deadline is set, so it cannot count from later
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	_, err := Lock(ctx, path)
 	elapsed := time.Since(start)
 	require.Error(t, err)

@@ -321,11 +321,11 @@ func roleScope(arg string) int {
 		switch {
 		case strings.HasPrefix(cmd, "acquire "):
 			ms, _ := strconv.Atoi(strings.TrimPrefix(cmd, "acquire "))
+			start := time.Now() // before the deadline is set, so it cannot count from later
 			ctx, cancel := context.WithCancel(context.Background())
 			if ms > 0 {
 				ctx, cancel = context.WithTimeout(context.Background(), time.Duration(ms)*time.Millisecond)
 			}
-			start := time.Now()
 			r, err := AcquireScope(ctx, scopeDir, dataDir)
 			took := time.Since(start)
 			cancel()
