@@ -201,29 +201,43 @@ func parseRecord(data []byte) (Record, error) {
 	return rec, nil
 }
 
-// parseLockContent parses the first line of runner.lock: the holder's identity
-// as JSON, or a bare decimal pid from older runners (which carries no start
-// identity, so it can never be verified). ok is false for anything else,
-// including a pid <= 0.
-func parseLockContent(data []byte) (id Identity, ok bool) {
+// lockContent is the line a holder writes into its lock file: its identity
+// and the descriptor it holds the lock through, with which any reader can
+// confirm the lock from /proc/<pid>/fdinfo/<fd> in one small read.
+type lockContent struct {
+	Identity
+	FD int `json:"fd,omitempty"`
+}
+
+// parseLockLine parses the first line of a lock file: the holder's
+// lockContent as JSON, or a bare decimal pid from older runners (which
+// carries no start identity, so it can never be verified). ok is false for
+// anything else, including a pid <= 0.
+func parseLockLine(data []byte) (lc lockContent, ok bool) {
 	if i := bytes.IndexByte(data, '\n'); i >= 0 {
 		data = data[:i]
 	}
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
-		return Identity{}, false
+		return lockContent{}, false
 	}
 	if data[0] == '{' {
-		if err := json.Unmarshal(data, &id); err != nil || !validPID(id.PID) {
-			return Identity{}, false
+		if err := json.Unmarshal(data, &lc); err != nil || !validPID(lc.PID) || lc.FD < 0 {
+			return lockContent{}, false
 		}
-		return id, true
+		return lc, true
 	}
 	pid, err := strconv.Atoi(string(data))
 	if err != nil || !validPID(pid) {
-		return Identity{}, false
+		return lockContent{}, false
 	}
-	return Identity{PID: pid}, true
+	return lockContent{Identity: Identity{PID: pid}}, true
+}
+
+// parseLockContent is parseLockLine's identity.
+func parseLockContent(data []byte) (Identity, bool) {
+	lc, ok := parseLockLine(data)
+	return lc.Identity, ok
 }
 
 // maxPID is the largest pid a pid_t holds. A larger number read from a file is

@@ -95,8 +95,8 @@ func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
 // one of equal or greater strength kept).
 func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending restartRequest, wrote bool, err error) {
 	target := ""
-	if st := inspectRunner(dir); st.held && st.contentOK {
-		target = st.content.Instance
+	if st := inspectRunner(dir); st.held && st.named {
+		target = st.holder.Instance
 	}
 	if old, ok := readRestart(dir); ok && old.For == target && strength(old.Mode) >= strength(mode) {
 		return old, false, nil

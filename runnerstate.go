@@ -320,6 +320,7 @@ func acquire(dir string, since time.Time) (*hold, error) {
 		l.Release()
 		return nil, err
 	}
+	makePrivate(l)
 	// Clearing what a previous runner left is best effort: those files are
 	// hints, and the kernel lock is already this process's.
 	if err := withStateLock(dir, func() error { settleIn(dir, h.self, since); return nil }); err != nil {
@@ -330,12 +331,14 @@ func acquire(dir string, since time.Time) (*hold, error) {
 }
 
 // tryRunnerLock makes a non-blocking attempt on a runner lock, creating it
-// 0600: a *BusyError naming the holder when it is held. Where lock holders
-// can only be probed, a probe holds a shared lock for an instant, so a busy
-// answer is tried again for a few milliseconds.
+// 0600: a *BusyError naming the holder when it is held. A probe (from a
+// process that cannot see the holder in the kernel's list, in a container or
+// off Linux) holds a shared lock for an instant, so a busy answer that may be
+// a probe's is tried again for a few milliseconds: one with no exclusive
+// holder listed, or where the kernel lists none.
 func tryRunnerLock(lockPath string) (*filelock.File, error) {
 	l, err := filelock.TryLock(lockPath, filelock.Exclusive, 0o600)
-	for try := 0; errors.Is(err, filelock.ErrWouldBlock) && !filelock.ListsHolders() && try < 5; try++ {
+	for try := 0; errors.Is(err, filelock.ErrWouldBlock) && mayBeProbe(lockPath) && try < 5; try++ {
 		time.Sleep(time.Millisecond)
 		l, err = filelock.TryLock(lockPath, filelock.Exclusive, 0o600)
 	}
@@ -345,13 +348,41 @@ func tryRunnerLock(lockPath string) (*filelock.File, error) {
 	return l, public(err)
 }
 
+// mayBeProbe reports whether the lock of path, found busy, may be held only
+// by a probe's passing shared lock.
+func mayBeProbe(path string) bool {
+	holders, _, _ := filelock.Holders(path) // where the kernel lists none, any busy answer may be a probe's
+	for _, h := range holders {
+		if h.Exclusive {
+			return false
+		}
+	}
+	return true
+}
+
 // writeIdentity writes self into the runner lock l, which this process holds.
 func writeIdentity(l *filelock.File, self Identity) error {
-	line, err := jsonLine(self)
+	line, err := jsonLine(lockContent{Identity: self, FD: int(l.Fd())})
 	if err != nil {
 		return err
 	}
 	return public(l.WriteContent(line))
+}
+
+// makePrivate takes group and others' permissions off a runner lock this
+// process just took, when it has any (it was made by touch, flock(1) or a
+// restore): any user who can read runner.lock can take a shared lock on it
+// and refuse every runner. When the file is another user's and cannot be
+// changed, a warning says so and what to do.
+func makePrivate(l *filelock.File) {
+	mode, err := l.MakePrivate()
+	switch {
+	case err != nil:
+		warnOnce("private:"+l.Path(), "runnerstate: the runner lock is readable by other users, who can block every runner with a shared lock, and this process may not change its mode; chown it to the runner's user or chmod it 0600",
+			"path", l.Path(), "mode", fmt.Sprintf("%04o", mode), "err", durable.Unwrap(err))
+	case mode != 0:
+		logger().Info("runnerstate: made the runner lock private (0600): other users could block every runner with a shared lock on it", "path", l.Path(), "was", fmt.Sprintf("%04o", mode))
+	}
 }
 
 // settleIn clears what a previous runner of dir left, for self, its new
@@ -473,7 +504,7 @@ func Running(dir string) (Record, bool, error) {
 // when it names the process the kernel says holds the lock and that identity
 // is verified alive, else only the holder's pid.
 func holderRecord(st lockState, rec Record, state fileState) Record {
-	if st.verified && state == fileOK && rec.PID == st.pid && sameProcess(rec.Process, st.content) {
+	if st.verified && state == fileOK && rec.PID == st.pid && sameProcess(rec.Process, st.holder) {
 		return rec
 	}
 	return Record{PID: st.pid}
@@ -556,6 +587,40 @@ func StalePIDs(dir string) []int {
 	return pids
 }
 
+// stalePIDs are the pids dir's files name that are provably not its live
+// holder: with the lock free, all of them; with it held, those of a verified
+// holder's predecessors, and those whose process is provably gone. A pid
+// that may be the holder (seen from another PID namespace, say) is never
+// listed.
+func stalePIDs(dir string, st lockState) []int {
+	var stale []int
+	named := map[int]Identity{}
+	if lc, err := readFile(filepath.Join(dir, LockName), maxLockContent); err == nil {
+		if id, ok := parseLockContent(lc); ok {
+			named[id.PID] = id
+		}
+	}
+	if rec, state, _ := readRecord(dir); state == fileOK {
+		if _, ok := named[rec.PID]; !ok {
+			named[rec.PID] = rec.Process
+		}
+	}
+	for _, pid := range StalePIDs(dir) {
+		switch {
+		case !st.held:
+		case st.verified && pid == st.pid:
+			continue
+		case st.verified:
+		default:
+			if v, _ := liveness.Check(liveness.Identity(named[pid])); v != liveness.Dead && v != liveness.Stale {
+				continue
+			}
+		}
+		stale = append(stale, pid)
+	}
+	return stale
+}
+
 func containsPID(pids []int, pid int) bool {
 	for _, p := range pids {
 		if p == pid {
@@ -604,7 +669,7 @@ func Status(dir string) (Report, error) {
 	}
 	r.Held = st.held
 	r.Verified = st.held && st.verified
-	if st.contentOK {
+	if st.named {
 		r.Verdict = st.verdict.String()
 	}
 	rec, recState, recErr := readRecord(dir)
@@ -615,11 +680,7 @@ func Status(dir string) (Report, error) {
 	if recState == fileCorrupt {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%s cannot be read and is ignored: %v", filepath.Join(dir, RecordName), recErr))
 	}
-	for _, pid := range StalePIDs(dir) {
-		if !(st.held && st.verified && pid == st.pid) {
-			r.Stale = append(r.Stale, pid)
-		}
-	}
+	r.Stale = append(r.Stale, stalePIDs(dir, st)...)
 	if mode, ok := RestartRequested(dir); ok {
 		r.Restart = mode
 	}
@@ -632,60 +693,111 @@ func Status(dir string) (Report, error) {
 	return r, nil
 }
 
-// lockState is what inspectLock learned about a lock file.
+// lockState is what inspectLock learned about a lock file: whether it is
+// held, and who holds it as far as that can be proven.
 type lockState struct {
-	held      bool             // someone holds the lock (kernel or probe)
-	pid       int              // the holder's pid as far as it can be trusted, else 0
-	verified  bool             // pid's identity is confirmed alive and it holds the lock
-	content   Identity         // the identity in the lock file
-	contentOK bool             // content parsed
-	verdict   liveness.Verdict // of content, when contentOK
-	reason    string           // why not verified
-	err       error            // the lock path is unusable (symlink, directory...)
+	held     bool             // someone holds the lock (kernel or probe)
+	pid      int              // the holder's pid as far as it can be trusted, else 0
+	verified bool             // holder's identity is confirmed alive and it holds the lock
+	holder   Identity         // who holds it: the verified identity, else the best name known
+	named    bool             // holder names a process (from the lock file, runner.json or the kernel)
+	verdict  liveness.Verdict // of holder, when named
+	via      confirmation     // how a verified holder was confirmed
+	fd       int              // the descriptor the lock file says its holder locked through
+	silent   bool             // the lock file names nobody: empty, erased, unparsable, unreadable
+	hidden   bool             // held by a process not visible from this PID namespace
+	reason   string           // why the holder is not verified
+	notes    []string         // what else Status should say about the lock file
+	err      error            // the lock path is unusable (symlink, directory...)
 }
+
+// confirmation is how a holder was verified.
+type confirmation uint8
+
+const (
+	viaLockFile confirmation = iota // the lock file's identity, held per the kernel
+	viaRecord                       // runner.json's identity, the pid the kernel names
+)
 
 // warnings are what Status says about a held lock at lockPath.
 func (st lockState) warnings(lockPath string) []string {
-	var w []string
-	switch st.verdict {
-	case liveness.Foreign:
-		w = append(w, fmt.Sprintf("%s names a holder on another machine (%s); it is never signalled", lockPath, st.content))
-	case liveness.OtherNamespace:
-		w = append(w, fmt.Sprintf("%s names a holder in another PID namespace (%s); it is never signalled", lockPath, st.content))
+	w := append([]string(nil), st.notes...)
+	switch {
+	case st.hidden && st.verdict == liveness.OtherNamespace:
+		w = append(w, fmt.Sprintf("%s is held by a process not visible from this PID namespace: the lock file names %s of another PID namespace; it is never signalled", lockPath, st.holder))
+	case st.hidden:
+		w = append(w, fmt.Sprintf("%s is held by a process not visible from this PID namespace; it is never signalled", lockPath))
+	case st.verdict == liveness.Foreign:
+		w = append(w, fmt.Sprintf("%s names a holder on another machine (%s); it is never signalled", lockPath, st.holder))
+	case st.verdict == liveness.OtherNamespace:
+		w = append(w, fmt.Sprintf("%s names a holder in another PID namespace (%s); it is never signalled", lockPath, st.holder))
 	}
-	if !st.verified {
+	if !st.verified && !st.hidden {
 		w = append(w, fmt.Sprintf("the holder of %s cannot be verified (%s)", lockPath, st.reason))
 	}
 	return w
 }
 
-// alive reports whether the identity in the lock file is verified alive.
+// alive reports whether the holder's identity is verified alive.
 func (st lockState) alive() bool {
 	return st.verdict == liveness.Alive || st.verdict == liveness.Self
 }
 
+// name takes id as the holder's name and checks it.
+func (st *lockState) name(id Identity) {
+	var why string
+	st.holder, st.named = id, true
+	st.verdict, why = liveness.Check(liveness.Identity(id))
+	st.reason = id.String() + ": " + st.verdict.String() + " (" + why + ")"
+}
+
 // inspectLock looks at a lock file without touching the lock: who holds it,
-// according to the kernel (or, where the kernel lists no holders, a probe),
-// and whether the identity written in it is that holder and alive. A shared
-// lock counts as held too: it refuses Acquire as surely as an exclusive one
-// (any user who can read the file can take one).
+// and whether the identity written in it is that holder and alive. The
+// answer comes from the cheapest reading that is exact:
+//
+//  1. the lock file names a live holder and the descriptor it locked
+//     through, and /proc/<pid>/fdinfo/<fd> shows that lock: one small read,
+//     whatever else the machine holds;
+//  2. otherwise the kernel's lock list (/proc/locks), read whole (its cost
+//     grows with every lock on the machine) and again when it seems to have
+//     missed a live holder;
+//  3. in a child PID namespace, where the list leaves out processes outside
+//     it, a lock it shows free is probed (a shared lock taken and dropped at
+//     once), and one found held is held by a process not visible from here;
+//  4. where the kernel lists no holders at all (not Linux), a probe.
+//
+// A shared lock counts as held too: it refuses Acquire as surely as an
+// exclusive one (any user who can read the file can take one).
 func inspectLock(path string) lockState {
 	var st lockState
 	if st.err = st.readContent(path); st.err != nil {
 		return st
 	}
-	holders, exists, known := filelock.Holders(path)
+	ino, err := filelock.InodeOf(path)
 	switch {
-	case !exists:
+	case isNotExist(err):
 		return lockState{}
-	case !known:
+	case err != nil:
+		st.probe(path) // the kernel cannot be asked about this file; a probe says why
+		return st
+	}
+	if st.named && st.alive() && st.fd > 0 && filelock.HeldVia(st.holder.PID, st.fd, ino) == filelock.Yes {
+		st.held, st.pid, st.verified, st.via = true, st.holder.PID, true, viaLockFile
+		return st
+	}
+	holders, known := filelock.HoldersOf(ino)
+	if !known {
 		st.probe(path)
 		return st
 	}
 	if len(holders) == 0 && st.alive() {
-		holders = lookAgain(path)
+		holders = lookAgain(ino)
 	}
 	st.fromHolders(holders)
+	switch {
+	case !st.held && !filelock.SeesAllHolders():
+		st.probeHidden(path)
+	}
 	return st
 }
 
@@ -698,16 +810,20 @@ func (st *lockState) readContent(path string) error {
 		return err
 	case errors.Is(err, syscall.ENOTDIR):
 		return pathError("refusing", filepath.Dir(path), durable.ErrNotDir)
-	case err == nil, errors.Is(err, durable.ErrTooLarge):
-		st.content, st.contentOK = parseLockContent(data)
-	}
-	if !st.contentOK {
-		st.reason = "the lock file names no holder"
+	case errors.Is(err, fs.ErrPermission):
+		st.reason, st.silent = "cannot read "+path+" (permission denied)", true
+		return nil
+	case err != nil && !errors.Is(err, durable.ErrTooLarge):
+		st.reason, st.silent = "cannot read "+path+": "+durable.Unwrap(err).Error(), true
 		return nil
 	}
-	var why string
-	st.verdict, why = liveness.Check(liveness.Identity(st.content))
-	st.reason = st.content.String() + ": " + st.verdict.String() + " (" + why + ")"
+	lc, ok := parseLockLine(data)
+	if !ok {
+		st.reason, st.silent = path+" names no holder", true
+		return nil
+	}
+	st.name(lc.Identity)
+	st.fd = lc.FD
 	return nil
 }
 
@@ -717,9 +833,9 @@ func (st *lockState) readContent(path string) error {
 // pass of /proc/locks that missed the entry: the file is read a page per
 // read(2), resumed by position, and locks that come and go between the reads
 // shift entries out of view.
-func lookAgain(path string) []filelock.Holder {
+func lookAgain(ino filelock.Inode) []filelock.Holder {
 	for range 3 {
-		if holders, _, _ := filelock.Holders(path); len(holders) > 0 {
+		if holders, _ := filelock.HoldersOf(ino); len(holders) > 0 {
 			return holders
 		}
 	}
@@ -731,7 +847,7 @@ func lookAgain(path string) []filelock.Holder {
 func (st *lockState) fromHolders(holders []filelock.Holder) {
 	var firstPID int
 	for _, h := range holders {
-		if st.contentOK && h.PID == st.content.PID {
+		if st.named && h.PID == st.holder.PID {
 			st.held, st.pid = true, h.PID
 			st.verified = st.alive() && h.Exclusive
 			if st.verified {
@@ -749,8 +865,8 @@ func (st *lockState) fromHolders(holders []filelock.Holder) {
 	if st.pid == 0 {
 		st.pid = firstPID
 	}
-	if st.held && st.contentOK && !st.verified {
-		st.reason = fmt.Sprintf("the kernel names pid %d as the holder, not the lock file's %s", st.pid, st.content)
+	if st.held && st.named && !st.verified {
+		st.reason = fmt.Sprintf("the kernel names pid %d as the holder, not the lock file's %s", st.pid, st.holder)
 	}
 }
 
@@ -764,29 +880,48 @@ func (st *lockState) probe(path string) {
 	}
 	st.held = held
 	if held && st.alive() {
-		st.pid, st.verified = st.content.PID, true
+		st.pid, st.verified = st.holder.PID, true
 	}
 }
 
-// inspectRunner is inspectLock for dir's runner lock. Where the lock file
-// carries no identity (Windows, whose locked files cannot be read), the
-// holder is named from runner.json instead, and trusted only when verified
-// alive.
+// probeHidden probes a lock the kernel's list shows free from a child PID
+// namespace, where the list leaves out processes outside it. Held means held
+// by a process this one cannot see, and so can neither name by pid nor
+// signal: the lock file's identity, if any, is from its own namespace.
+func (st *lockState) probeHidden(path string) {
+	held, err := filelock.ProbeHeld(path)
+	if err != nil || !held {
+		return
+	}
+	st.held, st.hidden, st.pid = true, true, 0
+	st.reason = "held by a process not visible from this PID namespace"
+}
+
+// inspectRunner is inspectLock for dir's runner lock, which runner.json can
+// also name: when the lock file names nobody and the kernel could not
+// confirm the holder (runner.lock cannot be read, as by another user, whom
+// its 0600 keeps out, and who may not read that process's descriptors
+// either; it was erased; or, on Windows, a locked file cannot be read at
+// all), runner.json's identity is trusted when it is verified alive and is
+// the pid the kernel names (or, where the kernel names none, when the lock
+// is held).
 func inspectRunner(dir string) lockState {
 	st := inspectLock(filepath.Join(dir, LockName))
-	if st.err != nil || !st.held || st.contentOK || filelock.ListsHolders() {
+	if st.err != nil || !st.held || st.verified || st.hidden || !st.silent {
 		return st
 	}
 	rec, state, _ := readRecord(dir)
-	if state != fileOK {
+	if state != fileOK || (st.pid != 0 && rec.PID != st.pid) || (st.pid == 0 && filelock.ListsHolders()) {
 		return st
 	}
-	v, why := liveness.Check(liveness.Identity(rec.Process))
-	st.content, st.contentOK, st.verdict = rec.Process, true, v
-	st.reason = rec.Process.String() + " (from " + RecordName + "): " + v.String() + " (" + why + ")"
-	if st.alive() {
-		st.pid, st.verified = rec.PID, true
+	why := st.reason
+	var saved lockState = st
+	st.name(rec.Process)
+	if !st.alive() {
+		return saved
 	}
+	st.pid, st.verified, st.via = rec.PID, true, viaRecord
+	st.notes = append(st.notes, fmt.Sprintf("%s; the holder was named from %s", why, RecordName))
 	return st
 }
 

@@ -319,19 +319,19 @@ func (t *takeover) look() (st lockState, canSignal bool, err error) {
 		return st, false, st.err
 	}
 	canSignal = !t.opts.NoSignal && st.verified && st.verdict == liveness.Alive
-	if canSignal && (t.pinned == nil || t.pinned.PID() != st.content.PID) {
+	if canSignal && (t.pinned == nil || t.pinned.PID() != st.holder.PID) {
 		if t.pinned != nil {
 			t.pinned.Close()
 		}
-		p, v, why := liveness.Pin(liveness.Identity(st.content))
+		p, v, why := liveness.Pin(liveness.Identity(st.holder))
 		t.pinned = p
 		if p == nil {
 			canSignal = false
-			t.log.Debug("runnerstate: takeover could not pin the holder", "dir", t.dir, "pid", st.content.PID, "verdict", v.String(), "why", why)
+			t.log.Debug("runnerstate: takeover could not pin the holder", "dir", t.dir, "pid", st.holder.PID, "verdict", v.String(), "why", why)
 		}
 	}
 	if !canSignal && (t.opts.NoSignal || !st.verified) {
-		warnOnce(fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.content.Instance),
+		warnOnce(fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
 			"runnerstate: takeover will not signal the holder; it leaves a restart request and waits", "dir", t.dir, "pid", st.pid, "why", st.reason, "no_signal", t.opts.NoSignal)
 	}
 	return st, canSignal, nil
@@ -372,8 +372,8 @@ func (t *takeover) decide(ctx context.Context, st lockState, canSignal bool, now
 func (t *takeover) ask(g *gateState, st lockState, now time.Time) error {
 	a := g.Attempt
 	switch {
-	case a == nil || a.For != st.content.Instance || a.PID != st.pid:
-		g.Attempt = &gateAttempt{For: st.content.Instance, PID: st.pid, Mode: t.opts.Mode, FirstRequestAt: now}
+	case a == nil || a.For != st.holder.Instance || a.PID != st.pid:
+		g.Attempt = &gateAttempt{For: st.holder.Instance, PID: st.pid, Mode: t.opts.Mode, FirstRequestAt: now}
 	case strength(t.opts.Mode) > strength(a.Mode):
 		a.Mode = t.opts.Mode
 	default:
@@ -440,7 +440,7 @@ func (t *takeover) signal(sig liveness.Signal) {
 	// still names as the holder. (The kernel has no "signal if it holds the
 	// lock"; what is left is the microseconds between this look and the
 	// signal, against a process that is verified and pinned.)
-	if holds, known := filelock.HoldsExclusive(t.lockPath, t.pinned.PID()); known && !holds {
+	if !stillHolds(t.lockPath, t.pinned.PID()) {
 		t.log.Info("runnerstate: takeover did not signal the runner: it released the directory", "dir", t.dir, "pid", t.pinned.PID(), "signal", sig.String())
 		return
 	}
@@ -451,6 +451,23 @@ func (t *takeover) signal(sig liveness.Signal) {
 		return
 	}
 	t.log.Warn("runnerstate: takeover signalled the runner", args...)
+}
+
+// stillHolds reports whether pid still holds the lock of path as far as the
+// kernel tells: exactly from the process's own descriptors when they can be
+// read, else from the kernel's lock list; true where the kernel tells
+// nothing (the pin's verification is then all there is).
+func stillHolds(path string, pid int) bool {
+	if ino, err := filelock.InodeOf(path); err == nil {
+		switch filelock.HeldBy(pid, ino) {
+		case filelock.Yes:
+			return true
+		case filelock.No:
+			return false
+		}
+	}
+	holds, known := filelock.HoldsExclusive(path, pid)
+	return holds || !known
 }
 
 // admit makes this starter the runner, holding l: if it is still the newest
@@ -476,6 +493,7 @@ func (t *takeover) admit(ctx context.Context, l *filelock.File) (*hold, error) {
 			if err := writeIdentity(l, t.self); err != nil {
 				return err
 			}
+			makePrivate(l)
 			settleIn(t.dir, t.self, t.start)
 			return nil
 		})
@@ -600,7 +618,7 @@ func (s *standby) follow(ctx context.Context, st lockState) {
 	if st.verified && st.verdict == liveness.Alive && (s.owner == nil || s.owner.p.PID() != st.pid) {
 		s.owner.stop()
 		s.owner = nil
-		if p, _, _ := liveness.Pin(liveness.Identity(st.content)); p != nil {
+		if p, _, _ := liveness.Pin(liveness.Identity(st.holder)); p != nil {
 			s.owner = watchExit(ctx, p, s.exited)
 		}
 	}

@@ -447,6 +447,7 @@ func TestTakeoverNeverSignalsAStarterBeingAdmitted(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, st.Held)
 	assert.False(t, st.Verified, "a starter being admitted cannot be verified yet")
+	assert.Equal(t, first.PID(), st.Holder.PID, "the kernel names it")
 	require.NoError(t, old.Stop())
 	assert.Equal(t, "superseded", first.Expect(""), "the admitting starter is no longer the newest")
 	assert.Equal(t, "admitted", hasty.Expect(""), "the newer starter signals nobody and is admitted")

@@ -238,8 +238,10 @@ func runnerWords(r runnerstate.Report) string {
 		return "none"
 	case r.Verified:
 		return fmt.Sprintf("pid %d, verified alive", r.Holder.PID)
+	case r.Holder.PID == 0 && r.Verdict == "other-namespace":
+		return "held by a runner of another PID namespace, not visible from this one: never signalled"
 	case r.Holder.PID == 0:
-		return "held by a process that cannot be named (see warnings)"
+		return "held by a process that cannot be named from here (see warnings)"
 	case r.Verdict == "foreign":
 		return fmt.Sprintf("pid %d, on another machine: never signalled", r.Holder.PID)
 	case r.Verdict == "other-namespace":

@@ -141,3 +141,22 @@ func TestPrintable(t *testing.T) {
 		assert.Equal(t, want, printable(in), "%q", in)
 	}
 }
+
+// The runner row for each kind of holder: words that say what was seen, and
+// never "unverified" beside "alive".
+func TestRunnerWords(t *testing.T) {
+	for _, tc := range []struct {
+		r    runnerstate.Report
+		want string
+	}{
+		{runnerstate.Report{}, "none"},
+		{runnerstate.Report{Held: true, Verified: true, Holder: runnerstate.Record{PID: 7}}, "pid 7, verified alive"},
+		{runnerstate.Report{Held: true, Verdict: "other-namespace"}, "held by a runner of another PID namespace, not visible from this one: never signalled"},
+		{runnerstate.Report{Held: true}, "held by a process that cannot be named from here (see warnings)"},
+		{runnerstate.Report{Held: true, Holder: runnerstate.Record{PID: 7}, Verdict: "foreign"}, "pid 7, on another machine: never signalled"},
+		{runnerstate.Report{Held: true, Holder: runnerstate.Record{PID: 7}, Verdict: "other-namespace"}, "pid 7, in another PID namespace: never signalled"},
+		{runnerstate.Report{Held: true, Holder: runnerstate.Record{PID: 7}, Verdict: "alive"}, "pid 7, not verified (see warnings)"},
+	} {
+		assert.Equal(t, tc.want, runnerWords(tc.r))
+	}
+}

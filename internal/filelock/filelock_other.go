@@ -49,3 +49,6 @@ var WouldBlockErrno error
 func ProbeHeld(path string) (bool, error) {
 	return false, &fs.PathError{Op: "lock", Path: path, Err: &UnsupportedError{Err: errNoLocks}}
 }
+
+// MakePrivate does nothing here: these files have no mode bits to narrow.
+func (f *File) MakePrivate() (fs.FileMode, error) { return 0, nil }

@@ -206,3 +206,24 @@ func ProbeHeld(path string) (held bool, err error) {
 	}
 	return false, err
 }
+
+// MakePrivate takes group and others' permissions off the locked file when
+// it has any, so that no other user can open it to take a lock of their own:
+// a shared lock by anyone who can read a lock file refuses its every
+// exclusive locker. It returns the mode the file had when it was loosened,
+// and an *fs.PathError (EPERM) when this process may not change it (it is
+// another user's).
+func (f *File) MakePrivate() (fs.FileMode, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(f.fd, &st); err != nil {
+		return 0, &fs.PathError{Op: "stat", Path: f.path, Err: err}
+	}
+	mode := fs.FileMode(st.Mode & 0o777)
+	if mode&0o077 == 0 {
+		return 0, nil
+	}
+	if err := unix.Fchmod(f.fd, uint32(mode&0o700)); err != nil {
+		return mode, &fs.PathError{Op: "chmod", Path: f.path, Err: err}
+	}
+	return mode, nil
+}

@@ -135,3 +135,6 @@ func ProbeHeld(path string) (bool, error) {
 	}
 	return true, nil
 }
+
+// MakePrivate does nothing here: these files have no mode bits to narrow.
+func (f *File) MakePrivate() (fs.FileMode, error) { return 0, nil }

@@ -2,6 +2,7 @@ package filelock
 
 import (
 	"bytes"
+	"errors"
 	"strconv"
 	"sync"
 
@@ -21,23 +22,31 @@ const procLocks = "/proc/locks"
 // On btrfs subvolumes and overlayfs stat(2) reports another device number, so
 // entries that match the inode but not the device come with DevMatch false.
 func Holders(path string) (holders []Holder, exists, known bool) {
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
-		if err == unix.ENOENT {
+	ino, err := InodeOf(path)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
 			return nil, false, true
 		}
 		// Permission denied, a name too long...: the kernel cannot be asked
-		// about this file, and the probe will say why, naming the path.
+		// about this file, and a probe will say why, naming the path.
 		return nil, true, false
+	}
+	holders, known = HoldersOf(ino)
+	return holders, true, known
+}
+
+// HoldersOf is Holders for the file ino.
+func HoldersOf(ino Inode) (holders []Holder, known bool) {
+	if testHookList != nil {
+		testHookList()
 	}
 	bp := procBufs.Get().(*[]byte)
 	defer procBufs.Put(bp)
 	data, err := readAllInto(procLocks, bp)
 	if err != nil {
-		return nil, true, false
+		return nil, false
 	}
-	major, minor := uint64(unix.Major(uint64(st.Dev))), uint64(unix.Minor(uint64(st.Dev)))
-	ino := uint64(st.Ino)
+	major, minor := uint64(unix.Major(ino.Dev)), uint64(unix.Minor(ino.Dev))
 	for len(data) > 0 {
 		var line []byte
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {
@@ -46,13 +55,13 @@ func Holders(path string) (holders []Holder, exists, known bool) {
 			line, data = data, nil
 		}
 		h, lmaj, lmin, lino, ok := ParseLocksLine(line)
-		if !ok || lino != ino {
+		if !ok || lino != ino.Ino {
 			continue
 		}
 		h.DevMatch = lmaj == major && lmin == minor
 		holders = append(holders, h)
 	}
-	return holders, true, true
+	return holders, true
 }
 
 // ParseLocksLine parses one /proc/locks line of a granted FLOCK lock:
@@ -179,4 +188,17 @@ func readAllInto(path string, bp *[]byte) ([]byte, error) {
 	}
 	*bp = buf
 	return buf, nil
+}
+
+// testHookList, when set, is called before every read of the kernel's lock
+// list.
+var testHookList func()
+
+// SetListHook makes fn be called before every read of the kernel's lock list
+// (/proc/locks), and returns a func that removes it: for tests that prove a
+// holder was confirmed without it. Not safe for concurrent use with reads.
+func SetListHook(fn func()) (restore func()) {
+	old := testHookList
+	testHookList = fn
+	return func() { testHookList = old }
 }

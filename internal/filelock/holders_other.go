@@ -11,3 +11,6 @@ func Holders(path string) (holders []Holder, exists, known bool) {
 
 // ListsHolders is false: only Linux lists lock holders.
 func ListsHolders() bool { return false }
+
+// HoldersOf: see Holders.
+func HoldersOf(Inode) (holders []Holder, known bool) { return nil, false }
