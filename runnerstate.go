@@ -770,19 +770,17 @@ func (st *lockState) name(id Identity) {
 // exclusive one (any user who can read the file can take one).
 func inspectLock(path string) lockState {
 	var st lockState
-	if st.err = st.readContent(path); st.err != nil {
-		return st
-	}
-	ino, err := filelock.InodeOf(path)
+	ino, err := st.readContent(path)
 	switch {
+	case st.err != nil:
+		return st
 	case isNotExist(err):
 		return lockState{}
 	case err != nil:
 		st.probe(path) // the kernel cannot be asked about this file; a probe says why
 		return st
 	}
-	if st.named && st.alive() && st.fd > 0 && filelock.HeldVia(st.holder.PID, st.fd, ino) == filelock.Yes {
-		st.held, st.pid, st.verified, st.via = true, st.holder.PID, true, viaLockFile
+	if st.confirmedVia(ino) {
 		return st
 	}
 	holders, known := filelock.HoldersOf(ino)
@@ -801,30 +799,59 @@ func inspectLock(path string) lockState {
 	return st
 }
 
-// readContent reads the identity in the lock file at path and checks it.
-// It returns an error only for a path that cannot be a lock file.
-func (st *lockState) readContent(path string) error {
-	data, err := readFile(path, maxLockContent)
+// readContent reads the identity in the lock file at path and checks it. It
+// sets st.err for a path that cannot be a lock file, and returns the file it
+// read, or the error of finding one when it could not read it (the file
+// does not exist, or cannot be read: then it is looked up by path).
+func (st *lockState) readContent(path string) (filelock.Inode, error) {
+	data, id, err := durable.ReadFileID(path, maxLockContent)
 	switch {
+	case isNotExist(err):
+		return filelock.Inode{}, err
 	case errors.Is(err, durable.ErrSymlink), errors.Is(err, durable.ErrIsDir), errors.Is(err, durable.ErrNotRegular):
-		return err
+		st.err = public(err)
+		return filelock.Inode{}, nil
 	case errors.Is(err, syscall.ENOTDIR):
-		return pathError("refusing", filepath.Dir(path), durable.ErrNotDir)
+		st.err = pathError("refusing", filepath.Dir(path), durable.ErrNotDir)
+		return filelock.Inode{}, nil
 	case errors.Is(err, fs.ErrPermission):
 		st.reason, st.silent = "cannot read "+path+" (permission denied)", true
-		return nil
+		return filelock.InodeOf(path)
 	case err != nil && !errors.Is(err, durable.ErrTooLarge):
 		st.reason, st.silent = "cannot read "+path+": "+durable.Unwrap(err).Error(), true
-		return nil
+		return filelock.InodeOf(path)
 	}
-	lc, ok := parseLockLine(data)
-	if !ok {
+	ino := filelock.Inode{Dev: id.Dev, Ino: id.Ino}
+	lc, err := lockLineMemo.parse(data)
+	if err != nil {
 		st.reason, st.silent = path+" names no holder", true
-		return nil
+		return ino, nil
 	}
-	st.name(lc.Identity)
-	st.fd = lc.FD
-	return nil
+	st.holder, st.named, st.fd = lc.Identity, true, lc.FD
+	return ino, nil
+}
+
+// confirmedVia is the exact, O(1) answer: the lock file names its holder and
+// the descriptor it locked through, and /proc/<pid>/fdinfo/<fd> shows that
+// lock, read before the holder's start identity (liveness.CheckHolder says
+// why that order proves it is the holder). Otherwise it checks the named
+// identity the ordinary way, for the slower readings to use.
+func (st *lockState) confirmedVia(ino filelock.Inode) bool {
+	if !st.named {
+		return false
+	}
+	if st.fd > 0 {
+		v, held, why := liveness.CheckHolder(liveness.Identity(st.holder), func() bool {
+			return filelock.HeldVia(st.holder.PID, st.fd, ino) == filelock.Yes
+		})
+		if held {
+			st.verdict, st.reason = v, st.holder.String()+": "+v.String()+" ("+why+")"
+			st.held, st.pid, st.verified, st.via = true, st.holder.PID, true, viaLockFile
+			return true
+		}
+	}
+	st.name(st.holder)
+	return false
 }
 
 // lookAgain reads the kernel's lock list again, up to three times, for a lock

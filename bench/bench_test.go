@@ -118,55 +118,79 @@ func BenchmarkTryLock(b *testing.B) {
 }
 
 // ---------------------------------------------------------------------------
-// "Is a runner alive here?" with a live, verified holder in another process.
+// "Is a runner alive here?" with a live, verified holder in another process,
+// while N unrelated flock locks are held elsewhere on the machine: Running
+// confirms the holder from its fdinfo, so its cost must not grow with N.
+// Side by side, what a naive user writes (naiveRunning).
 
 func BenchmarkRunning(b *testing.B) {
 	dir := b.TempDir()
 	holder := testharness.Start(b, "hold-runner", dir)
 	holder.Expect("ready")
-	b.Run("impl=runnerstate", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			rec, ok, err := runnerstate.Running(dir)
-			if err != nil || !ok || rec.PID != holder.PID() {
-				b.Fatal(rec.PID, ok, err)
-			}
+	defer holder.Stop()
+	for _, n := range []int{0, 1000, 10000} {
+		if n > 0 {
+			locks := testharness.Start(b, "hold-locks", b.TempDir())
+			locks.Send(strconv.Itoa(n))
+			locks.Expect("ready")
+			defer locks.Stop()
 		}
-	})
-	// What a naive user writes: read the pid from the record, ask gopsutil.
-	// It is less correct: a recycled pid passes, it cannot tell who holds
-	// the lock, and its IsRunning compares gopsutil's millisecond CreateTime,
-	// derived from the wall clock, so it can call a live process dead: those
-	// answers are counted as false-dead.
-	b.Run("impl=gopsutil-naive", func(b *testing.B) {
-		b.ReportAllocs()
-		falseDead := 0
-		for b.Loop() {
-			data, err := os.ReadFile(filepath.Join(dir, runnerstate.RecordName))
-			if err != nil {
-				b.Fatal(err)
+		b.Run(fmt.Sprintf("locks=%d/impl=runnerstate-Running", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				rec, ok, err := runnerstate.Running(dir)
+				if err != nil || !ok || rec.PID != holder.PID() {
+					b.Fatal(rec.PID, ok, err)
+				}
 			}
-			var rec struct {
-				PID int32 `json:"pid"`
+		})
+		b.Run(fmt.Sprintf("locks=%d/impl=runnerstate-Status", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				st, err := runnerstate.Status(dir)
+				if err != nil || !st.Verified {
+					b.Fatal(err, st.Verified)
+				}
 			}
-			if err := json.Unmarshal(data, &rec); err != nil {
-				b.Fatal(err)
+		})
+		b.Run(fmt.Sprintf("locks=%d/impl=gopsutil-naive", n), func(b *testing.B) {
+			b.ReportAllocs()
+			falseDead := 0
+			for b.Loop() {
+				ok, err := naiveRunning(dir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !ok {
+					falseDead++
+				}
 			}
-			p, err := process.NewProcess(rec.PID)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ok, err := p.IsRunning()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if !ok {
-				falseDead++
-			}
-		}
-		b.ReportMetric(float64(falseDead)/float64(b.N), "false-dead/op")
-	})
-	holder.Stop()
+			b.ReportMetric(float64(falseDead)/float64(b.N), "false-dead/op")
+		})
+	}
+}
+
+// naiveRunning is what a naive user writes: read the pid from the record and
+// ask gopsutil whether that process runs. It is less correct: a recycled pid
+// passes, it cannot tell who holds the lock, and its IsRunning compares
+// gopsutil's millisecond CreateTime, derived from the wall clock, so it can
+// call a live process dead: those answers are counted as false-dead.
+func naiveRunning(dir string) (bool, error) {
+	data, err := os.ReadFile(filepath.Join(dir, runnerstate.RecordName))
+	if err != nil {
+		return false, err
+	}
+	var rec struct {
+		PID int32 `json:"pid"`
+	}
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return false, err
+	}
+	p, err := process.NewProcess(rec.PID)
+	if err != nil {
+		return false, err
+	}
+	return p.IsRunning()
 }
 
 // ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,30 @@ import (
 // The child processes of the benchmarks. Each says "ready" (or waits for a
 // command) on stdout and takes commands on stdin.
 var roles = testharness.Roles{
+	// hold-locks: read n from stdin, take n flock locks on files in dir,
+	// say "ready", hold them until stdin closes.
+	"hold-locks": func(dir string) int {
+		cmds := testharness.Commands()
+		n, _ := strconv.Atoi(<-cmds)
+		var fds []int
+		for i := range n {
+			fd, err := unix.Open(filepath.Join(dir, strconv.Itoa(i)), unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
+			if err != nil {
+				return fail(err)
+			}
+			if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+				return fail(err)
+			}
+			fds = append(fds, fd)
+		}
+		fmt.Println("ready")
+		for range cmds {
+		}
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return 0
+	},
 	// hold-runner: Acquire and Publish dir, hold until stdin closes.
 	"hold-runner": func(dir string) int {
 		release, err := runnerstate.Acquire(dir)

@@ -18,6 +18,21 @@ const oNoFollow = 0
 // missing file is an error satisfying errors.Is(err, fs.ErrNotExist). A file
 // larger than max returns its first max bytes and ErrTooLarge.
 func ReadFile(path string, limit int) ([]byte, error) {
+	data, _, err := ReadFileID(path, limit)
+	return data, err
+}
+
+// FileID names the file a read found at a path; zero here: these systems
+// give no device and inode numbers.
+type FileID struct{ Dev, Ino uint64 }
+
+// ReadFileID is ReadFile; its FileID is zero here.
+func ReadFileID(path string, limit int) ([]byte, FileID, error) {
+	data, err := readFile(path, limit)
+	return data, FileID{}, err
+}
+
+func readFile(path string, limit int) ([]byte, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: Unwrap(err)}

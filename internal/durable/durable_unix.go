@@ -21,21 +21,40 @@ const oNoFollow = syscall.O_NOFOLLOW
 // errors.Is(err, fs.ErrNotExist). A file larger than max returns its first
 // max bytes and ErrTooLarge.
 func ReadFile(path string, limit int) ([]byte, error) {
+	data, _, err := ReadFileID(path, limit)
+	return data, err
+}
+
+// FileID names the file a read found at a path: its device and inode
+// numbers (zero where the system has none to give).
+type FileID struct{ Dev, Ino uint64 }
+
+// ReadFileID is ReadFile, and also says which file it read, from the same
+// fstat that checked it is a regular file: the caller need not look the
+// path up again.
+func ReadFileID(path string, limit int) ([]byte, FileID, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, OpenError(path, err)
+		return nil, FileID{}, OpenError(path, err)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+		return nil, FileID{}, &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
+	id := FileID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}
 	if err := CheckMode(path, ModeOf(uint32(st.Mode))); err != nil {
-		return nil, err
+		return nil, id, err
 	}
+	data, err := readAll(fd, path, limit, st.Size)
+	return data, id, err
+}
+
+// readAll reads up to limit bytes of the open regular file fd of size.
+func readAll(fd int, path string, limit int, fsize int64) ([]byte, error) {
 	size := limit
-	if st.Size >= 0 && st.Size < int64(limit) {
-		size = int(st.Size) + 1 // +1 to see a file that grew since fstat
+	if fsize >= 0 && fsize < int64(limit) {
+		size = int(fsize) + 1 // +1 to see a file that grew since fstat
 	}
 	buf := make([]byte, size)
 	n := 0
@@ -51,8 +70,13 @@ func ReadFile(path string, limit int) ([]byte, error) {
 			break
 		}
 		n += m
+		if int64(n) == fsize && n < size {
+			// All fstat said there was: these files are replaced whole,
+			// never appended to, so the read that would return 0 is saved.
+			break
+		}
 	}
-	if n == limit && st.Size > int64(limit) {
+	if n == limit && fsize > int64(limit) {
 		return buf[:n], ErrTooLarge
 	}
 	return buf[:n], nil

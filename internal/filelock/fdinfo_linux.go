@@ -54,7 +54,7 @@ func HeldVia(pid, fd int, ino Inode) Answer {
 	}
 	bp := fdinfoBufs.Get().(*[]byte)
 	defer fdinfoBufs.Put(bp)
-	data, err := readAllInto(fdinfoPath(pid, fd), bp)
+	data, err := readAllInto(fdinfoPath(pid, fd), bp, true)
 	switch {
 	case err == nil:
 		if lockedIn(data, ino) {
@@ -91,7 +91,7 @@ func HeldBy(pid int, ino Inode) Answer {
 		if err != nil {
 			continue
 		}
-		if data, err := readAllInto(fdinfoPath(pid, fd), bp); err == nil && lockedIn(data, ino) {
+		if data, err := readAllInto(fdinfoPath(pid, fd), bp, true); err == nil && lockedIn(data, ino) {
 			return Yes
 		}
 	}

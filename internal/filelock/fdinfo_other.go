@@ -2,22 +2,17 @@
 
 package filelock
 
-import (
-	"io/fs"
-	"os"
-)
+import "os"
 
-// Inode names the file a lock is on.
-type Inode struct{ info fs.FileInfo }
+// Inode names the file a lock is on, as on Linux; only its existence is
+// looked up here.
+type Inode struct{ Dev, Ino uint64 }
 
-// InodeOf returns the Inode of the file at path, without following a
-// symlink.
+// InodeOf returns a zero Inode for the file at path, or the error of looking
+// it up without following a symlink.
 func InodeOf(path string) (Inode, error) {
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return Inode{}, err
-	}
-	return Inode{info: fi}, nil
+	_, err := os.Lstat(path)
+	return Inode{}, err
 }
 
 // Answer is what a per-process reading of the kernel says.

@@ -42,7 +42,7 @@ func HoldersOf(ino Inode) (holders []Holder, known bool) {
 	}
 	bp := procBufs.Get().(*[]byte)
 	defer procBufs.Put(bp)
-	data, err := readAllInto(procLocks, bp)
+	data, err := readAllInto(procLocks, bp, false)
 	if err != nil {
 		return nil, false
 	}
@@ -163,7 +163,10 @@ func isOrdinal(b []byte) bool {
 var procBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
 
 // readAllInto reads a whole (proc) file into *bp, growing it as needed.
-func readAllInto(path string, bp *[]byte) ([]byte, error) {
+// With oneRecord, the file is one seq_file record (fdinfo), produced whole by
+// the first read, so a short read is its end and saves the read that would
+// return 0.
+func readAllInto(path string, bp *[]byte, oneRecord bool) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -184,7 +187,11 @@ func readAllInto(path string, bp *[]byte) ([]byte, error) {
 		if n == 0 {
 			break
 		}
+		short := len(buf)+n < cap(buf)
 		buf = buf[:len(buf)+n]
+		if oneRecord && short {
+			break
+		}
 	}
 	*bp = buf
 	return buf, nil

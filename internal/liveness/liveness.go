@@ -204,11 +204,36 @@ func Check(id Identity) (Verdict, string) {
 	if v, why, done := precheck(id, Current()); done {
 		return v, why
 	}
-	p, v, why := pin(id)
-	if p != nil {
-		_ = p.Close()
+	return checkLive(id)
+}
+
+// CheckHolder is Check for a process whose holding of something was just
+// shown by the kernel in that process's own state (a lock in
+// /proc/<pid>/fdinfo/<fd>), read by holds. It is cheaper than Check, and as
+// exact, when the caller vouches for two things: id was written by the
+// process it names (so id.PID is a process, not a thread, and that process
+// existed before holds is called), and holds reads state that only the
+// process with pid id.PID at that instant can show.
+//
+// The argument: holds is asked first, and the start identity of pid id.PID
+// is read after it returns true. A pid names one process at a time, and a
+// process that has exited never returns, so if the process found then is id
+// (same pid, same start ticks), it existed throughout and it is the one holds
+// saw. No pidfd is needed to pin it for that (a pin is for acting; see Pin).
+//
+// held is false when holds returned false (nothing is read then, and the
+// verdict is Unverifiable: call Check), or when the process found is not id
+// (Dead, Stale). On systems where the kernel's per-process state cannot be
+// read, held is false.
+func CheckHolder(id Identity, holds func() bool) (v Verdict, held bool, why string) {
+	if v, why, done := precheck(id, Current()); done {
+		return v, false, why
 	}
-	return v, why
+	if !holds() {
+		return Unverifiable, false, "the process does not show it holds it"
+	}
+	v, why = checkAfter(id)
+	return v, v == Alive || v == Self, why
 }
 
 // Pin checks id like [Check] and, only when the verdict is [Alive], returns

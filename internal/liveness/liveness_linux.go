@@ -94,13 +94,12 @@ func lookup(pid int) (Identity, error) {
 }
 
 func identityFrom(root string, pid int, f hostFacts) (Identity, error) {
-	data, err := os.ReadFile(procFile(root, pid, "stat"))
+	st, err := readStat(procFile(root, pid, "stat"))
+	if se, bad := err.(*statError); bad {
+		return Identity{}, fmt.Errorf("liveness: lookup pid %d: %w", pid, se.err)
+	}
 	if err != nil {
 		return Identity{}, lookupErr(pid, err)
-	}
-	st, err := ParseStat(data)
-	if err != nil {
-		return Identity{}, fmt.Errorf("liveness: lookup pid %d: %w", pid, err)
 	}
 	if (st.State == 'Z' || st.State == 'X') && zombieDead(root, pid, false, nil) {
 		return Identity{}, fmt.Errorf("liveness: lookup pid %d: zombie (state %c): %w", pid, st.State, ErrNoProcess)
@@ -232,7 +231,39 @@ func openPidfd(pid int) (int, error) {
 
 // pin probes id.PID (rules 5 and 6 of Check) and returns a Process only for
 // Alive.
-func pin(id Identity) (*Process, Verdict, string) {
+func pin(id Identity) (*Process, Verdict, string) { return probe(id, true) }
+
+// checkLive is Check's probe: pin without keeping the pin, and without
+// handing the pidfd to the runtime's poller, which a pin needs for Wait but
+// a verdict does not (it saves three system calls of the dozen a check
+// makes).
+func checkLive(id Identity) (Verdict, string) {
+	_, v, why := probe(id, false)
+	return v, why
+}
+
+// checkAfter is CheckHolder's reading: /proc/<pid>/stat alone, after the
+// caller's evidence (see CheckHolder for why that is exact).
+func checkAfter(id Identity) (Verdict, string) {
+	pid := id.PID
+	probeHook(pid)
+	st, err := readStat(procFile(procRoot, pid, "stat"))
+	switch {
+	case err != nil:
+		if _, bad := err.(*statError); bad {
+			return Unverifiable, err.Error()
+		}
+		return unreadable(pid, err, func() (bool, error) { return killExited(pid) })
+	case st.State == 'Z' || st.State == 'X':
+		return Dead, fmt.Sprintf("pid %d is a zombie: exited, not yet reaped (state %c)", pid, st.State)
+	case st.StartTicks != id.StartTicks:
+		return Stale, fmt.Sprintf("start ticks %d != %d recorded (pid reused)", st.StartTicks, id.StartTicks)
+	}
+	return selfOrAlive(pid, Alive), fmt.Sprintf("start ticks %d match, after the process showed it holds it", id.StartTicks)
+}
+
+// probe is pin (keep true) and checkLive (keep false).
+func probe(id Identity, keep bool) (*Process, Verdict, string) {
 	pid := id.PID
 	probeHook(pid)
 	fd, err := openPidfd(pid)
@@ -240,7 +271,7 @@ func pin(id Identity) (*Process, Verdict, string) {
 	case err == nil:
 		v, why := inspect(pid, id.StartTicks, true, func() (bool, error) { return pidfdReadable(fd) })
 		v = selfOrAlive(pid, v)
-		if v != Alive {
+		if v != Alive || !keep {
 			unix.Close(fd)
 			return nil, v, why
 		}
@@ -263,7 +294,7 @@ func pin(id Identity) (*Process, Verdict, string) {
 		h := &handle{}
 		p := newProcess(id, h)
 		v, why := p.verify()
-		if v = selfOrAlive(pid, v); v != Alive {
+		if v = selfOrAlive(pid, v); v != Alive || !keep {
 			return nil, v, why
 		}
 		return p, v, why + " (no pidfd: " + err.Error() + ")"
@@ -273,7 +304,7 @@ func pin(id Identity) (*Process, Verdict, string) {
 }
 
 func selfOrAlive(pid int, v Verdict) Verdict {
-	if v == Alive && pid == os.Getpid() {
+	if v == Alive && pid == Current().PID {
 		return Self
 	}
 	return v
@@ -313,13 +344,12 @@ func inspect(pid int, want uint64, pinned bool, exited func() (bool, error)) (Ve
 			return Dead, fmt.Sprintf("pid %d exited (pidfd readable)", pid)
 		}
 	}
-	data, err := os.ReadFile(procFile(procRoot, pid, "stat"))
+	st, err := readStat(procFile(procRoot, pid, "stat"))
 	if err != nil {
+		if _, bad := err.(*statError); bad {
+			return Unverifiable, err.Error()
+		}
 		return unreadable(pid, err, exited)
-	}
-	st, err := ParseStat(data)
-	if err != nil {
-		return Unverifiable, err.Error()
 	}
 	if (st.State == 'Z' || st.State == 'X') && zombieDead(procRoot, pid, pinned, exited) {
 		return Dead, fmt.Sprintf("pid %d is a zombie: exited, not yet reaped (state %c)", pid, st.State)
@@ -346,6 +376,50 @@ func inspect(pid int, want uint64, pinned bool, exited func() (bool, error)) (Ve
 	}
 	return Alive, fmt.Sprintf("start ticks %d match", want)
 }
+
+// statError is a /proc/<pid>/stat that was read but does not parse.
+type statError struct{ err error }
+
+func (e *statError) Error() string { return e.err.Error() }
+
+// readStat reads and parses a /proc/<pid>/stat file with raw system calls
+// into a pooled buffer: an os.File would register the descriptor with the
+// runtime's poller and ask its flags, three more calls for one small read.
+// A stat file is one record, produced whole by the first read; a short read
+// is its end.
+func readStat(path string) (Stat, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Stat{}, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	bp := statBufs.Get().(*[]byte)
+	defer statBufs.Put(bp)
+	buf := *bp
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return Stat{}, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		n += m
+		if m == 0 || n < len(buf) {
+			break
+		}
+		buf = append(buf, make([]byte, len(buf))...) // a comm full of ')' and spaces: grow
+		*bp = buf
+	}
+	st, err := ParseStat(buf[:n])
+	if err != nil {
+		return Stat{}, &statError{err}
+	}
+	return st, nil
+}
+
+var statBufs = sync.Pool{New: func() any { b := make([]byte, 1024); return &b }}
 
 // unreadable turns a failed /proc read into a verdict. A missing entry is
 // Dead only when the process is known to have exited; otherwise /proc hides
