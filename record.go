@@ -120,8 +120,8 @@ func Publish(dir string, rec Record) error {
 	if h == nil {
 		return fmt.Errorf("%w: %s (take it with Acquire or Takeover first)", ErrNotHolder, filepath.Join(dir, LockName))
 	}
-	if ok, err := h.lock.AtPath(); err != nil || !ok {
-		return fmt.Errorf("%w: %s was removed or replaced while held", ErrNotHolder, h.lock.Path())
+	if lost, why := h.lost(); lost {
+		return fmt.Errorf("%w: %s", ErrNotHolder, why)
 	}
 	self := Self()
 	rec.PID = self.PID
@@ -512,7 +512,7 @@ func checkStateName(dir, name string) error {
 
 func reservedName(name string) bool {
 	switch name {
-	case LockName, RecordName, RestartName, gateName, stateLockName, scopeLockName, scopeOwnerName, syncLockName:
+	case LockName, RecordName, RestartName, gateName, treeLockName, stateLockName, scopeLockName, scopeOwnerName, syncLockName:
 		return true
 	}
 	return durable.IsTemp(name)

@@ -7,10 +7,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/liveness"
 )
 
 // Restart modes: what a restart request asks of the runner.
@@ -20,6 +22,13 @@ const (
 	RestartDrain = "drain"
 	// RestartNow asks the runner to exit at once.
 	RestartNow = "now"
+	// RestartLost tells the runner that a lock file of its hold (runner.lock
+	// or tree.lock) was deleted, renamed or replaced while it held it, or
+	// its directory is gone: stop at once, since another runner may be
+	// admitted beside it. It is stronger than RestartNow, is never written
+	// to restart.json (RequestRestart refuses it with ErrBadMode), and is
+	// delivered by WatchRestart only inside the holding process.
+	RestartLost = "lost"
 )
 
 // ErrBadMode reports a restart mode other than RestartDrain and RestartNow.
@@ -40,7 +49,8 @@ type restartRequest struct {
 	Takeover bool `json:"takeover,omitempty"`
 }
 
-// strength orders modes: a request never weakens a pending one.
+// strength orders the modes a request may ask for: a request never weakens
+// a pending one. RestartLost is no request and has none.
 func strength(mode string) int {
 	switch mode {
 	case RestartNow:
@@ -51,12 +61,37 @@ func strength(mode string) int {
 	return 0
 }
 
+// void reports whether a takeover request is void: its starter is provably
+// dead (Dead, or Stale: its pid now names another process, or the machine
+// rebooted), so nobody waits for the runner to go. A request written by
+// RequestRestart (an operator's) is never void, whoever wrote it.
+func (r restartRequest) void() bool {
+	if !r.Takeover {
+		return false
+	}
+	v, _ := liveness.Check(liveness.Identity(r.By))
+	return v == liveness.Dead || v == liveness.Stale
+}
+
+// pendingRestart is the request pending in restart.json: none when it cannot
+// be read, and none when it is void.
+func pendingRestart(dir string) (restartRequest, bool) {
+	req, ok := readRestart(dir)
+	if !ok || req.void() {
+		return restartRequest{}, false
+	}
+	return req, true
+}
+
 // RequestRestart leaves a restart request for dir's runner in restart.json,
 // addressed to the runner that holds the lock now. When none does, the
 // request is kept only for a runner being admitted at that moment; a runner
-// that starts afterwards retires it as meant for its predecessor. It never weakens a pending request: "now" stays "now", and "now"
-// upgrades a pending "drain". The runner sees it through RestartRequested or
-// WatchRestart; this call does not wait for the runner to act.
+// that starts afterwards retires it as meant for its predecessor. It never
+// weakens a pending request: "now" stays "now", and "now" upgrades a pending
+// "drain"; a void one (left by a Takeover starter that has died) counts as
+// none and is written over. The runner sees it through RestartRequested or
+// WatchRestart; this call does not wait for the runner to act. A request
+// made here stands whoever made it, and whatever becomes of its maker.
 //
 // Errors: ErrBadMode for any mode but RestartDrain and RestartNow; an error
 // naming dir when it does not exist; a symlink or directory at restart.json is
@@ -98,7 +133,7 @@ func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending
 	if st := inspectRunner(dir); st.held && st.named {
 		target = st.holder.Instance
 	}
-	if old, ok := readRestart(dir); ok && old.For == target && strength(old.Mode) >= strength(mode) {
+	if old, ok := pendingRestart(dir); ok && old.For == target && strength(old.Mode) >= strength(mode) {
 		return old, false, nil
 	}
 	pending = restartRequest{Mode: mode, RequestedAt: time.Now(), By: by, For: target, Takeover: takeover}
@@ -137,13 +172,15 @@ func parseRestart(data []byte) (restartRequest, error) {
 
 // RestartRequested reports the pending restart mode for dir, if any. A file
 // that cannot be read or parsed counts as no request: a runner never exits on
-// a request it cannot understand (the problem is logged once). It takes no
-// lock and creates nothing.
+// a request it cannot understand (the problem is logged once); so does a
+// void one, left by a Takeover starter that has died. It never reports
+// RestartLost, which is delivered only by WatchRestart inside the holding
+// process. It takes no lock and creates nothing.
 func RestartRequested(dir string) (mode string, ok bool) {
 	if dir == "" {
 		return "", false
 	}
-	req, ok := readRestart(dir)
+	req, ok := pendingRestart(dir)
 	if !ok {
 		return "", false
 	}
@@ -210,12 +247,22 @@ func retireOnClear(dir string) bool {
 // WatchRestart delivers dir's restart requests: one already pending when it
 // starts, then each new request, or a stronger one than was last delivered
 // ("now" after "drain"). The channel is closed when ctx ends. A request that
-// cannot be parsed is never delivered.
+// cannot be parsed is never delivered, nor a void one (its Takeover starter
+// has died): a request on offer is withdrawn within milliseconds of its
+// starter's exit, which the starter's pidfd signals.
+//
+// In the process that holds dir (Acquire or Takeover), it also delivers
+// RestartLost, once, as soon as a lock file of the hold is deleted, renamed
+// or replaced, or dir itself is gone, whenever the watch started, before or
+// after the loss: the runner must stop at once, since a next runner may be
+// admitted beside it. There it also writes the holder's identity back into a
+// lock file that another program erased (an O_TRUNC open), so the holder
+// stays verifiable.
 //
 // It wakes promptly on a change: on Linux through inotify on dir, elsewhere by
-// polling restart.json every 20 ms. Delivery waits for the receiver; the
-// request read after a delivery is the one on disk then, so requests that came
-// and went while the receiver was busy are not replayed.
+// polling restart.json every 20 ms. Delivery waits for the receiver; what is
+// offered is what is on disk at each moment, so requests that came and went
+// while the receiver was busy are not replayed.
 func WatchRestart(ctx context.Context, dir string) <-chan string {
 	ch := make(chan string)
 	if dir == "" {
@@ -226,31 +273,108 @@ func WatchRestart(ctx context.Context, dir string) <-chan string {
 		}()
 		return ch
 	}
-	go func() {
-		defer close(ch)
-		w := dirwatch.New(dir)
-		defer w.Close()
-		var last restartRequest
-		delivered := false
-		for {
-			req, ok := readRestart(dir)
-			if !ok {
-				delivered = false // cleared: the next request is new
-			} else if !delivered || !sameRequest(req, last) {
-				select {
-				case ch <- req.Mode:
-					last, delivered = req, true
-				case <-ctx.Done():
-					return
-				}
-				continue
-			}
-			if err := w.Wait(ctx, 0, nil); err != nil {
+	rw := &restartWatch{dir: dir, ch: ch, hold: holdOf(dir), w: dirwatch.New(dir)}
+	go rw.run(ctx)
+	return ch
+}
+
+// restartWatch is one WatchRestart.
+type restartWatch struct {
+	dir  string
+	ch   chan string
+	hold *hold // this process's hold on dir when the watch started
+	w    *dirwatch.Watcher
+
+	last      restartRequest // the request delivered last
+	delivered bool           // last is still pending
+	lostSent  bool
+}
+
+func (rw *restartWatch) run(ctx context.Context) {
+	defer close(rw.ch)
+	defer rw.w.Close()
+	tick := time.NewTicker(rw.w.Interval())
+	defer tick.Stop()
+	for {
+		offer, req := rw.next()
+		if offer == "" {
+			watchHook("idle")
+			select {
+			case <-rw.w.Changed():
+			case <-tick.C:
+			case <-ctx.Done():
 				return
 			}
+			continue
 		}
-	}()
-	return ch
+		starter := rw.starterExit(ctx, req)
+		watchHook("offer " + offer)
+		select {
+		case rw.ch <- offer:
+			if offer == RestartLost {
+				rw.lostSent = true
+			} else {
+				rw.last, rw.delivered = req, true
+			}
+		case <-starter.exited():
+			watchHook("starter exited")
+		case <-rw.w.Changed():
+		case <-tick.C:
+		case <-ctx.Done():
+			starter.stop()
+			return
+		}
+		starter.stop()
+	}
+}
+
+// testHookWatch, when set, is told what a WatchRestart does: "offer <mode>"
+// when it starts offering, "starter exited" when the starter of the request
+// on offer exits, "idle" when it has nothing to offer. Tests use it to wait
+// for a state they cannot see.
+var testHookWatch atomic.Pointer[func(event string)]
+
+func watchHook(event string) {
+	if fn := testHookWatch.Load(); fn != nil {
+		(*fn)(event)
+	}
+}
+
+// next is what to offer now, if anything: RestartLost first, once, when the
+// hold lost a lock file; else the pending request when it is new.
+func (rw *restartWatch) next() (string, restartRequest) {
+	if h := rw.hold; h != nil && !rw.lostSent {
+		if lost, _ := h.lost(); lost {
+			return RestartLost, restartRequest{}
+		}
+		h.heal()
+	}
+	req, ok := pendingRestart(rw.dir)
+	switch {
+	case !ok:
+		rw.delivered = false // cleared, or void: the next request is new
+		return "", restartRequest{}
+	case rw.delivered && sameRequest(req, rw.last):
+		return "", restartRequest{}
+	}
+	return req.Mode, req
+}
+
+// starterExit watches the exit of the starter that wrote req, a takeover
+// request, while it is on offer; nothing for any other request. A starter
+// that died between the read of the request and its pin is exited already.
+func (rw *restartWatch) starterExit(ctx context.Context, req restartRequest) *exitWatch {
+	if !req.Takeover {
+		return nil
+	}
+	p, v, _ := liveness.Pin(liveness.Identity(req.By))
+	switch {
+	case p != nil:
+		return watchExit(ctx, p, nil)
+	case v == liveness.Dead || v == liveness.Stale:
+		return exitedAlready()
+	}
+	return nil
 }
 
 // sameRequest reports whether a and b are one request: the same mode, for

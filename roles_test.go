@@ -53,6 +53,9 @@ var roles = testharness.Roles{
 	"observe":       roleObserve,
 	"probe-loop":    roleProbeLoop,
 	"acquire-log":   roleAcquireLog,
+	"tree-runner":   roleTreeRunner,
+	"lost-runner":   roleLostRunner,
+	"request":       roleRequest,
 }
 
 // hold: take an exclusive lock on the path, say "locked", hold it until
@@ -873,5 +876,116 @@ func roleAcquireLog(dir string) int {
 	for range commands() {
 	}
 	release()
+	return 0
+}
+
+// tree-runner: Takeover dir and Publish, then start three children and say
+// each one's pid: "child <pid>", a sleep that Inherits the tree lock
+// (trapping SIGTERM when $RUNNERSTATE_TEST_BEHAVIOUR is "stubborn"), "plain
+// <pid>", a sleep started without Inherit, and "opener <pid>", a sleep given
+// tree.lock opened on a descriptor of its own (open, but not locked). Then
+// "ready". Command "release" releases the directory ("released"); it runs
+// until stdin closes. The children are the test's to kill.
+func roleTreeRunner(dir string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), childWait)
+	defer cancel()
+	release, err := Takeover(ctx, dir, TakeoverOptions{})
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	if err := Publish(dir, Record{Specs: []string{"tree"}}); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	script := "exec sleep 600"
+	if os.Getenv(envBehaviour) == "stubborn" {
+		script = "trap '' TERM; exec sleep 600"
+	}
+	inherited := exec.Command("sh", "-c", script)
+	if err := Inherit(dir, inherited); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	plain := exec.Command("sleep", "600")
+	opened, err := os.Open(filepath.Join(dir, treeLockName))
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	opener := exec.Command("sleep", "600")
+	opener.ExtraFiles = []*os.File{opened}
+	for _, c := range []struct {
+		name string
+		cmd  *exec.Cmd
+	}{{"child", inherited}, {"plain", plain}, {"opener", opener}} {
+		c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // outside the test's process group
+		if err := c.cmd.Start(); err != nil {
+			say("error %v", err)
+			return 1
+		}
+		say("%s %d", c.name, c.cmd.Process.Pid)
+	}
+	opened.Close()
+	say("ready")
+	for cmd := range commands() {
+		if cmd == "release" {
+			release()
+			say("released")
+		}
+	}
+	release()
+	return 0
+}
+
+// lost-runner: Acquire dir, Publish, watch for restart requests, say
+// "acquired". Each delivery is said as "got <mode>". Commands: "publish"
+// (says "publish <error or ok>"), "watch" (a second WatchRestart, whose first
+// delivery is said as "watch2 <mode>"). It runs until stdin closes.
+func roleLostRunner(dir string) int {
+	release, err := Acquire(dir)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	defer release()
+	if err := Publish(dir, Record{Specs: []string{"lost"}}); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	restarts := WatchRestart(ctx, dir)
+	say("acquired")
+	cmds := commands()
+	var second <-chan string
+	for {
+		select {
+		case mode := <-restarts:
+			say("got %s", mode)
+		case mode := <-second:
+			say("watch2 %s", mode)
+			second = nil
+		case cmd, ok := <-cmds:
+			switch {
+			case !ok:
+				return 0
+			case cmd == "publish":
+				say("publish %s", strings.ReplaceAll(errText(Publish(dir, Record{})), "\n", " "))
+			case cmd == "watch":
+				second = WatchRestart(ctx, dir)
+			}
+		}
+	}
+}
+
+// request: RequestRestart dir with the mode in $RUNNERSTATE_TEST_BEHAVIOUR,
+// say "requested", and exit.
+func roleRequest(dir string) int {
+	if err := RequestRestart(dir, os.Getenv(envBehaviour)); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	say("requested")
 	return 0
 }

@@ -124,6 +124,7 @@ const (
 // Internal files of a runner directory.
 const (
 	gateName      = "gate.json"   // the takeover gate's waiting starters
+	treeLockName  = "tree.lock"   // the tree lock, the other of a hold's pair, which Inherit hands on
 	stateLockName = ".state.lock" // the state lock, serialising state writes
 	corruptSuffix = ".corrupt"    // an unreadable state file set aside by a fresh holder
 )
@@ -228,14 +229,23 @@ func ensureDir(dir string) error { return public(durable.EnsureDir(dir)) }
 // This process's holds.
 
 // hold is this process's hold on a runner directory, taken by Acquire or
-// Takeover. (The holder is the process that has one, seen from outside.)
+// Takeover. (The holder is the process that has one, seen from outside.) A
+// hold is two kernel locks: runner.lock, and tree.lock, which Inherit hands
+// on to the runner's children so that the directory stays busy while they
+// live.
 type hold struct {
 	dir        string
+	abs        string // dir made absolute, to find the hold when dir is gone
 	key        durable.Key
-	lock       *filelock.File
+	lock       *filelock.File // runner.lock
+	tree       *filelock.File // tree.lock
 	self       Identity
 	acquiredAt time.Time
 	once       sync.Once
+
+	mu        sync.Mutex
+	inherited []*os.File // descriptors of tree.lock handed to children by Inherit
+	released  bool
 }
 
 // The runner directories this process holds, keyed by the directory's device
@@ -245,24 +255,34 @@ var holds = struct {
 	m map[durable.Key]*hold
 }{m: make(map[durable.Key]*hold)}
 
-// holdOf returns this process's hold on dir, or nil.
+// holdOf returns this process's hold on dir, or nil. A dir that is gone (the
+// directory was removed or renamed under the hold) is found by its path.
 func holdOf(dir string) *hold {
-	key, err := durable.KeyOf(dir)
-	if err != nil {
-		return nil
-	}
+	key, kerr := durable.KeyOf(dir)
+	abs, _ := filepath.Abs(dir)
 	holds.Lock()
 	defer holds.Unlock()
-	return holds.m[key]
+	if kerr == nil {
+		if h := holds.m[key]; h != nil {
+			return h
+		}
+	}
+	for _, h := range holds.m {
+		if h.abs == abs {
+			return h
+		}
+	}
+	return nil
 }
 
-// newHold is a hold of dir through l, not yet registered.
-func newHold(dir string, l *filelock.File, self Identity) (*hold, error) {
+// newHold is a hold of dir through p, not yet registered.
+func newHold(dir string, p pair, self Identity) (*hold, error) {
 	key, err := durable.KeyOf(dir)
 	if err != nil {
 		return nil, public(err)
 	}
-	return &hold{dir: dir, key: key, lock: l, self: self, acquiredAt: time.Now()}, nil
+	abs, _ := filepath.Abs(dir)
+	return &hold{dir: dir, abs: abs, key: key, lock: p.runner, tree: p.tree, self: self, acquiredAt: time.Now()}, nil
 }
 
 // register records h as this process's hold on its directory, for Publish.
@@ -270,6 +290,54 @@ func (h *hold) register() {
 	holds.Lock()
 	holds.m[h.key] = h
 	holds.Unlock()
+}
+
+// pair is the two kernel locks of a hold.
+type pair struct{ runner, tree *filelock.File }
+
+func (p pair) release() {
+	if p.tree != nil {
+		p.tree.Release()
+	}
+	if p.runner != nil {
+		p.runner.Release()
+	}
+}
+
+// errTreeBusy says runner.lock was free but tree.lock is not: a previous
+// runner's tree still lives (orphans), or a runner whose runner.lock was
+// lost still holds its pair's other lock.
+var errTreeBusy = errors.New("tree lock is held")
+
+// tryPair takes both locks of dir without waiting, runner.lock first, then
+// tree.lock: a *BusyError naming the holder when runner.lock is held, and
+// errTreeBusy (with runner.lock let go again) when only tree.lock is.
+func tryPair(dir string) (pair, error) {
+	runner, err := tryRunnerLock(filepath.Join(dir, LockName))
+	if err != nil {
+		return pair{}, err
+	}
+	tree, err := tryOwnLock(filepath.Join(dir, treeLockName))
+	if err != nil {
+		runner.Release()
+		return pair{}, err
+	}
+	return pair{runner, tree}, nil
+}
+
+// tryOwnLock is one attempt, tried again briefly while it may be a probe's
+// passing shared lock (see tryRunnerLock), on a lock file private to the
+// runner (0600). It answers filelock.ErrWouldBlock when held.
+func tryOwnLock(path string) (*filelock.File, error) {
+	l, err := filelock.TryLock(path, filelock.Exclusive, 0o600)
+	for try := 0; errors.Is(err, filelock.ErrWouldBlock) && mayBePassing(path) && try < 5; try++ {
+		time.Sleep(time.Millisecond)
+		l, err = filelock.TryLock(path, filelock.Exclusive, 0o600)
+	}
+	if errors.Is(err, filelock.ErrWouldBlock) {
+		return nil, errTreeBusy
+	}
+	return l, public(err)
 }
 
 // Acquire takes dir's runner lock without waiting, creating dir (0755) and
@@ -281,16 +349,26 @@ func (h *hold) register() {
 // retired when it was addressed to another runner or made before this call; a
 // request made while this call ran is kept for this runner.
 //
-// release removes runner.json, clears runner.lock's content, retires a
-// restart request addressed to this runner and frees the lock; it is
-// idempotent. The lock file itself is never removed. A process that dies
-// without calling release loses the lock at once all the same (the kernel
-// drops it), and the next Acquire clears what it left.
+// A hold is two kernel locks: runner.lock and tree.lock, which Inherit hands
+// on to the runner's children. The directory is free only when both are: a
+// previous runner's children that still hold tree.lock (orphans, once that
+// runner is gone) keep it busy, and so does a runner whose runner.lock was
+// deleted or replaced while it held it.
 //
-// Errors: a *BusyError naming the holder when the lock is held (by another
-// process, or by this one through an earlier Acquire); ErrLockingUnsupported
-// on a filesystem without locks; an error naming the path when dir is not a
-// directory, or runner.lock is a symlink, a directory or not writable.
+// release removes runner.json, clears the identity in both lock files,
+// retires a restart request addressed to this runner, closes the descriptors
+// Inherit handed out, then frees tree.lock and last runner.lock; it is
+// idempotent. The lock files themselves are never removed. A process that
+// dies without calling release loses its locks at once all the same (the
+// kernel drops them, except where children inherited tree.lock), and the next
+// Acquire clears what it left.
+//
+// Errors: a *BusyError naming the holder when the directory is held (by
+// another process, by this one through an earlier Acquire, or by orphans or
+// a runner whose runner.lock was lost: then PID is one of them); its Path is
+// runner.lock's. ErrLockingUnsupported on a filesystem without locks; an
+// error naming the path when dir is not a directory, or a lock file is a
+// symlink, a directory or not writable.
 func Acquire(dir string) (release func(), err error) {
 	if err := checkDir("Acquire", dir); err != nil {
 		return nil, err
@@ -308,21 +386,23 @@ func acquire(dir string, since time.Time) (*hold, error) {
 	if err := ensureDir(dir); err != nil {
 		return nil, err
 	}
-	l, err := tryRunnerLock(filepath.Join(dir, LockName))
+	p, err := tryPair(dir)
+	if err == errTreeBusy {
+		return nil, treeBusyError(dir, nil)
+	}
 	if err != nil {
 		return nil, err
 	}
-	h, err := newHold(dir, l, Self())
+	h, err := newHold(dir, p, Self())
 	if err == nil {
-		err = writeIdentity(l, h.self)
+		err = h.writeIdentity()
 	}
 	if err != nil {
-		l.Release()
+		p.release()
 		return nil, err
 	}
-	makePrivate(l)
 	// Clearing what a previous runner left is best effort: those files are
-	// hints, and the kernel lock is already this process's.
+	// hints, and the kernel locks are already this process's.
 	if err := withStateLock(dir, func() error { settleIn(dir, h.self, since); return nil }); err != nil {
 		logger().Warn("runnerstate: could not clear the previous runner's files", "dir", dir, "err", err)
 	}
@@ -330,15 +410,24 @@ func acquire(dir string, since time.Time) (*hold, error) {
 	return h, nil
 }
 
+// writeIdentity writes this hold's identity, and each lock's descriptor,
+// into both lock files, and makes them private.
+func (h *hold) writeIdentity() error {
+	for _, l := range []*filelock.File{h.lock, h.tree} {
+		if err := writeIdentity(l, h.self); err != nil {
+			return err
+		}
+		makePrivate(l)
+	}
+	return nil
+}
+
 // tryRunnerLock makes a non-blocking attempt on a runner lock, creating it
-// 0600: a *BusyError naming the holder when it is held. A probe (from a
-// process that cannot see the holder in the kernel's list, in a container or
-// off Linux) holds a shared lock for an instant, so a busy answer that may be
-// a probe's is tried again for a few milliseconds: one with no exclusive
-// holder listed, or where the kernel lists none.
+// 0600: a *BusyError naming the holder when it is held. A busy answer that
+// may be passing (see mayBePassing) is tried again for a few milliseconds.
 func tryRunnerLock(lockPath string) (*filelock.File, error) {
 	l, err := filelock.TryLock(lockPath, filelock.Exclusive, 0o600)
-	for try := 0; errors.Is(err, filelock.ErrWouldBlock) && mayBeProbe(lockPath) && try < 5; try++ {
+	for try := 0; errors.Is(err, filelock.ErrWouldBlock) && mayBePassing(lockPath) && try < 5; try++ {
 		time.Sleep(time.Millisecond)
 		l, err = filelock.TryLock(lockPath, filelock.Exclusive, 0o600)
 	}
@@ -348,12 +437,28 @@ func tryRunnerLock(lockPath string) (*filelock.File, error) {
 	return l, public(err)
 }
 
-// mayBeProbe reports whether the lock of path, found busy, may be held only
-// by a probe's passing shared lock.
-func mayBeProbe(path string) bool {
-	holders, _, _ := filelock.Holders(path) // where the kernel lists none, any busy answer may be a probe's
+// mayBePassing reports whether the lock of path, found busy, may be held
+// only for an instant, so that an attempt is worth making again:
+//
+//   - by a probe's shared lock, taken and dropped at once (from a process
+//     that cannot see the holder in the kernel's list: in a container, or off
+//     Linux);
+//   - by a holder's open file that the holder has just closed, while a reader
+//     of its /proc/<pid>/fdinfo still has it: the last reference to a file
+//     drops its lock, and that is the reader's, for the microseconds of its
+//     read.
+//
+// It is not passing when the kernel lists an exclusive holder that still
+// shows the lock among its own descriptors, or one whose descriptors cannot
+// be read (another user's).
+func mayBePassing(path string) bool {
+	ino, err := filelock.InodeOf(path)
+	if err != nil {
+		return true
+	}
+	holders, _ := filelock.HoldersOf(ino) // where the kernel lists none, any busy answer may be passing
 	for _, h := range holders {
-		if h.Exclusive {
+		if h.Exclusive && filelock.HeldBy(h.PID, ino) != filelock.No {
 			return false
 		}
 	}
@@ -428,9 +533,11 @@ func clearStaleRecord(dir string, self Identity) (int, bool) {
 	return 0, setAside(dir, RecordName, "runner record", err)
 }
 
-// release gives the directory up: it removes runner.json, retires a restart
-// request addressed to this runner, clears the identity in runner.lock and
-// frees the lock.
+// release gives the directory up: it removes runner.json and retires a
+// restart request addressed to this runner, clears the identity in both lock
+// files, closes what Inherit handed out, frees tree.lock, and last
+// runner.lock. A lock file that was replaced under the hold is left as it is
+// (what is at the path now is not this hold's).
 func (h *hold) release() {
 	h.once.Do(func() {
 		holds.Lock()
@@ -438,21 +545,83 @@ func (h *hold) release() {
 			delete(holds.m, h.key)
 		}
 		holds.Unlock()
-		err := letGo(h.lock, func() error {
-			return withStateLock(h.dir, func() error {
-				if rec, state, _ := readRecord(h.dir); state == fileOK && sameProcess(rec.Process, h.self) {
-					if err := os.Remove(filepath.Join(h.dir, RecordName)); err != nil && !isNotExist(err) {
-						return pathError("remove", filepath.Join(h.dir, RecordName), durable.Unwrap(err))
-					}
-				}
-				retireOnRelease(h.dir, h.self.Instance)
-				return public(durable.SyncDir(h.dir))
-			})
-		})
-		if err != nil {
-			logger().Warn("runnerstate: release could not clean up", "dir", h.dir, "err", err)
+		runnerHere, _ := h.lock.AtPath()
+		treeHere, _ := h.tree.AtPath()
+		if runnerHere {
+			if err := withStateLock(h.dir, h.cleanUp); err != nil {
+				logger().Warn("runnerstate: release could not clean up", "dir", h.dir, "err", err)
+			}
 		}
+		h.mu.Lock()
+		h.released = true
+		for _, f := range h.inherited {
+			f.Close()
+		}
+		h.inherited = nil
+		h.mu.Unlock()
+		if treeHere {
+			h.tree.WriteContent(nil)
+		}
+		h.tree.Release()
+		if runnerHere {
+			h.lock.WriteContent(nil)
+		}
+		h.lock.Release()
 	})
+}
+
+// cleanUp removes what names this runner in its directory, under the state
+// lock, before its locks are freed.
+func (h *hold) cleanUp() error {
+	if rec, state, _ := readRecord(h.dir); state == fileOK && sameProcess(rec.Process, h.self) {
+		if err := os.Remove(filepath.Join(h.dir, RecordName)); err != nil && !isNotExist(err) {
+			return pathError("remove", filepath.Join(h.dir, RecordName), durable.Unwrap(err))
+		}
+	}
+	retireOnRelease(h.dir, h.self.Instance)
+	return public(durable.SyncDir(h.dir))
+}
+
+// lost says whether the hold lost a lock file: one of its pair was deleted,
+// renamed or replaced while held, or the directory is gone. why names which.
+func (h *hold) lost() (bool, string) {
+	h.mu.Lock()
+	released := h.released
+	h.mu.Unlock()
+	if released {
+		return false, ""
+	}
+	if _, err := os.Stat(h.dir); err != nil {
+		return true, h.dir + " is gone"
+	}
+	for _, l := range []*filelock.File{h.lock, h.tree} {
+		if ok, _ := l.AtPath(); !ok {
+			return true, l.Path() + " was removed or replaced while held"
+		}
+	}
+	return false, ""
+}
+
+// heal writes this hold's identity back into runner.lock when another
+// program erased it (an O_TRUNC open, as Python's filelock makes before it
+// tries a lock, or ": >"), so that the holder stays verifiable.
+func (h *hold) heal() {
+	for _, l := range []*filelock.File{h.lock, h.tree} {
+		if ok, _ := l.AtPath(); !ok {
+			continue
+		}
+		data, err := l.ReadContent(maxLockContent)
+		if err != nil {
+			continue
+		}
+		if lc, ok := parseLockLine(data); ok && sameProcess(lc.Identity, h.self) && lc.FD == int(l.Fd()) {
+			continue
+		}
+		if len(data) == 0 && l.Fd() == 0 {
+			continue // Windows: the lock file carries nothing
+		}
+		writeIdentity(l, h.self)
+	}
 }
 
 // letGo frees l, a lock this process holds on a file it wrote its identity
@@ -531,7 +700,10 @@ func ClearStale(dir string) (pid int, cleared bool, err error) {
 	} else if !fi.IsDir() {
 		return 0, false, pathError("refusing", dir, durable.ErrNotDir)
 	}
-	l, err := tryRunnerLock(filepath.Join(dir, LockName))
+	p, err := tryPair(dir)
+	if err == errTreeBusy {
+		err = treeBusyError(dir, nil)
+	}
 	var be *BusyError
 	if errors.As(err, &be) {
 		return be.PID, false, be
@@ -539,7 +711,9 @@ func ClearStale(dir string) (pid int, cleared bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
-	defer l.Release()
+	defer p.release()
+	p.tree.WriteContent(nil)
+	l := p.runner
 	content, _ := l.ReadContent(maxLockContent)
 	lockID, lockOK := parseLockContent(content)
 	err = withStateLock(dir, func() error {
@@ -641,13 +815,16 @@ type Report struct {
 	Restart  string     `json:"restart"`  // the pending restart mode, or ""
 	Waiting  []Identity `json:"waiting"`  // live starters waiting in Takeover, oldest first
 	Stale    []int      `json:"stale"`    // pids named in files that are not the live holder
+	Orphans  []int      `json:"orphans"`  // processes of a gone runner's tree that still hold its tree lock
 	Warnings []string   `json:"warnings"` // anything odd: corrupt files, foreign holders
 }
 
 // Status reports dir's state: whether a runner holds the lock and who it is,
 // the pending restart request, the starters waiting to take over, the stale
-// pids the files still name, and warnings about anything odd. Like Running it
-// creates nothing, modifies nothing and never makes an Acquire fail.
+// pids the files still name, the orphans of a previous runner's tree, and
+// warnings about anything odd. Like Running it creates nothing, modifies
+// nothing and never makes an Acquire fail. Naming orphans scans every
+// process's descriptors (only while a tree lock is held without a runner).
 //
 // Verdict, when the lock file names a holder, is the liveness verdict of that
 // identity: "self", "alive", "dead", "stale", "foreign", "other-namespace" or
@@ -656,7 +833,7 @@ type Report struct {
 // Errors: an error naming the path when dir exists but cannot be read, or
 // runner.lock is a symlink or a directory. A missing dir reports not held.
 func Status(dir string) (Report, error) {
-	r := Report{Dir: dir, Waiting: []Identity{}, Stale: []int{}, Warnings: []string{}}
+	r := Report{Dir: dir, Waiting: []Identity{}, Stale: []int{}, Orphans: []int{}, Warnings: []string{}}
 	if err := checkDir("Status", dir); err != nil {
 		return r, err
 	}
@@ -676,6 +853,18 @@ func Status(dir string) (Report, error) {
 	if st.held {
 		r.Holder = holderRecord(st, rec, recState)
 		r.Warnings = append(r.Warnings, st.warnings(filepath.Join(dir, LockName))...)
+	}
+	if st.treeHeld {
+		pids, complete := orphans(dir, 0)
+		r.Orphans = append(r.Orphans, pids...)
+		switch {
+		case len(pids) > 0:
+			r.Warnings = append(r.Warnings, fmt.Sprintf("no runner holds %s, but processes of a previous runner's tree (%s) still hold %s: the directory stays busy until they exit; Takeover signals them", dir, pidList(pids), filepath.Join(dir, treeLockName)))
+		case !complete:
+			r.Warnings = append(r.Warnings, fmt.Sprintf("no runner holds %s, but %s is held by processes this user cannot see: the directory stays busy until they exit", dir, filepath.Join(dir, treeLockName)))
+		default:
+			r.Warnings = append(r.Warnings, fmt.Sprintf("no runner holds %s, but %s is held: the directory stays busy until its holders exit", dir, filepath.Join(dir, treeLockName)))
+		}
 	}
 	if recState == fileCorrupt {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%s cannot be read and is ignored: %v", filepath.Join(dir, RecordName), recErr))
@@ -706,6 +895,8 @@ type lockState struct {
 	fd       int              // the descriptor the lock file says its holder locked through
 	silent   bool             // the lock file names nobody: empty, erased, unparsable, unreadable
 	hidden   bool             // held by a process not visible from this PID namespace
+	lostFile bool             // held through tree.lock only: runner.lock was lost under the holder
+	treeHeld bool             // runner.lock free, tree.lock held: orphans (or a holder not visible)
 	reason   string           // why the holder is not verified
 	notes    []string         // what else Status should say about the lock file
 	err      error            // the lock path is unusable (symlink, directory...)
@@ -932,9 +1123,20 @@ func (st *lockState) probeHidden(path string) {
 // all), runner.json's identity is trusted when it is verified alive and is
 // the pid the kernel names (or, where the kernel names none, when the lock
 // is held).
+//
+// When runner.lock is free, tree.lock tells the rest: held by the live
+// runner it names (through the descriptor it recorded), that runner lost
+// its runner.lock and still runs (lostFile); held otherwise, a previous
+// runner's children still live (treeHeld: orphans).
 func inspectRunner(dir string) lockState {
 	st := inspectLock(filepath.Join(dir, LockName))
-	if st.err != nil || !st.held || st.verified || st.hidden || !st.silent {
+	if st.err != nil {
+		return st
+	}
+	if !st.held {
+		return inspectTree(dir, st)
+	}
+	if st.verified || st.hidden || !st.silent {
 		return st
 	}
 	rec, state, _ := readRecord(dir)
@@ -942,7 +1144,7 @@ func inspectRunner(dir string) lockState {
 		return st
 	}
 	why := st.reason
-	var saved lockState = st
+	saved := st
 	st.name(rec.Process)
 	if !st.alive() {
 		return saved
@@ -950,6 +1152,80 @@ func inspectRunner(dir string) lockState {
 	st.pid, st.verified, st.via = rec.PID, true, viaRecord
 	st.notes = append(st.notes, fmt.Sprintf("%s; the holder was named from %s", why, RecordName))
 	return st
+}
+
+// inspectTree looks at tree.lock for a directory whose runner.lock (st) is
+// free.
+func inspectTree(dir string, st lockState) lockState {
+	tree := inspectLock(filepath.Join(dir, treeLockName))
+	switch {
+	case tree.err != nil:
+		st.err = tree.err
+	case tree.verified && tree.alive():
+		tree.lostFile = true
+		tree.notes = append(tree.notes, fmt.Sprintf("%s was lost (deleted, renamed or replaced while held): its holder still runs and holds %s", filepath.Join(dir, LockName), filepath.Join(dir, treeLockName)))
+		return tree
+	case tree.held:
+		st.treeHeld = true
+	}
+	return st
+}
+
+// orphans lists the processes that hold dir's tree.lock, from a scan of every
+// process's descriptors (see filelock.ScanHolders for its cost), leaving out
+// except, the runner whose tree it is when it still runs. complete is false
+// when some processes could not be read.
+func orphans(dir string, except int) (pids []int, complete bool) {
+	ino, err := filelock.InodeOf(filepath.Join(dir, treeLockName))
+	if err != nil {
+		return nil, true
+	}
+	all, complete := filelock.ScanHolders(ino)
+	for _, pid := range all {
+		if pid != except {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, complete
+}
+
+// treeBusyError is Acquire's refusal when only tree.lock is held: it names a
+// runner whose runner.lock was lost, or else an orphan (Verified when its
+// identity was confirmed and it holds the tree). cause is the context's
+// error when a wait ended.
+func treeBusyError(dir string, cause error) *BusyError {
+	be := &BusyError{Path: filepath.Join(dir, LockName), cause: cause}
+	st := inspectRunner(dir)
+	if st.lostFile {
+		be.PID, be.Verified = st.pid, true
+		return be
+	}
+	pids, _ := orphans(dir, 0)
+	if len(pids) > 0 {
+		be.PID = pids[0]
+		be.Verified = verifiedTreeHolder(dir, pids[0]) != nil
+	}
+	return be
+}
+
+// verifiedTreeHolder pins pid when it is alive and holds dir's tree.lock,
+// checked after the pin (so the pinned process is the holder); else nil.
+// The caller closes it.
+func verifiedTreeHolder(dir string, pid int) *liveness.Process {
+	id, err := liveness.Lookup(pid)
+	if err != nil {
+		return nil
+	}
+	p, _, _ := liveness.Pin(id)
+	if p == nil {
+		return nil
+	}
+	ino, err := filelock.InodeOf(filepath.Join(dir, treeLockName))
+	if err != nil || filelock.HeldBy(pid, ino) != filelock.Yes {
+		p.Close()
+		return nil
+	}
+	return p
 }
 
 // dirWarnings reports what is odd about dir itself.

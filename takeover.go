@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -193,11 +194,11 @@ func (t *takeover) withdraw() {
 func (t *takeover) run(ctx context.Context, live bool) (*hold, error) {
 	supCtx, stop := t.watchNewer(ctx)
 	defer stop()
-	l, err := t.waitForLock(ctx, supCtx)
+	p, err := t.waitForPair(ctx, supCtx)
 	if err != nil {
 		return nil, err
 	}
-	return t.enter(ctx, live, l)
+	return t.enter(ctx, live, p)
 }
 
 // watchNewer returns a context that ends with ctx or as soon as a newer
@@ -220,57 +221,72 @@ func (t *takeover) watchNewer(ctx context.Context) (context.Context, func()) {
 	return supCtx, func() { cancel(); <-done }
 }
 
-// waitForLock tries the lock and, while it is busy, takes the next step
-// against the holder and waits for the lock until that step is due, a newer
-// starter comes, or ctx ends.
-func (t *takeover) waitForLock(ctx, supCtx context.Context) (*filelock.File, error) {
+// waitForPair tries the pair of locks and, while it is busy, takes the next
+// step against whoever holds it and waits until that step is due, a newer
+// starter comes, or ctx ends: against the runner while runner.lock is held;
+// against its tree (orphans, or a runner whose runner.lock was lost) while
+// only tree.lock is.
+func (t *takeover) waitForPair(ctx, supCtx context.Context) (pair, error) {
+	treePath := filepath.Join(t.dir, treeLockName)
 	for {
 		if g, _ := readGate(t.dir); g.newerThan(t.seq) {
-			return nil, ErrSuperseded
+			return pair{}, ErrSuperseded
 		}
-		l, err := filelock.TryLock(t.lockPath, filelock.Exclusive, 0o600)
-		if !errors.Is(err, filelock.ErrWouldBlock) {
-			return l, public(err)
-		}
-		if ctx.Err() != nil {
+		p, err := tryPair(t.dir)
+		var be *BusyError
+		switch {
+		case err == nil:
+			return p, nil
+		case err != errTreeBusy && !errors.As(err, &be):
+			return pair{}, err
+		case ctx.Err() != nil:
 			// An ended context gets its one attempt, never a request or a
 			// signal.
-			return nil, t.busy(ctx.Err())
+			return pair{}, t.busy(ctx.Err())
 		}
-		next, err := t.step(ctx)
+		var next time.Time
+		path := t.lockPath
+		if err == errTreeBusy {
+			next, err = t.stepTree(ctx)
+			path = treePath
+		} else {
+			next, err = t.step(ctx)
+		}
 		switch {
 		case ctx.Err() != nil:
-			return nil, t.busy(ctx.Err())
+			return pair{}, t.busy(ctx.Err())
 		case err == errNotNewest:
-			return nil, ErrSuperseded
+			return pair{}, ErrSuperseded
 		case err != nil:
-			return nil, err
+			return pair{}, err
 		}
 		waitCtx, cancel := context.WithDeadline(supCtx, next)
-		l, err = waitLock(waitCtx, t.lockPath, filelock.Exclusive, 0o600)
+		l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o600)
 		cancel()
 		switch {
 		case err == nil:
-			return l, nil
+			// Free now: let go, and take the pair in its order.
+			l.Release()
 		case !errors.Is(err, ErrBusy):
-			return nil, err
+			return pair{}, err
 		case ctx.Err() != nil:
-			return nil, t.busy(ctx.Err())
+			return pair{}, t.busy(ctx.Err())
 		}
-		// A step is due, or a newer starter came: look again.
+		// A step is due, the lock was free, or a newer starter came: look
+		// again.
 	}
 }
 
-// enter makes this starter the runner, holding l. The previous runner's
+// enter makes this starter the runner, holding p. The previous runner's
 // process may still be finishing its exit: it waits for that before writing
 // this starter's identity (until then no other starter can verify, and so
 // signal, this one; a newer starter that comes meanwhile supersedes it).
-func (t *takeover) enter(ctx context.Context, live bool, l *filelock.File) (*hold, error) {
+func (t *takeover) enter(ctx context.Context, live bool, p pair) (*hold, error) {
 	t.awaitPrevious(ctx)
-	if err := keepIfLive(ctx, live, t.lockPath, l.Release); err != nil {
+	if err := keepIfLive(ctx, live, t.lockPath, p.release); err != nil {
 		return nil, err
 	}
-	h, err := t.admit(ctx, l)
+	h, err := t.admit(ctx, p)
 	switch {
 	case err == errNotNewest:
 		return nil, ErrSuperseded
@@ -287,8 +303,13 @@ func (t *takeover) enter(ctx context.Context, live bool, l *filelock.File) (*hol
 
 var errNotNewest = errors.New("not the newest starter")
 
-// busy describes the holder for a starter whose context ended.
+// busy describes the holder for a starter whose context ended: the runner,
+// or, when only tree.lock is held, an orphan or a runner whose runner.lock
+// was lost.
 func (t *takeover) busy(cause error) error {
+	if st := inspectRunner(t.dir); !st.held && st.treeHeld || st.lostFile {
+		return treeBusyError(t.dir, cause)
+	}
 	return busyError(t.lockPath, cause)
 }
 
@@ -301,14 +322,46 @@ func (t *takeover) step(ctx context.Context) (time.Time, error) {
 		// Released between our attempt and our look: try again at once.
 		return now, err
 	}
-	due, next, err := t.decide(ctx, st, canSignal, now)
+	due, next, err := t.decide(ctx, now, attemptOf(st, t.opts.Grace, canSignal, true))
 	if err != nil {
 		return now, err
 	}
 	if due != 0 {
-		t.signal(due)
+		t.signal(due, t.lockPath)
 	}
 	return clampNext(now, next), ctx.Err()
+}
+
+// stepTree is step while runner.lock is free and tree.lock held. A runner
+// whose runner.lock was lost (tree.lock names it, and it holds tree.lock
+// through the descriptor it recorded) has been told RestartLost by its own
+// WatchRestart: it gets Grace, then SIGTERM, then SIGKILL, as a verified
+// runner does, without a request. Otherwise the holders are orphans of a
+// runner that is gone: SIGTERM at once, SIGKILL KillAfter later, each one
+// pinned and checked to still hold tree.lock before each signal. With
+// NoSignal nothing is signalled.
+func (t *takeover) stepTree(ctx context.Context) (time.Time, error) {
+	now := time.Now()
+	st := inspectRunner(t.dir)
+	switch {
+	case st.err != nil:
+		return now, st.err
+	case st.lostFile:
+		canSignal := !t.opts.NoSignal && st.verdict == liveness.Alive && t.pin(st.holder)
+		due, next, err := t.decide(ctx, now, attemptOf(st, t.opts.Grace, canSignal, false))
+		if err == nil && due != 0 {
+			t.signal(due, filepath.Join(t.dir, treeLockName))
+		}
+		return clampNext(now, next), err
+	case !st.treeHeld || st.held:
+		return now, nil // it changed since the attempt: try again at once
+	}
+	a := attempt{key: "tree:orphans", grace: 0, canSignal: !t.opts.NoSignal}
+	due, next, err := t.decide(ctx, now, a)
+	if err == nil && due != 0 {
+		t.signalOrphans(due)
+	}
+	return clampNext(now, next), err
 }
 
 // look inspects the holder and pins it when it may be signalled: verified
@@ -318,18 +371,7 @@ func (t *takeover) look() (st lockState, canSignal bool, err error) {
 	if st.err != nil || !st.held {
 		return st, false, st.err
 	}
-	canSignal = !t.opts.NoSignal && st.verified && st.verdict == liveness.Alive
-	if canSignal && (t.pinned == nil || t.pinned.PID() != st.holder.PID) {
-		if t.pinned != nil {
-			t.pinned.Close()
-		}
-		p, v, why := liveness.Pin(liveness.Identity(st.holder))
-		t.pinned = p
-		if p == nil {
-			canSignal = false
-			t.log.Debug("runnerstate: takeover could not pin the holder", "dir", t.dir, "pid", st.holder.PID, "verdict", v.String(), "why", why)
-		}
-	}
+	canSignal = !t.opts.NoSignal && st.verified && st.verdict == liveness.Alive && t.pin(st.holder)
 	if !canSignal && (t.opts.NoSignal || !st.verified) {
 		warnOnce(fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
 			"runnerstate: takeover will not signal the holder; it leaves a restart request and waits", "dir", t.dir, "pid", st.pid, "why", st.reason, "no_signal", t.opts.NoSignal)
@@ -337,24 +379,63 @@ func (t *takeover) look() (st lockState, canSignal bool, err error) {
 	return st, canSignal, nil
 }
 
+// pin pins the holder id to signal it, keeping a pin already taken of the
+// same process, and reports whether it is pinned.
+func (t *takeover) pin(id Identity) bool {
+	if t.pinned != nil && t.pinned.PID() == id.PID {
+		return true
+	}
+	if t.pinned != nil {
+		t.pinned.Close()
+	}
+	p, v, why := liveness.Pin(liveness.Identity(id))
+	t.pinned = p
+	if p == nil {
+		t.log.Debug("runnerstate: takeover could not pin the holder", "dir", t.dir, "pid", id.PID, "verdict", v.String(), "why", why)
+	}
+	return p != nil
+}
+
+// attempt is what one takeover step is against: a key that names it in the
+// gate, the grace before SIGTERM, whether a restart request is left (for a
+// runner, which reads them), and whether a signal may be sent.
+type attempt struct {
+	key       string // the holder's instance; "tree:orphans" for orphans
+	pid       int
+	grace     time.Duration
+	ask       bool
+	canSignal bool
+	st        lockState // the holder, for the request
+}
+
+// attemptOf is the attempt against the holder st names.
+func attemptOf(st lockState, grace time.Duration, canSignal, ask bool) attempt {
+	return attempt{key: st.holder.Instance, pid: st.pid, grace: grace, ask: ask, canSignal: canSignal, st: st}
+}
+
 // decide records this step in the gate, under the state lock: the takeover
-// attempt against the holder st names (a new one when the holder changed),
-// the restart request it asks for, and, when the holder may be signalled,
-// the signal due now (recorded as sent) and when the next step is due.
-// Admissions happen under this same lock, so a starter that is no longer the
-// newest never asks or signals the runner just admitted: errNotNewest.
-func (t *takeover) decide(ctx context.Context, st lockState, canSignal bool, now time.Time) (due liveness.Signal, next time.Time, err error) {
+// attempt (a new one when the holder changed), the restart request it asks
+// for, and, when the holder may be signalled, the signal due now (recorded
+// as sent) and when the next step is due. Admissions happen under this same
+// lock, so a starter that is no longer the newest never asks or signals the
+// runner just admitted: errNotNewest.
+func (t *takeover) decide(ctx context.Context, now time.Time, at attempt) (due liveness.Signal, next time.Time, err error) {
 	err = updateGate(ctx, t.dir, func(g *gateState) error {
 		if g.newerThan(t.seq) {
 			return errNotNewest
 		}
-		if err := t.ask(g, st, now); err != nil {
-			return err
+		if a := g.Attempt; a == nil || a.For != at.key || a.PID != at.pid {
+			g.Attempt = &gateAttempt{For: at.key, PID: at.pid, FirstRequestAt: now}
 		}
-		if !canSignal {
+		if at.ask {
+			if err := t.ask(g, at.st); err != nil {
+				return err
+			}
+		}
+		if !at.canSignal {
 			return nil
 		}
-		due, next = escalate(*g.Attempt, now, t.opts.Grace, t.opts.KillAfter)
+		due, next = escalate(*g.Attempt, now, at.grace, t.opts.KillAfter)
 		switch due {
 		case liveness.SIGTERM:
 			g.Attempt.TermAt = now
@@ -366,19 +447,14 @@ func (t *takeover) decide(ctx context.Context, st lockState, canSignal bool, now
 	return due, next, err
 }
 
-// ask starts a takeover attempt against the holder st names, or upgrades
-// the current one's mode, and leaves the restart request it asks for. Called
-// under the state lock.
-func (t *takeover) ask(g *gateState, st lockState, now time.Time) error {
+// ask leaves the restart request of the current attempt (in the gate), or
+// upgrades its mode. Called under the state lock.
+func (t *takeover) ask(g *gateState, st lockState) error {
 	a := g.Attempt
-	switch {
-	case a == nil || a.For != st.holder.Instance || a.PID != st.pid:
-		g.Attempt = &gateAttempt{For: st.holder.Instance, PID: st.pid, Mode: t.opts.Mode, FirstRequestAt: now}
-	case strength(t.opts.Mode) > strength(a.Mode):
-		a.Mode = t.opts.Mode
-	default:
+	if strength(t.opts.Mode) <= strength(a.Mode) {
 		return nil // asked already, as strongly
 	}
+	a.Mode = t.opts.Mode
 	req, wrote, err := requestRestartLocked(t.dir, g.Attempt.Mode, t.self, true)
 	if err != nil {
 		return err
@@ -425,8 +501,9 @@ func clampNext(now, next time.Time) time.Time {
 	return next
 }
 
-// signal sends sig to the pinned holder, which re-verifies it first.
-func (t *takeover) signal(sig liveness.Signal) {
+// signal sends sig to the pinned holder, which re-verifies it first, when it
+// still holds the lock of lockPath.
+func (t *takeover) signal(sig liveness.Signal, lockPath string) {
 	if t.pinned == nil {
 		return
 	}
@@ -440,7 +517,7 @@ func (t *takeover) signal(sig liveness.Signal) {
 	// still names as the holder. (The kernel has no "signal if it holds the
 	// lock"; what is left is the microseconds between this look and the
 	// signal, against a process that is verified and pinned.)
-	if !stillHolds(t.lockPath, t.pinned.PID()) {
+	if !stillHolds(lockPath, t.pinned.PID()) {
 		t.log.Info("runnerstate: takeover did not signal the runner: it released the directory", "dir", t.dir, "pid", t.pinned.PID(), "signal", sig.String())
 		return
 	}
@@ -451,6 +528,31 @@ func (t *takeover) signal(sig liveness.Signal) {
 		return
 	}
 	t.log.Warn("runnerstate: takeover signalled the runner", args...)
+}
+
+// signalOrphans sends sig to every process that holds tree.lock now: each
+// one found by a scan, looked up, pinned, and checked through the pin to
+// hold tree.lock; a process that does not (a plain child, one that closed
+// its copy, one with the file open but not locked) is never signalled.
+func (t *takeover) signalOrphans(sig liveness.Signal) {
+	pids, complete := orphans(t.dir, 0)
+	if !complete {
+		t.log.Warn("runnerstate: takeover could not read every process's descriptors; an orphan may be missed", "dir", t.dir)
+	}
+	for _, pid := range pids {
+		p := verifiedTreeHolder(t.dir, pid)
+		if p == nil {
+			continue
+		}
+		err := p.Signal(sig)
+		args := []any{"dir", t.dir, "pid", pid, "signal", sig.String(), "why", "the runner is gone and its tree still holds the directory"}
+		if err != nil {
+			t.log.Warn("runnerstate: takeover did not signal an orphan", append(args, "err", err)...)
+		} else {
+			t.log.Warn("runnerstate: takeover signalled an orphan", args...)
+		}
+		p.Close()
+	}
 }
 
 // stillHolds reports whether pid still holds the lock of path as far as the
@@ -470,14 +572,14 @@ func stillHolds(path string, pid int) bool {
 	return holds || !known
 }
 
-// admit makes this starter the runner, holding l: if it is still the newest
+// admit makes this starter the runner, holding p: if it is still the newest
 // starter, it leaves the gate, writes its identity, clears what the previous
-// runner left and publishes its record. Otherwise it lets l go and returns
+// runner left and publishes its record. Otherwise it lets p go and returns
 // errNotNewest.
-func (t *takeover) admit(ctx context.Context, l *filelock.File) (*hold, error) {
-	h, err := newHold(t.dir, l, t.self)
+func (t *takeover) admit(ctx context.Context, p pair) (*hold, error) {
+	h, err := newHold(t.dir, p, t.self)
 	if err != nil {
-		l.Release()
+		p.release()
 		return nil, err
 	}
 	newest := true
@@ -490,16 +592,15 @@ func (t *takeover) admit(ctx context.Context, l *filelock.File) (*hold, error) {
 			g.remove(t.seq)
 			g.Admitted = t.seq
 			g.Attempt = nil
-			if err := writeIdentity(l, t.self); err != nil {
+			if err := h.writeIdentity(); err != nil {
 				return err
 			}
-			makePrivate(l)
 			settleIn(t.dir, t.self, t.start)
 			return nil
 		})
 	})
 	if err != nil || !newest {
-		l.Release()
+		p.release()
 		if err == nil {
 			err = errNotNewest
 		}
@@ -531,6 +632,65 @@ func (t *takeover) awaitPrevious(ctx context.Context) {
 	}
 }
 
+// warnOnceTo is warnOnce for the caller's logger, at info level: a standby
+// says once what it waits for.
+func warnOnceTo(log *slog.Logger, key, msg string, args ...any) {
+	warned.Lock()
+	_, seen := warned.keys[key]
+	if !seen {
+		warned.keys[key] = struct{}{}
+	}
+	warned.Unlock()
+	if !seen {
+		log.Info(msg, args...)
+	}
+}
+
+// Inherit makes cmd's process part of the runner's tree: it passes cmd a
+// descriptor of the runner's tree lock (tree.lock), appended to
+// cmd.ExtraFiles (so the child has it as descriptor 3+its index there; the
+// caller's entries are kept), so that the directory is not free for the next
+// runner while that process, or any process it starts that keeps the
+// descriptor, lives. cmd must not have been started. The file belongs to the
+// hold: release closes it, and the caller must not.
+//
+// Once the runner is gone (released, or killed), such processes are
+// orphans: Acquire refuses and names one, Status lists them, Standby waits
+// for them, and Takeover signals them (SIGTERM at once, SIGKILL KillAfter
+// later), each checked first to still hold the descriptor. A process that
+// closes its inherited descriptors (a daemon that closes everything above
+// stderr, say) leaves the tree, and nothing can keep it in. Children started
+// without Inherit are not part of the tree, as in v0.1.
+//
+// Errors: ErrNotHolder (wrapped) unless this process holds dir (Acquire or
+// Takeover); an error naming cmd.Path, leaving cmd unchanged, when cmd has
+// been started; on Windows, and wherever a lock's descriptor cannot be lent,
+// an error wrapping errors.ErrUnsupported.
+func Inherit(dir string, cmd *exec.Cmd) error {
+	if err := checkDir("Inherit", dir); err != nil {
+		return err
+	}
+	if cmd.Process != nil {
+		return errorf("Inherit %s: the command has been started; call Inherit before Start", cmd.Path)
+	}
+	h := holdOf(dir)
+	if h == nil {
+		return fmt.Errorf("%w: %s (take it with Acquire or Takeover first)", ErrNotHolder, filepath.Join(dir, LockName))
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		return fmt.Errorf("%w: %s was released", ErrNotHolder, filepath.Join(dir, LockName))
+	}
+	f, err := h.tree.Dup()
+	if err != nil {
+		return public(err)
+	}
+	h.inherited = append(h.inherited, f)
+	cmd.ExtraFiles = append(cmd.ExtraFiles, f)
+	return nil
+}
+
 // StandbyOptions configures Standby. The zero value is the defaults.
 type StandbyOptions struct {
 	// Interval is how often WorkIsComplete is asked. Default 1s. The owner's
@@ -555,7 +715,8 @@ type StandbyResult struct {
 // borrow the runner's work (a CLI that would run a job itself when no runner
 // does). It logs once which pid owns dir, then returns Resumed, with that pid,
 // as soon as the owner is gone (the kernel lock is free: it released, or it
-// died), or WorkCompleted when opts.WorkIsComplete says so. With no owner at
+// died) and so is its tree (no orphans of it hold tree.lock; see Inherit), or
+// WorkCompleted when opts.WorkIsComplete says so. With no owner at
 // all it returns Resumed at once. It never takes the lock: take it with
 // Acquire or Takeover after a Resumed.
 //
@@ -582,7 +743,7 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 		if st.err != nil {
 			return s.res, st.err
 		}
-		if !st.held {
+		if !st.held && !st.treeHeld {
 			s.res.Resumed = true
 			return s.res, nil
 		}
@@ -611,6 +772,10 @@ type standby struct {
 // follow names a new owner once, and pins a verified one to wake when it
 // exits.
 func (s *standby) follow(ctx context.Context, st lockState) {
+	if !st.held {
+		warnOnceTo(s.opts.Logger, "standby-tree:"+s.dir, "runnerstate: standing by while processes of a previous runner's tree hold the directory", "dir", s.dir)
+		return
+	}
 	if st.pid != s.res.PreviousOwnerPID {
 		s.res.PreviousOwnerPID = st.pid
 		s.opts.Logger.Info("runnerstate: standing by while another runner owns the directory", "dir", s.dir, "pid", st.pid, "verified", st.verified)
@@ -651,19 +816,21 @@ func (s *standby) close() {
 }
 
 // exitWatch waits for a pinned process's exit beside a loop, and signals
-// exited when it comes.
+// exited (when not nil) and closes gone when it comes.
 type exitWatch struct {
 	p      *liveness.Process
 	cancel context.CancelFunc
 	done   chan struct{}
+	gone   chan struct{}
 }
 
 func watchExit(ctx context.Context, p *liveness.Process, exited chan<- struct{}) *exitWatch {
 	ctx, cancel := context.WithCancel(ctx)
-	e := &exitWatch{p: p, cancel: cancel, done: make(chan struct{})}
+	e := &exitWatch{p: p, cancel: cancel, done: make(chan struct{}), gone: make(chan struct{})}
 	go func() {
 		defer close(e.done)
 		if p.Wait(ctx) == nil {
+			close(e.gone)
 			select {
 			case exited <- struct{}{}:
 			default:
@@ -673,6 +840,23 @@ func watchExit(ctx context.Context, p *liveness.Process, exited chan<- struct{})
 	return e
 }
 
+// exitedAlready is an exitWatch of a process already gone.
+func exitedAlready() *exitWatch {
+	e := &exitWatch{cancel: func() {}, done: make(chan struct{}), gone: make(chan struct{})}
+	close(e.done)
+	close(e.gone)
+	return e
+}
+
+// exited is closed when the process exits; nil (never ready) for a nil
+// exitWatch.
+func (e *exitWatch) exited() <-chan struct{} {
+	if e == nil {
+		return nil
+	}
+	return e.gone
+}
+
 // stop ends the wait and unpins the process; nil is a no-op.
 func (e *exitWatch) stop() {
 	if e == nil {
@@ -680,7 +864,9 @@ func (e *exitWatch) stop() {
 	}
 	e.cancel()
 	<-e.done
-	e.p.Close()
+	if e.p != nil {
+		e.p.Close()
+	}
 }
 
 // The takeover gate: gate.json records the starters waiting in Takeover, in

@@ -62,6 +62,25 @@ func (w *Watcher) Wait(ctx context.Context, limit time.Duration, extra <-chan st
 	return nil
 }
 
+// Changed is signalled when something in the directory may have changed, for
+// a caller that waits on something else beside it; it is nil (never ready)
+// where the Watcher polls. Look again at least every Interval in any case.
+func (w *Watcher) Changed() <-chan struct{} {
+	if w.notify == nil {
+		return nil
+	}
+	return w.notify.events
+}
+
+// Interval is how long a caller waiting on Changed may go without looking:
+// PollInterval without kernel notification, SafetyInterval with it.
+func (w *Watcher) Interval() time.Duration {
+	if w.notify == nil {
+		return PollInterval
+	}
+	return SafetyInterval
+}
+
 // Close stops the watch and waits for its reader goroutine to exit.
 func (w *Watcher) Close() {
 	if w.timer != nil {

@@ -98,6 +98,64 @@ func HeldBy(pid int, ino Inode) Answer {
 	return No
 }
 
+// ScanHolders lists the processes that hold an exclusive flock on the file
+// ino through a descriptor of theirs, inherited ones included, by scanning
+// every process's descriptors: a stat of each /proc/<pid>/fd/<n> (which
+// names the file it is open on), and /proc/<pid>/fdinfo/<n> for those open
+// on ino. Its cost grows with the descriptors open on the machine. complete
+// is false when some process's descriptors could not be read (another
+// user's, without the privilege to read them): a holder may be missing.
+// This process is listed too when it holds the lock.
+func ScanHolders(ino Inode) (pids []int, complete bool) {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, false
+	}
+	complete = true
+	bp := fdinfoBufs.Get().(*[]byte)
+	defer fdinfoBufs.Put(bp)
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		switch holds(pid, ino, bp) {
+		case Yes:
+			pids = append(pids, pid)
+		case Unknown:
+			complete = false
+		}
+	}
+	return pids, complete
+}
+
+// holds is one process of ScanHolders: whether any descriptor of pid holds
+// the lock of ino.
+func holds(pid int, ino Inode, bp *[]byte) Answer {
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return No // exited meanwhile
+		}
+		return Unknown
+	}
+	var st unix.Stat_t
+	for _, e := range fds {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if unix.Stat(dir+"/"+e.Name(), &st) != nil || uint64(st.Ino) != ino.Ino || uint64(st.Dev) != ino.Dev {
+			continue
+		}
+		if data, err := readAllInto(fdinfoPath(pid, fd), bp, true); err == nil && lockedIn(data, ino) {
+			return Yes
+		}
+	}
+	return No
+}
+
 func fdinfoPath(pid, fd int) string {
 	return "/proc/" + strconv.Itoa(pid) + "/fdinfo/" + strconv.Itoa(fd)
 }

@@ -32,3 +32,7 @@ func HeldBy(pid int, ino Inode) Answer { return Unknown }
 
 // SeesAllHolders is false: only Linux lists lock holders at all.
 func SeesAllHolders() bool { return false }
+
+// ScanHolders finds nothing here: only Linux shows a process's descriptors
+// and their locks. complete is false.
+func ScanHolders(Inode) (pids []int, complete bool) { return nil, false }

@@ -5,6 +5,7 @@ package filelock
 import (
 	"errors"
 	"io/fs"
+	"os"
 )
 
 // File is a lock file on a system without file locks (js, wasip1, plan9):
@@ -52,3 +53,9 @@ func ProbeHeld(path string) (bool, error) {
 
 // MakePrivate does nothing here: these files have no mode bits to narrow.
 func (f *File) MakePrivate() (fs.FileMode, error) { return 0, nil }
+
+// Dup is not available here: the lock's handle cannot be lent (Windows,
+// through gofrs/flock) or there is none.
+func (f *File) Dup() (*os.File, error) {
+	return nil, &fs.PathError{Op: "dup", Path: f.path, Err: errors.ErrUnsupported}
+}

@@ -5,6 +5,7 @@ package filelock
 import (
 	"errors"
 	"io/fs"
+	"os"
 	"sync/atomic"
 	"syscall"
 
@@ -226,4 +227,16 @@ func (f *File) MakePrivate() (fs.FileMode, error) {
 		return mode, &fs.PathError{Op: "chmod", Path: f.path, Err: err}
 	}
 	return mode, nil
+}
+
+// Dup returns a new descriptor of the locked file's open file description,
+// close-on-exec, as an *os.File: the same lock, for a child process to
+// inherit (exec.Cmd.ExtraFiles). The lock is held until every descriptor of
+// the description is closed, in every process that has one.
+func (f *File) Dup() (*os.File, error) {
+	fd, err := unix.FcntlInt(uintptr(f.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "dup", Path: f.path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), f.path), nil
 }

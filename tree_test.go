@@ -1,0 +1,350 @@
+//go:build linux
+
+package runnerstate
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The runner's process tree, a lost lock file, a dead starter's request:
+// three things v0.1 did not promise, each tried here with real processes.
+
+// treeRunner is a tree-runner child and the pids of its three children.
+type treeRunner struct {
+	*child
+	inherited, plain, opener int
+}
+
+// startTreeRunner starts a tree-runner on dir; its children are killed when
+// the test ends.
+func startTreeRunner(t *testing.T, dir, behaviour string) *treeRunner {
+	t.Helper()
+	t.Setenv(envBehaviour, behaviour)
+	c := startChild(t, "tree-runner", dir)
+	r := &treeRunner{child: c}
+	for _, p := range []struct {
+		prefix string
+		pid    *int
+	}{{"child", &r.inherited}, {"plain", &r.plain}, {"opener", &r.opener}} {
+		pid, err := strconv.Atoi(c.Expect(p.prefix + " "))
+		require.NoError(t, err)
+		*p.pid = pid
+		t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL); syscall.Kill(pid, syscall.SIGKILL) })
+	}
+	c.Expect("ready")
+	return r
+}
+
+// alive reports whether pid names a live process (not gone, not a zombie:
+// an orphan that was killed may wait for a reaper that never comes).
+func alive(pid int) bool {
+	_, err := liveness.Lookup(pid)
+	return err == nil
+}
+
+// signalsTo records the signals this process sends, as "<pid> <signal>".
+func signalsTo(t *testing.T) func() []string { return signalsSeen(t) }
+
+// Case: a runner that starts a worker through Inherit and is killed with
+// kill -9 leaves an orphan that still holds the tree lock. The directory
+// stays busy: Acquire refuses and names the orphan, Running says not running,
+// Status lists it, Standby keeps waiting, Takeover with NoSignal ends busy
+// naming it. Takeover signals the orphan (SIGTERM at once, SIGKILL after
+// KillAfter for one that ignores SIGTERM) and is admitted once the tree is
+// free. A plain child, and one with the file open but not locked, are never
+// signalled nor counted.
+func TestTreeOrphansKeepTheDirectoryBusy(t *testing.T) {
+	for _, behaviour := range []string{"obey", "stubborn"} {
+		t.Run(behaviour, func(t *testing.T) {
+			dir := t.TempDir()
+			r := startTreeRunner(t, dir, behaviour)
+			r.Kill()
+			r.Wait()
+
+			_, err := Acquire(dir)
+			var be *BusyError
+			require.ErrorAs(t, err, &be)
+			assert.Equal(t, filepath.Join(dir, LockName), be.Path)
+			assert.Equal(t, r.inherited, be.PID, "the orphan is named")
+			assert.True(t, be.Verified)
+
+			_, running, err := Running(dir)
+			require.NoError(t, err)
+			assert.False(t, running, "only orphans: not running")
+			st, err := Status(dir)
+			require.NoError(t, err)
+			assert.False(t, st.Held)
+			assert.Equal(t, []int{r.inherited}, st.Orphans)
+			assert.NotContains(t, st.Stale, r.inherited)
+			assert.True(t, containsAny(st.Warnings, "previous runner's tree"), "%q", st.Warnings)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			_, err = Standby(ctx, dir, StandbyOptions{})
+			cancel()
+			assert.ErrorIs(t, err, ErrBusy, "a standby waits for the last orphan")
+
+			sent := signalsTo(t)
+			ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+			_, err = Takeover(ctx, dir, TakeoverOptions{NoSignal: true})
+			cancel()
+			require.ErrorAs(t, err, &be)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.Equal(t, r.inherited, be.PID)
+			assert.Empty(t, sent(), "NoSignal")
+
+			release, err := Takeover(background(t), dir, TakeoverOptions{KillAfter: 200 * time.Millisecond})
+			require.NoError(t, err)
+			defer release()
+			pid := strconv.Itoa(r.inherited)
+			want := []string{pid + " terminated"}
+			if behaviour == "stubborn" {
+				want = append(want, pid+" killed")
+			}
+			assert.Equal(t, want, sent(), "only the orphan is signalled, once per step")
+			assert.False(t, alive(r.inherited))
+			assert.True(t, alive(r.plain), "a plain child is left alone")
+			assert.True(t, alive(r.opener), "a child with the file open but not locked is left alone")
+			st, err = Status(dir)
+			require.NoError(t, err)
+			assert.True(t, st.Verified)
+			assert.Empty(t, st.Orphans)
+		})
+	}
+}
+
+// Case: a runner that releases the directory while its inherited worker
+// still runs leaves the worker an orphan, though the runner itself lives on.
+// Once the worker exits, the directory is free.
+func TestTreeReleaseLeavesWorkersAsOrphans(t *testing.T) {
+	dir := t.TempDir()
+	r := startTreeRunner(t, dir, "obey")
+	r.Send("release")
+	r.Expect("released")
+	_, err := Acquire(dir)
+	var be *BusyError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, r.inherited, be.PID)
+	require.NoError(t, syscall.Kill(r.inherited, syscall.SIGKILL))
+	eventually(t, "the directory is free once the orphan is gone", func() bool {
+		release, err := Acquire(dir)
+		if err == nil {
+			release()
+		}
+		return err == nil
+	})
+	require.NoError(t, r.Stop())
+}
+
+func TestInherit(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command("true")
+	assert.ErrorIs(t, Inherit(dir, cmd), ErrNotHolder)
+
+	release, err := Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+	mine, err := os.Open(os.DevNull)
+	require.NoError(t, err)
+	defer mine.Close()
+	cmd.ExtraFiles = []*os.File{mine}
+	require.NoError(t, Inherit(dir, cmd))
+	require.Len(t, cmd.ExtraFiles, 2, "the caller's entries are kept")
+	assert.Same(t, mine, cmd.ExtraFiles[0])
+
+	started := exec.Command("true")
+	require.NoError(t, started.Start())
+	require.NoError(t, started.Wait())
+	err = Inherit(dir, started)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), started.Path)
+	assert.Empty(t, started.ExtraFiles, "a started cmd is left unchanged")
+}
+
+// startLostRunner starts a lost-runner on dir.
+func startLostRunner(t *testing.T, dir string) *child {
+	t.Helper()
+	c := startChild(t, "lost-runner", dir)
+	c.Expect("acquired")
+	return c
+}
+
+// Case: runner.lock removed, or renamed over, under a live holder. The
+// holder is told RestartLost at once, by a WatchRestart started before the
+// loss and by one started after; its Publish fails saying so. The next
+// runner is refused while the holder lives (its tree.lock says it still
+// runs), Running and Status name it, and Takeover treats it as a verified
+// runner already told: Grace, then SIGTERM.
+func TestLostLockFile(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(t *testing.T, dir string)
+	}{
+		{"removed", func(t *testing.T, dir string) {
+			require.NoError(t, os.Remove(filepath.Join(dir, LockName)))
+		}},
+		{"renamed over", func(t *testing.T, dir string) {
+			other := filepath.Join(dir, "other")
+			require.NoError(t, os.WriteFile(other, nil, 0o600))
+			require.NoError(t, os.Rename(other, filepath.Join(dir, LockName)))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			holder := startLostRunner(t, dir)
+			start := time.Now()
+			tc.lose(t, dir)
+			holder.Expect("got " + RestartLost)
+			t.Logf("RestartLost %v after the loss", time.Since(start).Round(time.Microsecond))
+			holder.Send("watch")
+			holder.Expect("watch2 " + RestartLost)
+			holder.Send("publish")
+			line := holder.Expect("publish ")
+			assert.Contains(t, line, ErrNotHolder.Error())
+			assert.Contains(t, line, "removed or replaced while held")
+			_, ok := RestartRequested(dir)
+			assert.False(t, ok, "RestartLost is never a request")
+
+			_, err := Acquire(dir)
+			var be *BusyError
+			require.ErrorAs(t, err, &be, "no second runner while the first still runs")
+			assert.Equal(t, holder.PID(), be.PID)
+			assert.True(t, be.Verified)
+			rec, running, err := Running(dir)
+			require.NoError(t, err)
+			assert.True(t, running)
+			assert.Equal(t, holder.PID(), rec.PID)
+			st, err := Status(dir)
+			require.NoError(t, err)
+			assert.True(t, st.Held)
+			assert.True(t, st.Verified)
+			assert.True(t, containsAny(st.Warnings, "was lost"), "%q", st.Warnings)
+
+			sent := signalsSeen(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			_, err = Takeover(ctx, dir, TakeoverOptions{NoSignal: true})
+			cancel()
+			require.ErrorAs(t, err, &be)
+			assert.Equal(t, holder.PID(), be.PID)
+			assert.Empty(t, sent())
+			release, err := Takeover(background(t), dir, TakeoverOptions{Grace: 100 * time.Millisecond, KillAfter: 5 * time.Second})
+			require.NoError(t, err)
+			assert.Equal(t, []string{strconv.Itoa(holder.PID()) + " terminated"}, sent())
+			var ee *exec.ExitError
+			require.ErrorAs(t, holder.Wait(), &ee)
+			release()
+		})
+	}
+	t.Run("the whole directory removed", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "runner")
+		holder := startLostRunner(t, dir)
+		require.NoError(t, os.RemoveAll(dir))
+		holder.Expect("got " + RestartLost)
+		holder.Send("publish")
+		assert.Contains(t, holder.Expect("publish "), "is gone")
+		require.NoError(t, holder.Stop())
+	})
+}
+
+// Case: a starter killed before the runner reads its request leaves the
+// request behind. Its starter provably dead, the request is void:
+// RestartRequested and Status say none, an operator's request is written
+// over it whatever its mode, and a WatchRestart that was offering it
+// withdraws it at the starter's exit.
+func TestDeadStartersRequestIsVoid(t *testing.T) {
+	dir := t.TempDir()
+	holder := startChild(t, "acquire", dir) // never reads requests
+	holder.Expect("acquired")
+	var mu sync.Mutex
+	var events []string
+	hook := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
+	testHookWatch.Store(&hook)
+	defer testHookWatch.Store(nil)
+	seen := func(e string, after int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, x := range events[min(after, len(events)):] {
+			if x == e {
+				return true
+			}
+		}
+		return false
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(events) }
+
+	starter := startStarter(t, dir, TakeoverOptions{Grace: time.Hour}, childWait)
+	eventually(t, "the starter asked", func() bool {
+		req, ok := readRestart(dir)
+		return ok && req.By.PID == starter.PID()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watch := WatchRestart(ctx, dir)
+	eventually(t, "the request is on offer", func() bool { return seen("offer "+RestartNow, 0) })
+	killed := count()
+	starter.Kill()
+	starter.Wait()
+	eventually(t, "the offer is withdrawn once the starter is gone", func() bool { return seen("idle", killed) })
+
+	mode, ok := RestartRequested(dir)
+	assert.False(t, ok, "void: %q", mode)
+	st, err := Status(dir)
+	require.NoError(t, err)
+	assert.Empty(t, st.Restart)
+	require.NoError(t, RequestRestart(dir, RestartDrain), "an operator's request")
+	mode, ok = RestartRequested(dir)
+	assert.True(t, ok)
+	assert.Equal(t, RestartDrain, mode, "written over the void 'now'")
+	assert.Equal(t, RestartDrain, <-watch, "the watch delivers the operator's request, never the void one")
+	require.NoError(t, holder.Stop())
+}
+
+// Case: an operator's request stands whatever becomes of its writer.
+func TestOperatorsRequestOutlivesItsWriter(t *testing.T) {
+	dir := t.TempDir()
+	holder := startChild(t, "acquire", dir)
+	holder.Expect("acquired")
+	t.Setenv(envBehaviour, RestartDrain)
+	writer := startChild(t, "request", dir)
+	writer.Expect("requested")
+	require.NoError(t, writer.Wait())
+	v, _ := liveness.Check(liveness.Identity(mustRequest(t, dir).By))
+	require.Equal(t, liveness.Dead, v, "its writer is gone")
+	mode, ok := RestartRequested(dir)
+	assert.True(t, ok)
+	assert.Equal(t, RestartDrain, mode)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	assert.Equal(t, RestartDrain, <-WatchRestart(ctx, dir))
+	require.NoError(t, holder.Stop())
+}
+
+func mustRequest(t *testing.T, dir string) restartRequest {
+	t.Helper()
+	req, ok := readRestart(dir)
+	require.True(t, ok)
+	return req
+}
+
+// RestartLost is no mode anyone can ask for.
+func TestRestartLostIsNoRequest(t *testing.T) {
+	dir := t.TempDir()
+	assert.True(t, errors.Is(RequestRestart(dir, RestartLost), ErrBadMode))
+	writeJSON(t, filepath.Join(dir, RestartName), restartRequest{Mode: RestartLost, RequestedAt: time.Now()})
+	_, ok := RestartRequested(dir)
+	assert.False(t, ok, "a file that names it is not a request")
+	assert.False(t, strings.Contains(RestartLost, " "))
+}
