@@ -157,20 +157,27 @@ func TestMainJobStory(t *testing.T) {
 
 	e := s.start("e")
 	s.waitHolder("e", e.Process.Pid)
+	s.waitLog("e", "job started")
 	require.NoError(t, e.Process.Signal(syscall.SIGKILL))
 	s.waitGone("e", e)
+	// E's jobs are processes of its tree: they still hold the directory.
+	out, err = s.ctl("status")
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, out)
+	require.Equal(t, 75, ee.ExitCode(), "busy with orphans:\n%s", out)
+	require.Contains(t, out, "orphans")
 	t5 := time.Now()
 	d := s.start("d")
 	s.waitHolder("d", d.Process.Pid)
 	t6 := time.Now()
 	require.NotContains(t, s.log("d"), "signalled the runner", "a dead runner is never signalled")
+	require.Contains(t, s.log("d"), "signalled an orphan", "its jobs were stopped before D was admitted")
 
 	// SIGTERM: a clean exit, 143.
 	require.NoError(t, d.Process.Signal(syscall.SIGTERM))
 	s.waitGone("d", d)
 	require.Equal(t, 143, d.ProcessState.ExitCode())
 	out, err = s.ctl("status")
-	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, 3, ee.ExitCode(), "status exits 3 when no runner runs:\n%s", out)
 	require.True(t, strings.Contains(out, "none"), "status after the story:\n%s", out)

@@ -6,8 +6,11 @@
 //	go run ./examples/runner                 # dir $TMPDIR/runnerstate-demo, 2 s jobs, 2 at a time
 //	go run ./examples/runner -job 500ms -parallel 4 -jobs 10
 //
+// Each job is a process of the runner's tree (runnerstate.Inherit), so that a
+// runner killed with kill -9 leaves no job running beside its successor.
 // It honours restart requests (runnerctl restart --drain finishes the running
-// jobs and takes no new one; --now stops at once) and SIGTERM (exit 143).
+// jobs and takes no new one; --now stops at once), RestartLost (its lock file
+// was deleted or replaced: it stops at once) and SIGTERM (exit 143).
 // Refused (a runner it may not signal holds the directory, or a newer starter
 // won), it exits with runnerstate.ExitBusy (75).
 package main
@@ -20,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -31,6 +35,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == jobProcessFlag {
+		os.Exit(jobProcess(os.Args[2]))
+	}
 	os.Exit(run())
 }
 
@@ -110,13 +117,13 @@ func run() int {
 			go func() {
 				defer wg.Done()
 				defer func() { <-slots }()
-				runJob(jobCtx, log, n, *job)
+				runJob(jobCtx, log, *dir, n, *job)
 			}()
 			continue
 		case mode := <-restarts:
 			log.Info("restart requested", "mode", mode)
-			if mode == runnerstate.RestartNow {
-				stopJobs()
+			if mode != runnerstate.RestartDrain {
+				stopJobs() // now, or lost: another runner may be admitted beside this one
 			}
 			draining = true
 		case sig := <-sigs:
@@ -136,7 +143,7 @@ func run() int {
 			log.Info("stopped", "jobs", started)
 			return exit
 		case mode := <-restarts:
-			if mode == runnerstate.RestartNow {
+			if mode != runnerstate.RestartDrain {
 				log.Info("restart requested while draining", "mode", mode)
 				stopJobs()
 			}
@@ -200,15 +207,53 @@ func hint(dir string) {
 		"Stop it with Ctrl-C.\n\n", strconv.Quote(dir), flag, flag, flag)
 }
 
-// runJob is a fake job: it takes d, or less when ctx ends.
-func runJob(ctx context.Context, log *slog.Logger, n int, d time.Duration) {
-	log.Info("job started", "job", n)
-	t := time.NewTimer(d)
-	defer t.Stop()
+// runJob runs one fake job, for d, as a process of the runner's tree
+// (runnerstate.Inherit): the directory stays busy while it runs, even if the
+// runner is killed, and the next runner's Takeover stops it. When ctx ends
+// first, the job gets SIGTERM.
+func runJob(ctx context.Context, log *slog.Logger, dir string, n int, d time.Duration) {
+	cmd := exec.Command(os.Args[0], jobProcessFlag, d.String())
+	cmd.Stderr = os.Stderr
+	switch err := runnerstate.Inherit(dir, cmd); {
+	case errors.Is(err, errors.ErrUnsupported):
+		// Windows: no tree lock to hand on; the job is a plain child.
+	case err != nil:
+		log.Error("job not started", "job", n, "err", err)
+		return
+	}
+	if err := cmd.Start(); err != nil {
+		log.Error("job not started", "job", n, "err", err)
+		return
+	}
+	log.Info("job started", "job", n, "pid", cmd.Process.Pid)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
 	select {
-	case <-t.C:
+	case <-done:
 		log.Info("job finished", "job", n)
 	case <-ctx.Done():
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-done
 		log.Info("job cancelled", "job", n)
+	}
+}
+
+// jobProcessFlag makes the runner's binary play one of its own jobs.
+const jobProcessFlag = "-job-process"
+
+// jobProcess is a job's process: it works (sleeps) for d, or until SIGTERM.
+func jobProcess(d string) int {
+	dur, err := time.ParseDuration(d)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "job:", err)
+		return 2
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case <-time.After(dur):
+		return 0
+	case sig := <-sigs:
+		return exitCode(sig)
 	}
 }

@@ -9,7 +9,9 @@
 // runner's) and --help. Exit codes follow the conventions operators already
 // script against: status answers like an LSB init script's status action
 // (and systemctl is-active), 0 when a runner runs, 3 when none does, 4 when
-// it cannot tell; a refusal because a runner holds the directory is 75
+// it cannot tell, and 75 when none does but a previous runner's processes
+// (orphans of its tree) still keep the directory busy; a refusal because a
+// runner holds the directory is 75
 // (EX_TEMPFAIL, runnerstate.ExitBusy), as flock(1) -E lets one choose; 2 is
 // a usage error and 1 any other error.
 package main
@@ -59,8 +61,9 @@ every command takes --dir DIR (default $TMPDIR/runnerstate-demo) and --help
 ("runnerctl <command> --help" lists its flags and exit codes).
 
 exit codes: 0 done (status: a runner runs); 1 error; 2 usage;
-3 no runner (status, restart); 4 status cannot tell; 75 a runner holds the
-directory (clear-stale) or still holds it (wait).
+3 no runner (status, restart); 4 status cannot tell; 75 the directory is
+busy: a runner holds it (clear-stale, wait), or orphans of a previous
+runner's tree do (status).
 `
 
 // command is one subcommand: what it does, its exit codes, its flags.
@@ -72,8 +75,8 @@ type command struct {
 
 var commands = map[string]command{
 	"status": {
-		synopsis: "status [--dir DIR] [--json]\n\nShow who runs the directory: the holder of its kernel lock, whether its\nidentity is verified, the pending restart request, waiting starters, stale\npids and warnings.",
-		exits:    "0 a runner holds the directory; 3 no runner does; 4 cannot tell (the\ndirectory cannot be read); 2 usage.",
+		synopsis: "status [--dir DIR] [--json]\n\nShow who runs the directory: the holder of its kernel lock, whether its\nidentity is verified, the pending restart request, waiting starters, stale\npids, orphans of a previous runner's tree, and warnings.",
+		exits:    "0 a runner holds the directory; 3 no runner does; 75 no runner does, but\norphans of a previous runner's tree keep it busy; 4 cannot tell (the\ndirectory cannot be read); 2 usage.",
 		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {
 			asJSON := fs.Bool("json", false, "print the report as JSON (the field names are stable)")
 			return func(dir string, stdout, stderr io.Writer) int { return status(dir, *asJSON, stdout, stderr) }
@@ -175,8 +178,11 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 		return exitUnknown
 	}
 	code := exitNotRunning
-	if r.Held {
+	switch {
+	case r.Held:
 		code = exitOK
+	case len(r.Orphans) > 0:
+		code = exitBusy
 	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
@@ -215,12 +221,11 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 	for i, w := range r.Waiting {
 		row(first(i, "waiting"), printable(w.String()))
 	}
+	if len(r.Orphans) > 0 {
+		row("orphans", pidWords(r.Orphans)+" (a previous runner's tree: the directory stays busy until they exit)")
+	}
 	if len(r.Stale) > 0 {
-		pids := make([]string, len(r.Stale))
-		for i, p := range r.Stale {
-			pids[i] = strconv.Itoa(p)
-		}
-		row("stale pids", strings.Join(pids, " "))
+		row("stale pids", pidWords(r.Stale))
 	}
 	for i, w := range r.Warnings {
 		row(first(i, "warnings"), printable(w))
@@ -248,6 +253,14 @@ func runnerWords(r runnerstate.Report) string {
 		return fmt.Sprintf("pid %d, in another PID namespace: never signalled", r.Holder.PID)
 	}
 	return fmt.Sprintf("pid %d, not verified (see warnings)", r.Holder.PID)
+}
+
+func pidWords(pids []int) string {
+	words := make([]string, len(pids))
+	for i, p := range pids {
+		words[i] = strconv.Itoa(p)
+	}
+	return strings.Join(words, " ")
 }
 
 func first(i int, key string) string {
