@@ -203,6 +203,29 @@ func (p *chaosProcs) add(c *child) {
 	p.mu.Unlock()
 }
 
+// lockSnapshot is who holds dir's locks among the chaos processes (a worker
+// is none of them), and whether /proc/locks lists any holder of either.
+type lockSnapshot struct {
+	runner, tree []int
+	named        int // the pid tree.lock names
+	listed       bool
+}
+
+func (p *chaosProcs) snapshot(dir string) lockSnapshot {
+	lockPath, treePath := filepath.Join(dir, LockName), filepath.Join(dir, treeLockName)
+	named := 0
+	if data, err := os.ReadFile(treePath); err == nil {
+		id, _ := parseLockContent(data)
+		named = id.PID
+	}
+	return lockSnapshot{
+		runner: p.holders(lockPath),
+		tree:   p.holders(treePath),
+		named:  named,
+		listed: kernelListsHolder(lockPath) || kernelListsHolder(treePath),
+	}
+}
+
 // holders lists the chaos processes that hold an exclusive flock on path,
 // each read exactly from its fdinfo.
 func (p *chaosProcs) holders(path string) []int {
@@ -326,6 +349,9 @@ func TestChaos(t *testing.T) {
 				job := time.Duration(50+rng.IntN(1500)) * time.Millisecond
 				cmd := testharness.Command(dir)
 				cmd.Env = append(os.Environ(), envWitness+"="+witnessPath, envBehaviour+"="+behaviour, envJob+"="+job.String())
+				if rng.IntN(10) < 3 {
+					cmd.Env = append(cmd.Env, envWorker+"=1") // a runner with a worker in its tree
+				}
 				c := startChildCmd(t, cmd, "chaos-starter")
 				procs.add(c)
 				counts.Lock()
@@ -381,10 +407,11 @@ func TestChaos(t *testing.T) {
 		})
 	}
 	// The killer.
-	var killerKills, killerTerms, killerRestarts int
+	var killerKills, killerTerms, killerRestarts, killerUnlinks int
 	wg.Go(func() {
 		rng := rand.New(rand.NewPCG(seed, 0))
 		nextRestart := time.Now().Add(time.Second)
+		nextUnlink := time.Now().Add(time.Second)
 		for {
 			select {
 			case <-stop:
@@ -414,6 +441,20 @@ func TestChaos(t *testing.T) {
 				killerRestarts++
 				nextRestart = time.Now().Add(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
 			}
+			if time.Now().After(nextUnlink) {
+				// runner.lock lost under whoever holds it: its holder is
+				// told, and no second runner starts beside it, for its
+				// tree.lock says it still runs. (A tree.lock lost and then
+				// its runner killed would leave orphans nobody can find: not
+				// promised; TestLostLockFile covers tree.lock lost alone.)
+				name := LockName
+				witnessLine(w, "killer-unlink", name)
+				if err := os.Remove(filepath.Join(dir, name)); err != nil && !os.IsNotExist(err) {
+					problem("killer: unlink: %v", err)
+				}
+				killerUnlinks++
+				nextUnlink = time.Now().Add(time.Duration(1000+rng.IntN(1500)) * time.Millisecond)
+			}
 		}
 	})
 	// The sampler: Status against the kernel, whenever the kernel's holder
@@ -425,14 +466,17 @@ func TestChaos(t *testing.T) {
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
-			// The kernel's holder, read exactly from each chaos process's
-			// fdinfo just before and just after the call. A process that is
-			// exiting still holds its lock for a moment after its descriptors
-			// are gone from fdinfo, so "no holder" also needs /proc/locks
-			// to list none.
-			before, beforeListed := procs.holders(lockPath), kernelListsHolder(lockPath)
+			// The kernel's holders, read exactly from each chaos process's
+			// fdinfo just before and just after the call: the runner holds
+			// tree.lock (with runner.lock, or alone once runner.lock was
+			// unlinked under it); a starter taking the pair may hold a new
+			// runner.lock for an instant while a lost runner or orphans
+			// hold tree.lock. A process that is exiting still holds its
+			// lock for a moment after its descriptors are gone from fdinfo,
+			// so "no holder" also needs /proc/locks to list none.
+			before := procs.snapshot(dir)
 			st, err := Status(dir)
-			after, afterListed := procs.holders(lockPath), kernelListsHolder(lockPath)
+			after := procs.snapshot(dir)
 			counts.Lock()
 			statusSamples++
 			counts.Unlock()
@@ -440,21 +484,31 @@ func TestChaos(t *testing.T) {
 				problem("Status during chaos: %v", err)
 				continue
 			}
-			if fmt.Sprint(before) != fmt.Sprint(after) || len(before) > 1 {
+			if fmt.Sprint(before) != fmt.Sprint(after) || len(before.tree) > 1 || len(before.runner) > 1 {
 				continue
 			}
 			counts.Lock()
 			statusChecked++
 			counts.Unlock()
+			// The runner, settled: it holds tree.lock, which names it (it is
+			// admitted, not still being admitted), and nobody else holds
+			// runner.lock (a starter passing through, while runner.lock was
+			// lost, is named by Status for that instant, unverified).
+			runner := 0
+			if len(before.tree) == 1 && before.named == before.tree[0] {
+				runner = before.tree[0]
+			}
+			// runner.lock lost: a starter may take the new one for an instant.
+			passing := (len(before.runner) == 0 || before.runner[0] != runner) && !st.Verified
 			switch {
-			case len(before) == 0 && st.Held && !beforeListed && !afterListed:
+			case len(before.runner)+len(before.tree) == 0 && st.Held && !before.listed && !after.listed:
 				problem("Status says held by %d while the kernel lists no holder", st.Holder.PID)
-			case len(before) == 1 && !st.Held:
-				problem("Status says not held while pid %d holds the lock", before[0])
-			case len(before) == 1 && st.Holder.PID != before[0]:
-				problem("Status names pid %d while pid %d holds the lock", st.Holder.PID, before[0])
-			case len(before) == 1 && st.Holder.Process.PID != 0 && st.Holder.Process.PID != before[0]:
-				problem("Status reports the record of pid %d while pid %d holds the lock", st.Holder.Process.PID, before[0])
+			case runner != 0 && !st.Held:
+				problem("Status says not held while pid %d holds the lock (%+v; %+v)", runner, before, st)
+			case runner != 0 && st.Holder.PID != runner && !passing:
+				problem("Status names pid %d while pid %d holds the lock (%+v; %+v)", st.Holder.PID, runner, before, st)
+			case runner != 0 && st.Holder.Process.PID != 0 && st.Holder.Process.PID != runner:
+				problem("Status reports the record of pid %d while pid %d holds the lock", st.Holder.Process.PID, runner)
 			case st.Holder.Process.PID != 0 && !st.Verified:
 				problem("Status reports the record of pid %d without verifying it", st.Holder.Process.PID)
 			}
@@ -504,8 +558,9 @@ func TestChaos(t *testing.T) {
 	data, err := os.ReadFile(witnessPath)
 	require.NoError(t, err)
 	fig := analyseWitness(t, data)
+	killWorkers(t, data)
 	fig.spawned = spawned + 1
-	fig.killerKills, fig.killerTerms, fig.killerRestarts = killerKills, killerTerms, killerRestarts
+	fig.killerKills, fig.killerTerms, fig.killerRestarts, fig.killerUnlinks = killerKills, killerTerms, killerRestarts, killerUnlinks
 	fig.statusSamples, fig.statusChecked = statusSamples, statusChecked
 	t.Log(fig.String())
 	// A starter checks the kernel's holder right before it signals, so a
@@ -535,19 +590,36 @@ func TestChaos(t *testing.T) {
 	}
 }
 
+// killWorkers kills the chaos workers the witness log names that still run
+// (none should: the last starter's Takeover stopped any orphan), by identity.
+func killWorkers(t *testing.T, witness []byte) {
+	for line := range strings.Lines(string(witness)) {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[2] != "ostart" {
+			continue
+		}
+		pid := keyPID(f[1])
+		if procKey(pid) == f[1] {
+			t.Errorf("chaos worker %s still runs after the test", f[1])
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
 // chaosFigures are what a chaos run did.
 type chaosFigures struct {
-	spawned, calls, admissions, superseded, busy           int
-	endJob, endRestart, endTerm, endStop, diedHolding      int
-	takeovers                                              int
-	libTerms, libKills, signalsToHolder, signalsLettingGo  int
-	killerKills, killerTerms, killerRestarts, termsWaiting int
-	statusSamples, statusChecked                           int
-	maxHandoff, sumHandoff                                 time.Duration
-	handoffs                                               int
-	maxIdle                                                time.Duration
-	supersededChecked, bareCtx, maxHandoffLine             int
-	maxSignalAfterEnd                                      time.Duration
+	spawned, calls, admissions, superseded, busy            int
+	endJob, endRestart, endTerm, endStop, diedHolding       int
+	takeovers                                               int
+	libTerms, libKills, signalsToHolder, signalsLettingGo   int
+	killerKills, killerTerms, killerRestarts, termsWaiting  int
+	statusSamples, statusChecked                            int
+	maxHandoff, sumHandoff                                  time.Duration
+	handoffs                                                int
+	maxIdle                                                 time.Duration
+	supersededChecked, bareCtx, maxHandoffLine              int
+	maxSignalAfterEnd                                       time.Duration
+	workers, orphans, orphanSignals, killerUnlinks, endLost int
 }
 
 func (f *chaosFigures) String() string {
@@ -560,13 +632,16 @@ func (f *chaosFigures) String() string {
 		"%d takeovers of a live runner; starters sent %d SIGTERM and %d SIGKILL (%d to the kernel's holder, %d to a runner letting go); "+
 		"killer sent %d SIGKILL, %d SIGTERM (%d reached waiting starters), %d restart requests; "+
 		"handoff after a takeover: max %v (witness line %d), mean %v over %d; longest time without a runner: %v; "+
-		"Status sampled %d times, %d checked against the kernel",
+		"Status sampled %d times, %d checked against the kernel; "+
+		"%d workers in runners' trees, %d left orphans by a killed runner, %d signals to workers; "+
+		"killer unlinked a lock file %d times, %d runners stopped on RestartLost",
 		f.spawned, f.calls, f.admissions, f.superseded, f.supersededChecked, f.busy,
 		f.endJob, f.endRestart, f.endTerm, f.endStop, f.diedHolding,
 		f.takeovers, f.libTerms, f.libKills, f.signalsToHolder, f.signalsLettingGo,
 		f.killerKills, f.killerTerms, f.termsWaiting, f.killerRestarts,
 		f.maxHandoff.Round(time.Millisecond), f.maxHandoffLine, mean.Round(time.Millisecond), f.handoffs, f.maxIdle.Round(time.Millisecond),
-		f.statusSamples, f.statusChecked)
+		f.statusSamples, f.statusChecked,
+		f.workers, f.orphans, f.orphanSignals, f.killerUnlinks, f.endLost)
 }
 
 // analyseWitness checks the witness log line by line and counts.
@@ -585,8 +660,9 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 		cur         *runner // the runner of the last "start"
 		admittedSeq uint64
 		everRunner  = map[string]bool{}
-		endedAt     = map[string]int64{} // runners' end lines
-		killerTerm  = map[string]int{}   // killer SIGTERMs not yet accounted for
+		workerOf    = map[string]string{} // chaos workers, and the runner whose tree they are in
+		endedAt     = map[string]int64{}  // runners' end lines
+		killerTerm  = map[string]int{}    // killer SIGTERMs not yet accounted for
 		lateSignals = map[string][]int{}
 	)
 	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
@@ -617,6 +693,11 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 				gap := time.Duration(ns - cur.last)
 				if cur.ended == "" {
 					fig.diedHolding++
+					for _, owner := range workerOf {
+						if owner == cur.proc {
+							fig.orphans++
+						}
+					}
 				}
 				displaced := cur.ended == "restart" || cur.ended == "term" || (cur.ended == "" && cur.signals > 0)
 				if displaced {
@@ -656,7 +737,22 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 					fig.endTerm++
 				case "stop":
 					fig.endStop++
+				case "lost":
+					fig.endLost++
 				}
+			}
+		case "ostart", "otick":
+			owner := args[0]
+			if kind == "ostart" {
+				fig.workers++
+				workerOf[proc] = owner
+			}
+			if cur == nil || cur.proc != owner {
+				holder := "none"
+				if cur != nil {
+					holder = cur.proc
+				}
+				t.Errorf("witness line %d: worker %s of runner %s wrote %q while %s held the directory: an orphan outlived its runner into the next one's time", i+1, proc, owner, kind, holder)
 			}
 		case "signal":
 			target := args[0]
@@ -669,6 +765,8 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 				fig.libKills++
 			}
 			switch {
+			case workerOf[target] != "":
+				fig.orphanSignals++
 			case held:
 				fig.signalsToHolder++
 				if cur != nil && cur.proc == target {
@@ -718,7 +816,7 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 			t.Errorf("witness line %d: process %s: Takeover hung: %v", i+1, proc, args)
 		case "error":
 			t.Errorf("witness line %d: process %s: Takeover failed: %v", i+1, proc, args)
-		case "killer-restart":
+		case "killer-restart", "killer-unlink":
 		default:
 			t.Errorf("witness line %d: unknown kind %q", i+1, kind)
 		}

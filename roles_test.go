@@ -56,6 +56,7 @@ var roles = testharness.Roles{
 	"tree-runner":   roleTreeRunner,
 	"lost-runner":   roleLostRunner,
 	"request":       roleRequest,
+	"chaos-worker":  roleChaosWorker,
 }
 
 // hold: take an exclusive lock on the path, say "locked", hold it until
@@ -419,11 +420,13 @@ func roleReset(root string) int {
 
 // chaos-starter: Takeover dir once (options: Grace and KillAfter 150 ms,
 // context 5 s) and, when admitted, run a job for $JOB, ticking into the
-// witness log every 3 ms. Behaviour (RUNNERSTATE_TEST_BEHAVIOUR): "obey"
-// ends its job on a restart request or SIGTERM; "stubborn" ignores
-// restart requests; "deaf" ignores both and has to be killed. Closing
-// stdin ends the job, or the wait, at once. It says "admitted" when it is
-// the runner; anything else it says is an error.
+// witness log every 3 ms; with $RUNNERSTATE_TEST_WORKER set, the job also
+// has a worker process in the runner's tree (chaos-worker). Behaviour
+// (RUNNERSTATE_TEST_BEHAVIOUR): "obey" ends its job on a restart request,
+// RestartLost or SIGTERM; "stubborn" ignores restart requests and
+// RestartLost; "deaf" ignores them and SIGTERM, and has to be killed.
+// Closing stdin ends the job, or the wait, at once. It says "admitted" when
+// it is the runner; anything else it says is an error.
 func roleChaosStarter(dir string) int {
 	// Errors only: with a dozen processes taking over from each other,
 	// the warnings about unverifiable holders (a runner between taking
@@ -445,10 +448,13 @@ func roleChaosStarter(dir string) int {
 		}
 		close(stdinClosed)
 	}()
+	treePath := filepath.Join(dir, treeLockName)
 	defer liveness.SetSignalHook(func(pid int, sig syscall.Signal) {
 		// The target is pinned and was verified just before this hook:
-		// its pid still names it.
-		witnessLine(w, "signal", procKey(pid), int(sig), holdsFlock(pid, lockPath))
+		// its pid still names it. It holds the directory when it holds
+		// runner.lock, or only tree.lock (a runner whose runner.lock was
+		// lost, or an orphan).
+		witnessLine(w, "signal", procKey(pid), int(sig), holdsFlock(pid, lockPath) || holdsFlock(pid, treePath))
 	})()
 
 	// The starter's own registration in the gate, for the superseded
@@ -532,7 +538,9 @@ func roleChaosStarter(dir string) int {
 		say("error %v", err)
 		return 1
 	}
-	if !holdsFlock(os.Getpid(), lockPath) {
+	// Admitted means holding runner.lock, or, when it was unlinked (the
+	// killer does), still holding tree.lock, which keeps others out.
+	if !holdsFlock(os.Getpid(), lockPath) && !holdsFlock(os.Getpid(), treePath) {
 		holders, _ := kernelFlockHolders(lockPath)
 		witnessLine(w, "nothold", fmt.Sprint(holders))
 	}
@@ -543,6 +551,7 @@ func roleChaosStarter(dir string) int {
 	jobCtx, cancelJob := context.WithCancel(context.Background())
 	defer cancelJob()
 	restarts := WatchRestart(jobCtx, dir)
+	worker := startChaosWorker(dir)
 	tick := time.NewTicker(chaosTick)
 	defer tick.Stop()
 	done := time.After(job)
@@ -555,8 +564,11 @@ func roleChaosStarter(dir string) int {
 			reason = "job-done"
 		case <-stdinClosed:
 			reason = "stop"
-		case <-restarts:
-			if behaviour == "obey" {
+		case mode := <-restarts:
+			switch {
+			case mode == RestartLost && behaviour == "obey":
+				reason = "lost"
+			case behaviour == "obey":
 				reason = "restart"
 			}
 		case <-terms:
@@ -565,6 +577,9 @@ func roleChaosStarter(dir string) int {
 			}
 		}
 	}
+	// A good runner stops its worker before it lets go; one killed
+	// before it could leaves the worker an orphan.
+	stopChaosWorker(worker)
 	witnessLine(w, "end", reason)
 	release()
 	cancelJob()
@@ -988,4 +1003,61 @@ func roleRequest(dir string) int {
 	}
 	say("requested")
 	return 0
+}
+
+// envWorker asks a chaos starter for a worker process in its tree.
+const envWorker = "RUNNERSTATE_TEST_WORKER"
+
+// startChaosWorker starts, when $RUNNERSTATE_TEST_WORKER is set, a
+// chaos-worker that Inherits this runner's tree lock; nil otherwise.
+func startChaosWorker(dir string) *exec.Cmd {
+	if os.Getenv(envWorker) == "" {
+		return nil
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$", dir)
+	cmd.Env = append(os.Environ(), testharness.RoleEnv+"=chaos-worker", envOwner+"="+selfKey())
+	if err := Inherit(dir, cmd); err != nil {
+		return nil
+	}
+	if err := cmd.Start(); err != nil {
+		return nil
+	}
+	return cmd
+}
+
+// stopChaosWorker stops a worker with SIGTERM and waits for it.
+func stopChaosWorker(cmd *exec.Cmd) {
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+}
+
+// envOwner names, for a chaos worker, the runner whose tree it is in.
+const envOwner = "RUNNERSTATE_TEST_OWNER"
+
+// chaos-worker: a runner's worker, in its tree. It says "ostart <owner>" in
+// the witness log, then "otick <owner>" every 3 ms until it is signalled;
+// it reads no stdin, so a runner killed with kill -9 leaves it running, an
+// orphan, as a real worker would be.
+func roleChaosWorker(string) int {
+	w, err := os.OpenFile(os.Getenv(envWitness), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return 1
+	}
+	owner := os.Getenv(envOwner)
+	terms := make(chan os.Signal, 1)
+	signal.Notify(terms, syscall.SIGTERM)
+	witnessLine(w, "ostart", owner)
+	tick := time.NewTicker(chaosTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			witnessLine(w, "otick", owner)
+		case <-terms:
+			return 0
+		}
+	}
 }

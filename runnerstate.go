@@ -1173,20 +1173,32 @@ func inspectTree(dir string, st lockState) lockState {
 
 // orphans lists the processes that hold dir's tree.lock, from a scan of every
 // process's descriptors (see filelock.ScanHolders for its cost), leaving out
-// except, the runner whose tree it is when it still runs. complete is false
-// when some processes could not be read.
+// except (the runner whose tree it is, when it still runs) and the starters
+// waiting in Takeover (one takes tree.lock for an instant as it finds it
+// free: never an orphan). complete is false when some processes could not
+// be read.
 func orphans(dir string, except int) (pids []int, complete bool) {
 	ino, err := filelock.InodeOf(filepath.Join(dir, treeLockName))
 	if err != nil {
 		return nil, true
 	}
 	all, complete := filelock.ScanHolders(ino)
+	waiting, _ := waitingStarters(dir)
 	for _, pid := range all {
-		if pid != except {
+		if pid != except && !isWaiting(waiting, pid) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids, complete
+}
+
+func isWaiting(starters []Identity, pid int) bool {
+	for _, s := range starters {
+		if s.PID == pid {
+			return true
+		}
+	}
+	return false
 }
 
 // treeBusyError is Acquire's refusal when only tree.lock is held: it names a

@@ -194,12 +194,33 @@ func (t *takeover) withdraw() {
 func (t *takeover) run(ctx context.Context, live bool) (*hold, error) {
 	supCtx, stop := t.watchNewer(ctx)
 	defer stop()
-	p, err := t.waitForPair(ctx, supCtx)
-	if err != nil {
-		return nil, err
+	for lost := 0; ; lost++ {
+		p, err := t.waitForPair(ctx, supCtx)
+		if err != nil {
+			return nil, err
+		}
+		h, err := t.enter(ctx, live, p)
+		if err == errLostInAdmission && lost < maxLostInAdmission {
+			// A lock file was deleted or replaced between taking it and
+			// publishing: that hold guards nothing. Take the files at the
+			// paths now.
+			continue
+		}
+		if err == errLostInAdmission {
+			return nil, fmt.Errorf("runnerstate: %s: its lock files were deleted or replaced %d times while being taken; stop whatever removes them", t.dir, lost+1)
+		}
+		return h, err
 	}
-	return t.enter(ctx, live, p)
 }
+
+// errLostInAdmission says a lock file of the pair being admitted was
+// deleted or replaced before the admission completed.
+var errLostInAdmission = errors.New("a lock file was lost during admission")
+
+// maxLostInAdmission bounds how often a starter takes the pair again after
+// losing a lock file in admission: each time means somebody deletes lock
+// files as fast as they are taken.
+const maxLostInAdmission = 16
 
 // watchNewer returns a context that ends with ctx or as soon as a newer
 // starter registers, so that a wait for the lock ends at once then; stop
@@ -609,7 +630,11 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold, error) {
 	t.request = nil // retired with the previous runner
 	h.register()
 	if err := Publish(t.dir, Record{}); err != nil {
+		lost, _ := h.lost()
 		h.release()
+		if lost {
+			return nil, errLostInAdmission
+		}
 		return nil, err
 	}
 	return h, nil

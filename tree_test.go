@@ -248,6 +248,22 @@ func TestLostLockFile(t *testing.T) {
 			release()
 		})
 	}
+	t.Run("tree.lock removed", func(t *testing.T) {
+		dir := t.TempDir()
+		holder := startLostRunner(t, dir)
+		require.NoError(t, os.Remove(filepath.Join(dir, treeLockName)))
+		holder.Expect("got " + RestartLost)
+		holder.Send("publish")
+		assert.Contains(t, holder.Expect("publish "), treeLockName+" was removed or replaced while held")
+		_, err := Acquire(dir)
+		var be *BusyError
+		require.ErrorAs(t, err, &be, "runner.lock still refuses")
+		assert.Equal(t, holder.PID(), be.PID)
+		require.NoError(t, holder.Stop())
+		release, err := Acquire(dir)
+		require.NoError(t, err, "free once the holder let go")
+		release()
+	})
 	t.Run("the whole directory removed", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "runner")
 		holder := startLostRunner(t, dir)
