@@ -19,6 +19,12 @@ type File struct {
 	fd       int
 	mode     Mode
 	released atomic.Bool
+	// size is the file's length as this process last saw or made it, or
+	// -1 when unknown; perm its permission bits from AtPath's fstat, or 0.
+	// They save WriteContent's ftruncate when nothing is left to cut, and
+	// MakePrivate's fstat, on every Acquire.
+	size atomic.Int64
+	perm atomic.Uint32
 }
 
 // Flags for opening a lock file: never through a symlink (O_NOFOLLOW), never
@@ -49,7 +55,9 @@ func open(path string, mode Mode, perm fs.FileMode) (*File, error) {
 	}
 	// Whether it is a regular file is checked by AtPath, right after the
 	// flock, with the same fstat that compares inodes: one syscall, not two.
-	return &File{path: path, fd: fd, mode: mode}, nil
+	f := &File{path: path, fd: fd, mode: mode}
+	f.size.Store(-1)
+	return f, nil
 }
 
 // Path is the path the File was opened at.
@@ -101,7 +109,10 @@ func (f *File) AtPath() (bool, error) {
 	if err := refusedMode(f.path, durable.ModeOf(uint32(fst.Mode)), uint64(fst.Nlink)); err != nil {
 		return false, err
 	}
-	if err := unix.Lstat(f.path, &pst); err != nil { // a direct call: through a func value pst would escape
+	f.size.Store(fst.Size)
+	f.perm.Store(fst.Mode&0o777 | 1<<31) // the high bit says it is known
+	// A direct call: through a func value pst would escape.
+	if err := unix.Lstat(f.path, &pst); err != nil {
 		if err == unix.ENOENT {
 			return false, nil
 		}
@@ -137,8 +148,14 @@ func (f *File) WriteContent(b []byte) error {
 		}
 		off += n
 	}
-	if err := unix.Ftruncate(f.fd, int64(len(b))); err != nil {
-		return &fs.PathError{Op: "truncate", Path: f.path, Err: err}
+	// Another process may have written to the file since it was last
+	// seen (a foreign program; never this package's callers): then the
+	// size is unknown, or larger than ours, and the tail is cut.
+	if old := f.size.Swap(int64(len(b))); old < 0 || old > int64(len(b)) {
+		if err := unix.Ftruncate(f.fd, int64(len(b))); err != nil {
+			f.size.Store(-1)
+			return &fs.PathError{Op: "truncate", Path: f.path, Err: err}
+		}
 	}
 	return nil
 }
@@ -160,6 +177,11 @@ func (f *File) ReadContent(limit int) ([]byte, error) {
 			break
 		}
 		n += m
+	}
+	if n < limit {
+		f.size.Store(int64(n)) // read to the end: that is its length
+	} else {
+		f.size.Store(-1)
 	}
 	return buf[:n], nil
 }
@@ -213,13 +235,18 @@ func ProbeHeld(path string) (held bool, err error) {
 // a shared lock by anyone who can read a lock file refuses its every
 // exclusive locker. It returns the mode the file had when it was loosened,
 // and an *fs.PathError (EPERM) when this process may not change it (it is
-// another user's).
+// another user's). It reads the mode from the fstat that took the lock,
+// the first time, and from a new one after.
 func (f *File) MakePrivate() (fs.FileMode, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(f.fd, &st); err != nil {
-		return 0, &fs.PathError{Op: "stat", Path: f.path, Err: err}
+	perm := f.perm.Swap(0)
+	if perm == 0 {
+		var st unix.Stat_t
+		if err := unix.Fstat(f.fd, &st); err != nil {
+			return 0, &fs.PathError{Op: "stat", Path: f.path, Err: err}
+		}
+		perm = st.Mode
 	}
-	mode := fs.FileMode(st.Mode & 0o777)
+	mode := fs.FileMode(perm & 0o777)
 	if mode&0o077 == 0 {
 		return 0, nil
 	}
