@@ -2,6 +2,7 @@ package filelock
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io/fs"
 	"os"
@@ -107,53 +108,124 @@ func HeldBy(pid int, ino Inode) Answer {
 // user's, without the privilege to read them): a holder may be missing.
 // This process is listed too when it holds the lock.
 func ScanHolders(ino Inode) (pids []int, complete bool) {
-	procs, err := os.ReadDir("/proc")
+	proc, err := unix.Open("/proc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, false
 	}
-	complete = true
+	defer unix.Close(proc)
 	bp := fdinfoBufs.Get().(*[]byte)
 	defer fdinfoBufs.Put(bp)
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil || pid <= 0 {
-			continue
+	sc := scanBufs.Get().(*scanBuf)
+	defer scanBufs.Put(sc)
+	complete = true
+	err = eachEntry(proc, sc.procs[:], func(name []byte) {
+		pid, ok := atoi(name)
+		if !ok || pid <= 0 {
+			return
 		}
-		switch holds(pid, ino, bp) {
+		switch holds(proc, name, pid, ino, bp, sc.fds[:]) {
 		case Yes:
 			pids = append(pids, pid)
 		case Unknown:
 			complete = false
 		}
+	})
+	if err != nil {
+		complete = false
 	}
 	return pids, complete
 }
 
-// holds is one process of ScanHolders: whether any descriptor of pid holds
-// the lock of ino.
-func holds(pid int, ino Inode, bp *[]byte) Answer {
-	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
-	fds, err := os.ReadDir(dir)
+// scanBuf holds ScanHolders' two directory buffers: /proc's and a
+// process's fd directory's, read at once while the first is being walked.
+type scanBuf struct{ procs, fds [8 << 10]byte }
+
+var scanBufs = sync.Pool{New: func() any { return new(scanBuf) }}
+
+// holds is one process of ScanHolders: whether any descriptor of pid (its
+// name in /proc, opened relative to proc) holds the lock of ino. Each
+// descriptor costs one fstatat(2) relative to the fd directory, which
+// follows the /proc link to the open file; only those open on ino have
+// their fdinfo read.
+func holds(proc int, name []byte, pid int, ino Inode, bp *[]byte, buf []byte) Answer {
+	dir, err := unix.Openat(proc, string(name)+"/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
+		if err == unix.ENOENT || err == unix.ESRCH {
 			return No // exited meanwhile
 		}
 		return Unknown
 	}
+	defer unix.Close(dir)
+	answer := No
 	var st unix.Stat_t
-	for _, e := range fds {
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	err = eachEntry(dir, buf, func(fdName []byte) {
+		fd, ok := atoi(fdName)
+		if !ok || answer == Yes {
+			return
 		}
-		if unix.Stat(dir+"/"+e.Name(), &st) != nil || uint64(st.Ino) != ino.Ino || uint64(st.Dev) != ino.Dev {
-			continue
+		if unix.Fstatat(dir, string(fdName), &st, 0) != nil || uint64(st.Ino) != ino.Ino || uint64(st.Dev) != ino.Dev {
+			return
 		}
 		if data, err := readAllInto(fdinfoPath(pid, fd), bp, true); err == nil && lockedIn(data, ino) {
-			return Yes
+			answer = Yes
+		}
+	})
+	if err != nil && err != unix.ENOENT && err != unix.ESRCH {
+		return Unknown
+	}
+	return answer
+}
+
+// eachEntry calls fn with the name of each entry of the open directory fd
+// but "." and "..", read with getdents64(2) into buf: no allocation per
+// entry, and no sorting (os.ReadDir's), which a scan of every process does
+// not need. name is valid only during the call.
+func eachEntry(fd int, buf []byte, fn func(name []byte)) error {
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return nil
+		}
+		for b := buf[:n]; len(b) >= direntNameOffset; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < direntNameOffset || reclen > len(b) {
+				return nil
+			}
+			name := b[direntNameOffset:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if !(len(name) == 1 && name[0] == '.') && !(len(name) == 2 && name[0] == '.' && name[1] == '.') {
+				fn(name)
+			}
+			b = b[reclen:]
 		}
 	}
-	return No
+}
+
+// direntNameOffset is where the name starts in a struct linux_dirent64:
+// after d_ino (8 bytes), d_off (8), d_reclen (2) and d_type (1).
+const direntNameOffset = 19
+
+// atoi parses a decimal without sign, as /proc names processes and
+// descriptors; ok is false for anything else.
+func atoi(b []byte) (n int, ok bool) {
+	if len(b) == 0 || len(b) > 10 {
+		return 0, false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
 
 func fdinfoPath(pid, fd int) string {
