@@ -36,6 +36,9 @@
 //
 //	runner.lock   the kernel lock; one line, the holder's Identity as JSON.
 //	              Never unlinked; its content is cleared on release.
+//	tree.lock     the tree lock, the other of a hold's two (below); the same
+//	              line; held on by the processes the runner started through
+//	              Inherit.
 //	runner.json   the Record the holder published (Publish); removed on release.
 //	restart.json  a pending restart request (RequestRestart).
 //	gate.json     the takeover gate: waiting starters (Takeover, Status).
@@ -58,15 +61,38 @@
 // with the caller's context where there is one, and after 30 s in any case;
 // a writer stopped (SIGSTOP) while holding it stalls the others until then.
 //
+// # The runner's tree
+//
+// A hold is two kernel locks, runner.lock and tree.lock, and the directory is
+// free only when both are. Processes the runner starts through Inherit hold
+// tree.lock too, by a descriptor they inherit, so a runner that dies leaves
+// the directory busy while its jobs live on: orphans, which Acquire names,
+// Status lists, Standby waits for and Takeover signals (each checked first to
+// still hold the descriptor). A runner whose lock file is deleted, renamed or
+// replaced while held still holds the other lock, which keeps the next
+// runner out, and WatchRestart tells it RestartLost at once so that it can
+// stop. A restart request whose Takeover starter died is void.
+//
 // # What is not promised
 //
-// The lock file must not be deleted while held: a runner whose runner.lock is
-// unlinked keeps its lock on the unlinked file, so the next Acquire locks a
-// new file and two runners run (Publish notices and fails with ErrNotHolder).
-// Only the runner's own process is ever signalled, never its process group or
-// children: a runner that starts job processes must stop them itself. A
-// restart request left by a starter that is then killed still reaches the
-// runner.
+// Each of these is outside what the kernel lock can see:
+//
+//   - A process that closes the descriptor it inherited (a daemon that closes
+//     everything above stderr), or that the runner started without Inherit,
+//     is not part of the tree: once the runner is gone nothing keeps the next
+//     runner out, nor can it be found to be signalled.
+//   - When tree.lock is deleted while held and the runner is then killed
+//     before it stops on RestartLost, its children hold a file that no longer
+//     has a name: the next runner locks a new tree.lock beside them. The same
+//     when both lock files, or the directory, are removed: a runner is told
+//     RestartLost, and nothing in the directory can keep the next one out.
+//   - Only processes that hold one of the locks are ever signalled; a job
+//     that left the tree is the runner's to stop.
+//   - On Windows a lock's handle cannot be lent, so Inherit answers
+//     errors.ErrUnsupported and there are no orphans to keep the directory
+//     busy. On macOS and other Unix systems, orphans keep the directory busy
+//     but cannot be named (no system lists another process's locks), so
+//     they are neither listed by Status nor signalled by Takeover.
 //
 // # Waits
 //
