@@ -324,6 +324,34 @@ func (c *child) nextWithin(d time.Duration, evs ...string) (event, bool) {
 	}
 }
 
+// find waits for an event, among all the child printed, that ok accepts,
+// and fails the test after wait.
+func (c *child) find(ok func(event) bool) event {
+	c.t.Helper()
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	seen := 0
+	for {
+		c.mu.Lock()
+		for ; seen < len(c.events); seen++ {
+			if ok(c.events[seen]) {
+				e := c.events[seen]
+				c.mu.Unlock()
+				return e
+			}
+		}
+		changed := c.changed
+		c.mu.Unlock()
+		select {
+		case <-changed:
+		case <-c.exited:
+			c.t.Fatalf("child %d ended without the event; events: %+v", c.pid(), c.all())
+		case <-deadline.C:
+			c.t.Fatalf("child %d: no such event within %v; events: %+v", c.pid(), wait, c.all())
+		}
+	}
+}
+
 // all is every event so far.
 func (c *child) all() []event {
 	c.mu.Lock()
