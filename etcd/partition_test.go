@@ -41,7 +41,7 @@ func TestPartition(t *testing.T) {
 
 // partitionTrial runs one cut and returns by how much Lost came before the
 // next admission, and how many late fenced writes were rejected.
-func partitionTrial(t *testing.T, s *server, cli *clientv3.Client, key string) (time.Duration, int) {
+func partitionTrial(t testing.TB, s *server, cli *clientv3.Client, key string) (time.Duration, int) {
 	t.Helper()
 	p := startProxy(t, s.addr)
 	a := startRunner(t, spec{Endpoint: p.addr(), Key: key, How: "campaign", Witness: 20 * time.Millisecond, Linger: 200 * time.Millisecond})
@@ -86,7 +86,7 @@ func partitionTrial(t *testing.T, s *server, cli *clientv3.Client, key string) (
 // each accepted one against etcd's own record of the leader key at that
 // revision: the write's token must be the leader key's create revision then.
 // It returns how many writes were accepted, and how many of those were stale.
-func verifyWitness(t *testing.T, cli *clientv3.Client, key string) (accepted, stale int) {
+func verifyWitness(t testing.TB, cli *clientv3.Client, key string) (accepted, stale int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()

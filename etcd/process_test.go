@@ -158,7 +158,7 @@ func TestFencingTokensStrictlyIncrease(t *testing.T) {
 
 // waitStatus waits until Status of key satisfies ok, looking again at
 // each change under the key, and fails after wait.
-func waitStatus(t *testing.T, cli *clientv3.Client, key string, ok func(Report) bool) Report {
+func waitStatus(t testing.TB, cli *clientv3.Client, key string, ok func(Report) bool) Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
