@@ -208,7 +208,8 @@ func TestRequestRestart(t *testing.T) {
 	r, err = Status(ctx, cli, "/rr")
 	require.NoError(t, err)
 	assert.Equal(t, runnerstate.RestartNow, r.Restart)
-	assert.True(t, l.Restart() == l.Restart(), "the same channel on every call")
+	first, again := l.Restart(), l.Restart()
+	assert.True(t, first == again, "the same channel on every call")
 	select {
 	case m := <-l.Restart():
 		t.Fatalf("a weaker request was delivered: %q", m)

@@ -63,7 +63,8 @@ func Campaign(ctx context.Context, cli *clientv3.Client, key string, o Options) 
 //     just before, see below).
 //   - A leader: a restart request (o.Mode) is left for it, which its
 //     Restart channel delivers; after o.Grace, counted on this process's
-//     clock from the call, the request is upgraded to "now"; after
+//     monotonic clock from the start of the cluster part (after Dir's), never
+//     on a time another host wrote, the request is upgraded to "now"; after
 //     o.KillAfter more, unless o.NoForce, the leader is removed by force: its
 //     key is deleted and its lease revoked. A removed leader that is cut off
 //     from etcd cannot hear it, so admission then waits the removed leader's
@@ -132,7 +133,7 @@ type attempt struct {
 	log      *slog.Logger
 	takeover bool
 	self     runnerstate.Identity
-	start    time.Time // the grace clock, monotonic
+	start    time.Time // the grace clock, monotonic: set when the cluster part starts
 
 	ls   *lease
 	mark string // this attempt's key under K/standby/ or K/waiting/
@@ -154,12 +155,13 @@ func newAttempt(cli *clientv3.Client, key string, o Options, takeover bool) (*at
 	if cli == nil {
 		return nil, errorf("key %s: nil client", key)
 	}
-	return &attempt{cli: cli, k: k, o: o, log: o.Logger, takeover: takeover, self: runnerstate.Self(), start: time.Now()}, nil
+	return &attempt{cli: cli, k: k, o: o, log: o.Logger, takeover: takeover, self: runnerstate.Self()}, nil
 }
 
 // run registers and waits, registering again when a standby's lease runs
 // out.
 func (a *attempt) run(ctx context.Context) (*Leadership, error) {
+	a.start = time.Now() // after Dir's local takeover: the cluster's own grace
 	for {
 		if err := a.register(ctx); err != nil {
 			a.withdraw(false)

@@ -31,11 +31,10 @@ type BusyError struct {
 }
 
 func (e *BusyError) Error() string {
-	who := "nobody (its turn had not come)"
-	if e.Holder.Token != 0 {
-		who = holderName(e.Holder)
+	msg := "runnerstate/etcd: key " + e.Key + " is held by " + holderName(e.Holder)
+	if e.Holder.Token == 0 {
+		msg = "runnerstate/etcd: key " + e.Key + ": not admitted when the wait ended (no leader then: its turn had not come, or etcd could not be reached)"
 	}
-	msg := "runnerstate/etcd: key " + e.Key + " is held by " + who
 	if e.err != nil {
 		msg += ": " + e.err.Error()
 	}

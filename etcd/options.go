@@ -36,8 +36,10 @@ type Options struct {
 	// leadership: Takeover takes it with runnerstate.Takeover (with Mode,
 	// Grace, KillAfter, and NoForce as NoSignal), Campaign with
 	// runnerstate.Standby then runnerstate.Acquire, both before the cluster;
-	// Release lets it go after the cluster. Touches the files the core
-	// touches there.
+	// Release lets it go after the cluster. As the core's Takeover does, a
+	// Takeover admitted locally waits, at most KillAfter, for the previous
+	// local runner's process to exit: one that steps down should exit. Each
+	// machine has its own Dir. Touches the files the core touches there.
 	Dir string
 	// Record is what the leader publishes on the leader key (and in Dir's
 	// runner.json when Dir is set). PID and Process are filled in with this
