@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	rsetcd "github.com/runnerstate/runnerstate/etcd"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )
 
@@ -134,6 +136,8 @@ func TestDemoTakeoverAcrossMachines(t *testing.T) {
 	b.expect("leader of /runnerstate/demo", &bi)
 	a.expect("stepped down (asked to restart now)", &ai)
 	a.expect("standing by", &ai)
+	// "standing by" is printed as the Campaign starts: wait for its mark.
+	waitStandby(t, addr, "/runnerstate/demo", 1)
 
 	code, out, errOut := runCmd("status", "--json", "--endpoints", addr)
 	require.Equal(t, 0, code, errOut)
@@ -174,6 +178,29 @@ func TestDemoTakeoverAcrossMachines(t *testing.T) {
 
 	b.stop()
 	a.stop()
+}
+
+// waitStandby waits until key has n standbys, looking again at each change
+// under the key, and fails after wait.
+func waitStandby(t *testing.T, addr, key string, n int) {
+	t.Helper()
+	cli, err := connect([]string{addr})
+	require.NoError(t, err)
+	defer func() { _ = cli.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	changes := cli.Watch(ctx, key, clientv3.WithRange(key+"0"))
+	for {
+		rep, err := rsetcd.Status(ctx, cli, key)
+		if err == nil && len(rep.Standby) == n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s never had %d standbys: %+v %v", key, n, rep, err)
+		case <-changes:
+		}
+	}
 }
 
 func TestDemoRefusesWhatIsNotLoopback(t *testing.T) {
