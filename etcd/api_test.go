@@ -18,6 +18,24 @@ func quiet() Options {
 	return Options{TTL: testTTL, Logger: slog.New(slog.DiscardHandler)}
 }
 
+// setup starts an etcd for the test and connects to it; the context is
+// bounded by wait.
+func setup(t *testing.T) (*clientv3.Client, context.Context) {
+	t.Helper()
+	s := startEtcd(t)
+	return client(t, s.addr), ctxT(t)
+}
+
+// leading campaigns for key with quiet options, failing the test if it is
+// not admitted; the leadership is released when the test ends.
+func leading(t *testing.T, ctx context.Context, cli *clientv3.Client, key string) *Leadership {
+	t.Helper()
+	l, err := Campaign(ctx, cli, key, quiet())
+	require.NoError(t, err)
+	t.Cleanup(l.Release)
+	return l
+}
+
 // received waits for a value on ch, failing the test after wait.
 func received[T any](t *testing.T, ch <-chan T) (T, bool) {
 	t.Helper()
@@ -62,9 +80,7 @@ func TestOptionsDefaultsAndRounding(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	s := startEtcd(t)
-	cli := client(t, s.addr)
-	ctx := ctxT(t)
+	cli, ctx := setup(t)
 	o := quiet()
 	o.Mode = "later"
 	_, err := Takeover(ctx, cli, "/bad", o)
@@ -81,9 +97,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestCampaignPublishRelease(t *testing.T) {
-	s := startEtcd(t)
-	cli := client(t, s.addr)
-	ctx := ctxT(t)
+	cli, ctx := setup(t)
 	o := quiet()
 	o.Record = runnerstate.Record{Specs: []string{"a"}, Meta: json.RawMessage(`{"zone":"x"}`)}
 	l, err := Campaign(ctx, cli, "/app", o)
@@ -132,22 +146,16 @@ func TestCampaignPublishRelease(t *testing.T) {
 }
 
 func TestLostWhenKeyDeletedOrLeaseRevoked(t *testing.T) {
-	s := startEtcd(t)
-	cli := client(t, s.addr)
-	ctx := ctxT(t)
+	cli, ctx := setup(t)
 
-	l, err := Campaign(ctx, cli, "/del", quiet())
-	require.NoError(t, err)
-	defer l.Release()
-	_, err = cli.Delete(ctx, "/del")
+	l := leading(t, ctx, cli, "/del")
+	_, err := cli.Delete(ctx, "/del")
 	require.NoError(t, err)
 	received(t, l.Lost())
 	assert.ErrorContains(t, l.Err(), "deleted or replaced")
 	assert.ErrorIs(t, l.Publish(ctx, runnerstate.Record{}), runnerstate.ErrNotHolder)
 
-	l2, err := Campaign(ctx, cli, "/rev", quiet())
-	require.NoError(t, err)
-	defer l2.Release()
+	l2 := leading(t, ctx, cli, "/rev")
 	_, err = cli.Revoke(ctx, l2.Lease())
 	require.NoError(t, err)
 	received(t, l2.Lost())
@@ -156,12 +164,8 @@ func TestLostWhenKeyDeletedOrLeaseRevoked(t *testing.T) {
 }
 
 func TestPublishNeverOverwritesAnotherLeader(t *testing.T) {
-	s := startEtcd(t)
-	cli := client(t, s.addr)
-	ctx := ctxT(t)
-	l, err := Campaign(ctx, cli, "/pub", quiet())
-	require.NoError(t, err)
-	defer l.Release()
+	cli, ctx := setup(t)
+	l := leading(t, ctx, cli, "/pub")
 	// Another leader's key replaces this one behind its back (what a
 	// partitioned leader's successor looks like to it).
 	lease, err := cli.Grant(ctx, 10)
@@ -179,15 +183,11 @@ func TestPublishNeverOverwritesAnotherLeader(t *testing.T) {
 }
 
 func TestRequestRestart(t *testing.T) {
-	s := startEtcd(t)
-	cli := client(t, s.addr)
-	ctx := ctxT(t)
+	cli, ctx := setup(t)
 
 	// No leader: nil, and nothing kept for a later one.
 	require.NoError(t, RequestRestart(ctx, cli, "/rr", runnerstate.RestartNow))
-	l, err := Campaign(ctx, cli, "/rr", quiet())
-	require.NoError(t, err)
-	defer l.Release()
+	l := leading(t, ctx, cli, "/rr")
 	r, err := Status(ctx, cli, "/rr")
 	require.NoError(t, err)
 	assert.Equal(t, "", r.Restart)
@@ -218,18 +218,14 @@ func TestRequestRestart(t *testing.T) {
 
 	// The request goes with its leader.
 	l.Release()
-	l2, err := Campaign(ctx, cli, "/rr", quiet())
-	require.NoError(t, err)
-	defer l2.Release()
+	leading(t, ctx, cli, "/rr")
 	r, err = Status(ctx, cli, "/rr")
 	require.NoError(t, err)
 	assert.Equal(t, "", r.Restart)
 }
 
 func TestStatusJSON(t *testing.T) {
-	s := startEtcd(t)
-	cli := client(t, s.addr)
-	ctx := ctxT(t)
+	cli, ctx := setup(t)
 	r, err := Status(ctx, cli, "/js")
 	require.NoError(t, err)
 	data, err := json.Marshal(r)
@@ -244,9 +240,7 @@ func TestStatusJSON(t *testing.T) {
 	assert.Equal(t, "", m["restart"])
 	assert.Greater(t, m["revision"], float64(0))
 
-	l, err := Campaign(ctx, cli, "/js", quiet())
-	require.NoError(t, err)
-	defer l.Release()
+	l := leading(t, ctx, cli, "/js")
 	r, err = Status(ctx, cli, "/js")
 	require.NoError(t, err)
 	data, err = json.Marshal(r)
@@ -260,9 +254,8 @@ func TestStatusJSON(t *testing.T) {
 }
 
 func TestObserve(t *testing.T) {
-	s := startEtcd(t)
-	cli := client(t, s.addr)
-	ctx, cancel := context.WithCancel(ctxT(t))
+	cli, ctx := setup(t)
+	ctx, cancel := context.WithCancel(ctx)
 	ch := Observe(ctx, cli, "/obs")
 	h, _ := received(t, ch)
 	assert.Equal(t, Holder{}, h, "none first")
@@ -296,17 +289,14 @@ func TestObserve(t *testing.T) {
 }
 
 func TestBusyErrorWhenContextEnds(t *testing.T) {
-	s := startEtcd(t)
-	cli := client(t, s.addr)
-	ctx := ctxT(t)
-	l, err := Campaign(ctx, cli, "/busy", quiet())
-	require.NoError(t, err)
-	defer l.Release()
+	cli, ctx := setup(t)
+	l := leading(t, ctx, cli, "/busy")
 
 	for _, how := range []string{"campaign", "takeover"} {
 		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		o := quiet()
 		o.NoForce = true
+		var err error
 		if how == "campaign" {
 			_, err = Campaign(short, cli, "/busy", o)
 		} else {
@@ -332,9 +322,7 @@ func TestBusyErrorWhenContextEnds(t *testing.T) {
 }
 
 func TestDirLocalFirstReleaseInReverse(t *testing.T) {
-	s := startEtcd(t)
-	cli := client(t, s.addr)
-	ctx := ctxT(t)
+	cli, ctx := setup(t)
 	dir := t.TempDir()
 	o := quiet()
 	o.Dir = dir

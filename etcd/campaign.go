@@ -39,21 +39,7 @@ func Campaign(ctx context.Context, cli *clientv3.Client, key string, o Options) 
 	if err != nil {
 		return nil, err
 	}
-	var local func()
-	if a.o.Dir != "" {
-		if local, err = standbyLocal(ctx, a.o); err != nil {
-			return nil, err
-		}
-	}
-	l, err := a.run(ctx)
-	if err != nil {
-		if local != nil {
-			local()
-		}
-		return nil, err
-	}
-	l.start(local)
-	return l, nil
+	return a.lead(ctx, standbyLocal)
 }
 
 // Takeover takes key over for this process, as a deploy does, and returns
@@ -88,24 +74,35 @@ func Takeover(ctx context.Context, cli *clientv3.Client, key string, o Options) 
 	if err != nil {
 		return nil, err
 	}
-	var local func()
+	return a.lead(ctx, takeLocal)
+}
+
+// lead takes Dir with local first when it is set, then the cluster; a
+// cluster failure releases Dir again.
+func (a *attempt) lead(ctx context.Context, local func(context.Context, Options) (func(), error)) (*Leadership, error) {
+	var release func()
 	if a.o.Dir != "" {
-		local, err = runnerstate.Takeover(ctx, a.o.Dir, runnerstate.TakeoverOptions{
-			Mode: a.o.Mode, Grace: a.o.Grace, KillAfter: a.o.KillAfter, NoSignal: a.o.NoForce, Logger: a.o.Logger,
-		})
-		if err != nil {
+		var err error
+		if release, err = local(ctx, a.o); err != nil {
 			return nil, err
 		}
 	}
 	l, err := a.run(ctx)
 	if err != nil {
-		if local != nil {
-			local()
+		if release != nil {
+			release()
 		}
 		return nil, err
 	}
-	l.start(local)
+	l.start(release)
 	return l, nil
+}
+
+// takeLocal takes o.Dir over with the core's Takeover.
+func takeLocal(ctx context.Context, o Options) (func(), error) {
+	return runnerstate.Takeover(ctx, o.Dir, runnerstate.TakeoverOptions{
+		Mode: o.Mode, Grace: o.Grace, KillAfter: o.KillAfter, NoSignal: o.NoForce, Logger: o.Logger,
+	})
 }
 
 // standbyLocal waits while a local runner owns o.Dir, then acquires it.

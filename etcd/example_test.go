@@ -16,9 +16,10 @@ import (
 	"go.uber.org/zap"
 )
 
-// exampleEtcd starts a one-member etcd on loopback for the examples; a real
-// program connects to its cluster instead.
-func exampleEtcd() (addr string, stop func()) {
+// exampleEtcd starts a one-member etcd on loopback for the examples and
+// connects to it; a real program connects to its cluster instead. stop
+// closes the client and the etcd.
+func exampleEtcd() (cli *clientv3.Client, stop func()) {
 	dir, err := os.MkdirTemp("", "runnerstate-etcd-example-")
 	if err != nil {
 		log.Fatal(err)
@@ -36,20 +37,22 @@ func exampleEtcd() (addr string, stop func()) {
 		log.Fatal(err)
 	}
 	<-e.Server.ReadyNotify()
-	var once sync.Once
-	return e.Clients[0].Addr().String(), func() { once.Do(func() { e.Close(); _ = os.RemoveAll(dir) }) }
+	cli, err = clientv3.New(clientv3.Config{Endpoints: []string{e.Clients[0].Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return cli, func() {
+		_ = cli.Close()
+		e.Close()
+		_ = os.RemoveAll(dir)
+	}
 }
 
 // A standby waits its turn, then does its work with fenced writes: etcd
 // applies them only while this leadership holds the key.
 func ExampleCampaign() {
-	addr, stop := exampleEtcd()
+	cli, stop := exampleEtcd()
 	defer stop()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = cli.Close() }()
 	ctx := context.Background()
 
 	l, err := etcd.Campaign(ctx, cli, "/myapp/runner", etcd.Options{TTL: 2 * time.Second})
@@ -97,13 +100,8 @@ func (s *store) write(token int64, v string) error {
 // A store outside etcd fences with the token: every leader's token is higher
 // than its predecessor's, so a deposed leader writing late is refused.
 func ExampleLeadership_Token() {
-	addr, stop := exampleEtcd()
+	cli, stop := exampleEtcd()
 	defer stop()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = cli.Close() }()
 	ctx := context.Background()
 	var s store
 
