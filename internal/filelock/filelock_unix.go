@@ -110,7 +110,7 @@ func (f *File) AtPath() (bool, error) {
 		return false, err
 	}
 	f.size.Store(fst.Size)
-	f.perm.Store(fst.Mode&0o777 | 1<<31) // the high bit says it is known
+	f.perm.Store(uint32(fst.Mode)&0o777 | 1<<31) // the high bit says it is known
 	// A direct call: through a func value pst would escape.
 	if err := unix.Lstat(f.path, &pst); err != nil {
 		if err == unix.ENOENT {
@@ -244,7 +244,7 @@ func (f *File) MakePrivate() (fs.FileMode, error) {
 		if err := unix.Fstat(f.fd, &st); err != nil {
 			return 0, &fs.PathError{Op: "stat", Path: f.path, Err: err}
 		}
-		perm = st.Mode
+		perm = uint32(st.Mode)
 	}
 	mode := fs.FileMode(perm & 0o777)
 	if mode&0o077 == 0 {
