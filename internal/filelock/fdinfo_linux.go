@@ -239,13 +239,8 @@ func fdinfoPath(pid, fd int) string {
 // verified process and, for HeldVia, its own descriptor) stands in for it.
 func lockedIn(data []byte, ino Inode) bool {
 	major, minor := uint64(unix.Major(ino.Dev)), uint64(unix.Minor(ino.Dev))
-	for len(data) > 0 {
-		var line []byte
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			line, data = data, nil
-		}
+	for line := range bytes.Lines(data) {
+		line = bytes.TrimSuffix(line, []byte("\n"))
 		rest, ok := bytes.CutPrefix(line, []byte("lock:"))
 		if !ok {
 			continue

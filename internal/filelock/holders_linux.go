@@ -47,13 +47,8 @@ func HoldersOf(ino Inode) (holders []Holder, known bool) {
 		return nil, false
 	}
 	major, minor := uint64(unix.Major(ino.Dev)), uint64(unix.Minor(ino.Dev))
-	for len(data) > 0 {
-		var line []byte
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			line, data = data, nil
-		}
+	for line := range bytes.Lines(data) {
+		line = bytes.TrimSuffix(line, []byte("\n"))
 		h, lmaj, lmin, lino, ok := ParseLocksLine(line)
 		if !ok || lino != ino.Ino {
 			continue
