@@ -83,6 +83,8 @@ fi
 # The Go runtime loads its system DLLs from system32 only
 # (LOAD_LIBRARY_SEARCH_SYSTEM32): beside the .exe the shim is not found.
 cp "$work/bcryptprimitives.dll" "$WINEPREFIX/drive_c/windows/system32/"
+# What earlier runs' tests left in the kept prefix's %TEMP% goes.
+rm -rf "$WINEPREFIX"/drive_c/users/*/Temp/*
 
 # --- 3. Packages, test binaries -----------------------------------------------
 if [ $# -gt 0 ]; then
