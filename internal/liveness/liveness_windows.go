@@ -2,8 +2,10 @@
 
 // This file is written against the documented Win32 interfaces (OpenProcess,
 // GetProcessTimes, GetExitCodeProcess, WaitForSingleObject,
-// TerminateProcess) and checked from Linux with `GOOS=windows go vet` and
-// staticcheck; it has never been run on Windows.
+// TerminateProcess), checked from Linux with `GOOS=windows go vet` and
+// staticcheck, and run in CI under Wine 8 (.ci/windows/run.sh), through the
+// portable tests of this package and of the root package's re-executed
+// children; never on Windows itself.
 
 package liveness
 
