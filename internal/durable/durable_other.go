@@ -21,3 +21,7 @@ func SyncDir(dir string) error {
 }
 
 func foldCase(path string) string { return path }
+
+// notFound is err: only Windows needs to tell a missing directory from one
+// that is not a directory.
+func notFound(_ string, err error) error { return err }

@@ -1,10 +1,17 @@
 package durable
 
 import (
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/testharness"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -41,4 +48,19 @@ func FuzzTempWriterTag(f *testing.F) {
 			t.Fatalf("this very process was judged gone from %q", tag)
 		}
 	})
+}
+
+// A missing directory on the way to a file is a missing file, on every
+// platform; a file where a directory belongs is "not a directory". (Windows
+// answers ERROR_PATH_NOT_FOUND for both, which Go calls ENOTDIR.)
+func TestReadFileMissingDirIsNotExist(t *testing.T) {
+	dir := testharness.TempDir(t)
+	_, err := ReadFile(filepath.Join(dir, "absent", "f"), 16)
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+	assert.NotErrorIs(t, err, syscall.ENOTDIR)
+
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	_, err = ReadFile(filepath.Join(file, "f"), 16)
+	assert.ErrorIs(t, err, syscall.ENOTDIR)
 }
