@@ -17,6 +17,12 @@
 // sentinels (ErrSymlink, ErrIsDir, ErrNotRegular, ErrTooLarge) or the
 // system's error as Err. Nothing here logs, and nothing knows which files
 // the caller keeps.
+//
+// On Windows a reader opens a file sharing delete access, and a replace
+// waits up to a second for readers to close the file it replaces: Windows
+// refuses to rename over, or remove, a file that another handle has open
+// without that sharing, and Wine 8 refuses to rename over an open file even
+// with it.
 package durable
 
 import (
@@ -135,7 +141,7 @@ func Remove(dir, name string) error {
 func SetAside(dir, name, suffix string) (string, error) {
 	path := filepath.Join(dir, name)
 	aside := path + suffix
-	if err := os.Rename(path, aside); err != nil {
+	if err := replaceFile(path, aside); err != nil {
 		return "", &fs.PathError{Op: "rename", Path: path, Err: Unwrap(err)}
 	}
 	return aside, SyncDir(dir)
@@ -182,7 +188,7 @@ func replace(dir, name string, data []byte, d durability) error {
 		os.Remove(tmp)
 		return err
 	}
-	if err := os.Rename(tmp, target); err != nil {
+	if err := replaceFile(tmp, target); err != nil {
 		os.Remove(tmp)
 		return &fs.PathError{Op: "rename", Path: target, Err: Unwrap(err)}
 	}

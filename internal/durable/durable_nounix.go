@@ -17,7 +17,9 @@ const oNoFollow = 0
 // symlink, a directory or another non-regular file (by an Lstat first). A
 // missing file, or a missing directory on the way to it, is an error
 // satisfying errors.Is(err, fs.ErrNotExist). A file larger than max returns
-// its first max bytes and ErrTooLarge.
+// its first max bytes and ErrTooLarge. On Windows the file is opened sharing
+// delete access, so that reading never makes a writer's replace or removal
+// of it fail.
 func ReadFile(path string, limit int) ([]byte, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -26,7 +28,7 @@ func ReadFile(path string, limit int) ([]byte, error) {
 	if err := CheckMode(path, fi.Mode()); err != nil {
 		return nil, err
 	}
-	f, err := os.Open(path)
+	f, err := openRead(path)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: notFound(path, Unwrap(err))}
 	}

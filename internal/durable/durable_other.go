@@ -22,6 +22,12 @@ func SyncDir(dir string) error {
 
 func foldCase(path string) string { return path }
 
+// openRead opens path for reading.
+func openRead(path string) (*os.File, error) { return os.Open(path) }
+
 // notFound is err: only Windows needs to tell a missing directory from one
 // that is not a directory.
 func notFound(_ string, err error) error { return err }
+
+// replaceFile renames oldPath over newPath.
+func replaceFile(oldPath, newPath string) error { return os.Rename(oldPath, newPath) }

@@ -64,3 +64,17 @@ func TestReadFileMissingDirIsNotExist(t *testing.T) {
 	_, err = ReadFile(filepath.Join(file, "f"), 16)
 	assert.ErrorIs(t, err, syscall.ENOTDIR)
 }
+
+// A reader never makes a removal fail: a file held open for reading, as
+// ReadFile holds it, can be removed (on Windows: because the reader shares
+// delete access). durable_windows_test.go shows the same of a replace.
+func TestReaderNeverStopsRemoval(t *testing.T) {
+	dir := testharness.TempDir(t)
+	path := filepath.Join(dir, "state")
+	require.NoError(t, Write(dir, "state", []byte("v0")))
+	f, err := openRead(path)
+	require.NoError(t, err)
+	assert.NoError(t, Remove(dir, "state"), "removed while a reader has it open")
+	require.NoError(t, f.Close())
+	assert.NoFileExists(t, path)
+}

@@ -58,6 +58,10 @@ func ReadFile(path string, limit int) ([]byte, error) {
 	return buf[:n], nil
 }
 
+// replaceFile renames oldPath over newPath: rename(2) replaces it
+// atomically, whoever has it open.
+func replaceFile(oldPath, newPath string) error { return os.Rename(oldPath, newPath) }
+
 // OpenError turns an open(2) failure of path into an *fs.PathError that
 // says, where it helps, what to do: a symlink met by O_NOFOLLOW is ErrSymlink
 // (ELOOP; EMLINK is FreeBSD's answer), a directory ErrIsDir.
