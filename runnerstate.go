@@ -796,7 +796,7 @@ func dirWarnings(dir string) []string {
 	if err != nil || !fi.IsDir() {
 		return nil
 	}
-	if fi.Mode().Perm()&0o002 != 0 && fi.Mode()&fs.ModeSticky == 0 {
+	if durable.OpenToAll(fi) {
 		return []string{fmt.Sprintf("%s is world-writable without the sticky bit: any user can replace the runner's files; chmod o-w or +t it", dir)}
 	}
 	return nil

@@ -122,6 +122,14 @@ func EnsureDir(dir string) error {
 	return nil
 }
 
+// OpenToAll reports whether any user may replace the files in the
+// directory fi describes: it is world-writable without the sticky bit.
+// Windows has no mode bits to tell (Go reports every directory as 0777, and
+// who may write is an ACL's business), so there it is false.
+func OpenToAll(fi fs.FileInfo) bool {
+	return modeBits && fi.Mode().Perm()&0o002 != 0 && fi.Mode()&fs.ModeSticky == 0
+}
+
 // Remove removes dir/name if it is there, and syncs dir so that the removal
 // survives a power loss. A missing file is not an error.
 func Remove(dir, name string) error {

@@ -22,6 +22,9 @@ func SyncDir(dir string) error {
 
 func foldCase(path string) string { return path }
 
+// modeBits: file modes say who may write (see OpenToAll).
+const modeBits = true
+
 // openRead opens path for reading.
 func openRead(path string) (*os.File, error) { return os.Open(path) }
 

@@ -11,6 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// modeBits: file modes say who may write (see OpenToAll).
+const modeBits = true
+
 // oNoFollow makes an open fail on a symlink at the last path element.
 const oNoFollow = syscall.O_NOFOLLOW
 

@@ -17,6 +17,10 @@ func SyncDir(string) error { return nil }
 // foldCase: Windows paths are case-insensitive.
 func foldCase(path string) string { return strings.ToLower(path) }
 
+// modeBits: Windows files have no mode bits; Go reports 0777 for every
+// directory, 0444 or 0666 for files (see OpenToAll).
+const modeBits = false
+
 // openRead opens path for reading like os.Open, but shares delete access
 // too. os.Open shares only read and write, and while such a handle is open
 // Windows refuses to rename over the file or to remove it (a sharing
