@@ -93,7 +93,7 @@ else
 	mapfile -t pkgs < <(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...)
 fi
 timeout=${RUNNERSTATE_WINE_TIMEOUT:-5m}
-passed=0 failed=0 ntests=0 nfail=0
+passed=0 failed=0 ntests=0 nfail=0 nskip=0
 
 for pkg in "${pkgs[@]}"; do
 	ip=$(go list -f '{{.ImportPath}}' "$pkg")
@@ -119,9 +119,10 @@ for pkg in "${pkgs[@]}"; do
 	set -e
 	n=$(grep -cE '^--- (PASS|FAIL)' "$log" || true)
 	f=$(grep -cE '^--- FAIL' "$log" || true)
-	ntests=$((ntests + n)) nfail=$((nfail + f))
+	sk=$(grep -cE '^ *--- SKIP' "$log" || true)
+	ntests=$((ntests + n)) nfail=$((nfail + f)) nskip=$((nskip + sk))
 	if [ "$status" -eq 0 ]; then
-		note="($n tests)"
+		note="($n tests, $sk tests and subtests skipped)"
 		[ "$n" -gt 0 ] || note="[no tests to run]"
 		echo "ok  	$ip	$((SECONDS - tr))s	$note"
 		passed=$((passed + 1))
@@ -132,6 +133,6 @@ for pkg in "${pkgs[@]}"; do
 	fi
 done
 
-say "$ntests tests ran, $nfail failed, in ${#pkgs[@]} packages; $((SECONDS - t0))s in all"
+say "$ntests tests ran, $nfail failed ($nskip tests and subtests skipped), in ${#pkgs[@]} packages; $((SECONDS - t0))s in all"
 echo "windows: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
