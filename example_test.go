@@ -42,7 +42,9 @@ func ExampleAcquire() {
 }
 
 // Lock waits for a kernel lock until its context ends; the busy answer names
-// the holder and the reason the wait ended.
+// the lock file and the reason the wait ended, and the holder as far as it
+// is known (busy.PID: on Linux the kernel names it, this very process here;
+// elsewhere a bare lock file's holder is unknown, 0).
 func ExampleLock() {
 	dir, _ := os.MkdirTemp("", "runnerstate-example")
 	defer os.RemoveAll(dir)
@@ -55,7 +57,7 @@ func ExampleLock() {
 	defer cancel()
 	_, err := runnerstate.Lock(ctx, path)
 	var busy *runnerstate.BusyError
-	fmt.Println(errors.As(err, &busy), errors.Is(err, context.DeadlineExceeded), busy.PID == os.Getpid())
+	fmt.Println(errors.As(err, &busy), errors.Is(err, context.DeadlineExceeded), busy.Path == path)
 	// Output:
 	// true true true
 }

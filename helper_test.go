@@ -1,13 +1,17 @@
-//go:build linux
+//go:build unix || windows
 
 package runnerstate
 
 import (
 	"log/slog"
 	"os/exec"
+	"runtime"
+	"syscall"
 	"testing"
 
+	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/testharness"
+	"github.com/stretchr/testify/assert"
 	"go.uber.org/goleak"
 )
 
@@ -25,11 +29,26 @@ type child = testharness.Child
 const childWait = testharness.Wait
 
 var (
-	say        = testharness.Say
-	commands   = testharness.Commands
-	eventually = testharness.Eventually
-	background = testharness.Bounded
+	say          = testharness.Say
+	commands     = testharness.Commands
+	eventually   = testharness.Eventually
+	background   = testharness.Bounded
+	symlinksWork = testharness.SymlinksWork
+	needSymlinks = testharness.NeedSymlinks
 )
+
+// tempDir is testharness.TempDir, whose cleanup first waits for the parked
+// goroutines of the test's waits to leave: a wait that ended early leaves
+// one blocked until the holder (usually a child, killed by then) lets go,
+// and on Windows the lock file it still has open could not be removed.
+func tempDir(t testing.TB) string {
+	t.Helper()
+	dir := testharness.TempDir(t)
+	t.Cleanup(func() {
+		eventually(t, "the parked lock waiters leave", func() bool { return filelock.Parked() == 0 })
+	})
+	return dir
+}
 
 // startChild starts the test binary in role with arg; it is killed and
 // reaped when the test ends.
@@ -52,4 +71,77 @@ func captureLog(t *testing.T) *testharness.LogBuffer {
 	SetLogger(slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { SetLogger(nil) })
 	return b
+}
+
+// What a test may expect of the platform. The portable tests run on Linux
+// and on Windows (under Wine 8 in CI); an expectation that only some
+// platforms meet is guarded by one of these, named for the property, so that
+// the rest of the test still runs everywhere. What needs Linux itself
+// (injected flock errors, the kernel's list of blocked waiters, FIFOs) is in
+// platform_linux_test.go, with its answers elsewhere in
+// platform_other_test.go.
+var (
+	// kernelNamesHolders: the kernel lists every lock's holders (Linux's
+	// /proc/locks), so a busy answer names the holder of any lock file.
+	// Elsewhere a bare lock's holder is unknown (PID 0); a runner's or a
+	// scope's is named from what it recorded.
+	kernelNamesHolders = filelock.ListsHolders()
+	// lockFileReadable: a held lock file can be read through another handle
+	// and carries its holder's identity. Not on Windows, whose LockFileEx
+	// locks are mandatory: nobody else can read the locked byte.
+	lockFileReadable = runtime.GOOS != "windows"
+	// unixFiles: Unix file modes, FIFOs and uids.
+	unixFiles = runtime.GOOS != "windows"
+	// removeOpenFiles: a file another process has open can be removed or
+	// renamed (Windows refuses while a handle without delete sharing is
+	// open, as the lock's is).
+	removeOpenFiles = runtime.GOOS != "windows"
+	// posixSignals: SIGTERM can be sent and caught (Windows has only
+	// TerminateProcess, which liveness sends as SIGKILL).
+	posixSignals = runtime.GOOS != "windows"
+)
+
+// assertWouldBlock checks that a busy answer also matches EWOULDBLOCK, as
+// it does on Unix; Windows has no such answer for locks.
+func assertWouldBlock(t testing.TB, err error) {
+	t.Helper()
+	if filelock.WouldBlockErrno != nil {
+		assert.ErrorIs(t, err, syscall.EWOULDBLOCK)
+	}
+}
+
+// awaitBlocked waits until n processes are blocked on the lock at path,
+// where the kernel shows it (Linux). Elsewhere a waiter cannot be seen
+// waiting, and the test goes on at once: it still checks what follows, only
+// without knowing that the waiter was already blocked.
+func awaitBlocked(t testing.TB, what, path string, n int) {
+	t.Helper()
+	if canSeeBlockedWaiters {
+		eventually(t, what, func() bool { return blockedOn(t, path) == n })
+	}
+}
+
+// injectLockErrorOrSkip makes every lock call fail with errno until restore
+// is called, or skips the test where that cannot be done.
+func injectLockErrorOrSkip(t testing.TB, errno error) (restore func()) {
+	t.Helper()
+	if !canInjectLockErrors {
+		t.Skip("flock(2) errors are injected on Linux only")
+	}
+	return injectFlockError(errno)
+}
+
+// awaitHolder waits until pid holds the exclusive lock at path, as the
+// kernel names it (Linux). Where the kernel names no holders it waits until
+// a probe finds the lock held: the caller has made sure that only pid can
+// hold it then.
+func awaitHolder(t testing.TB, what, path string, pid int) {
+	t.Helper()
+	eventually(t, what, func() bool {
+		if holds, known := filelock.HoldsExclusive(path, pid); known {
+			return holds
+		}
+		held, err := filelock.ProbeHeld(path)
+		return err == nil && held
+	})
 }

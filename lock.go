@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -205,8 +206,31 @@ func keepIfLive(ctx context.Context, live bool, path string, release func()) err
 }
 
 // busyError describes the holder of path as far as the kernel and the lock
-// file's content tell. cause is the context's error when a wait ended.
+// file's content tell, or for a runner's or a scope's lock what holderOf
+// tells. cause is the context's error when a wait ended.
 func busyError(path string, cause error) *BusyError {
-	st := inspectLock(path)
+	st := holderOf(path)
 	return &BusyError{Path: path, PID: st.pid, Verified: st.verified, cause: cause}
+}
+
+// holderOf is what a busy answer says of the holder of the lock at path:
+// inspectLock's reading, and where the lock file cannot name its holder
+// (Windows) what the files beside it say: a runner directory's runner.lock
+// is named from runner.json as Running names it (inspectRunner), or as this
+// very process when it holds the directory and has not published yet; a
+// scope's lock from its sidecar (inspectScope). So a refusal names a
+// verified holder on every platform.
+func holderOf(path string) lockState {
+	dir := filepath.Dir(path)
+	switch filepath.Base(path) {
+	case LockName:
+		st := inspectRunner(dir)
+		if h := holdOf(dir); st.held && st.pid == 0 && h != nil {
+			st.pid, st.verified = h.self.PID, true
+		}
+		return st
+	case scopeLockName:
+		return inspectScope(dir)
+	}
+	return inspectLock(path)
 }

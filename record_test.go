@@ -1,4 +1,4 @@
-//go:build linux
+//go:build unix || windows
 
 package runnerstate
 
@@ -19,7 +19,7 @@ import (
 )
 
 func TestSaveLoadLines(t *testing.T) {
-	dir := t.TempDir()
+	dir := tempDir(t)
 	lines, err := LoadLines(dir, "cursor")
 	require.NoError(t, err)
 	assert.Nil(t, lines, "never saved")
@@ -37,7 +37,9 @@ func TestSaveLoadLines(t *testing.T) {
 	assert.Equal(t, want, lines)
 	fi, err := os.Stat(filepath.Join(dir, "cursor"))
 	require.NoError(t, err)
-	assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm(), "state files are 0644 (under the usual umask 022)")
+	if unixFiles {
+		assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm(), "state files are 0644 (under the usual umask 022)")
+	}
 	assertNoTemps(t, dir)
 
 	err = SaveLines(dir, "cursor", []string{"a\nb"})
@@ -56,7 +58,7 @@ func assertNoTemps(t *testing.T, dir string) {
 }
 
 func TestStateNamesRefused(t *testing.T) {
-	dir := t.TempDir()
+	dir := tempDir(t)
 	for _, name := range []string{"", ".", "..", "a/b", `a\b`, "x\x00", LockName, RecordName, RestartName, gateName, durable.TempPrefix("state") + "1"} {
 		assert.Error(t, SaveLines(dir, name, []string{"x"}), "name %q", name)
 		_, err := LoadLines(dir, name)
@@ -66,7 +68,7 @@ func TestStateNamesRefused(t *testing.T) {
 }
 
 func TestAppendLineKeepsEverything(t *testing.T) {
-	dir := t.TempDir()
+	dir := tempDir(t)
 	path := filepath.Join(dir, "log")
 	require.NoError(t, os.WriteFile(path, []byte("# hand-written comment\nunknown: line\nno newline at end"), 0o644))
 	require.NoError(t, AppendLine(dir, "log", "new"))
@@ -83,7 +85,7 @@ func TestAppendLineKeepsEverything(t *testing.T) {
 }
 
 func TestConcurrentAppendsLoseNothing(t *testing.T) {
-	dir := t.TempDir()
+	dir := tempDir(t)
 	const perWriter = 40
 	var kids []*child
 	for w := range 3 {
@@ -129,7 +131,7 @@ func TestConcurrentAppendsLoseNothing(t *testing.T) {
 
 func TestMigrateFile(t *testing.T) {
 	t.Run("renames", func(t *testing.T) {
-		dir := t.TempDir()
+		dir := tempDir(t)
 		require.NoError(t, SaveLines(dir, "old", []string{"x"}))
 		require.NoError(t, MigrateFile(dir, "old", "new"))
 		assert.NoFileExists(t, filepath.Join(dir, "old"))
@@ -137,7 +139,7 @@ func TestMigrateFile(t *testing.T) {
 		assert.Equal(t, []string{"x"}, lines)
 	})
 	t.Run("existing new name wins", func(t *testing.T) {
-		dir := t.TempDir()
+		dir := tempDir(t)
 		require.NoError(t, SaveLines(dir, "old", []string{"old"}))
 		require.NoError(t, SaveLines(dir, "new", []string{"new"}))
 		require.NoError(t, MigrateFile(dir, "old", "new"))
@@ -146,23 +148,24 @@ func TestMigrateFile(t *testing.T) {
 		assert.Equal(t, []string{"new"}, lines)
 	})
 	t.Run("directory at old name stays", func(t *testing.T) {
-		dir := t.TempDir()
+		dir := tempDir(t)
 		require.NoError(t, os.Mkdir(filepath.Join(dir, "old"), 0o755))
 		require.NoError(t, MigrateFile(dir, "old", "new"))
 		assert.DirExists(t, filepath.Join(dir, "old"))
 		assert.NoFileExists(t, filepath.Join(dir, "new"))
 	})
 	t.Run("nothing to migrate", func(t *testing.T) {
-		require.NoError(t, MigrateFile(t.TempDir(), "old", "new"))
+		require.NoError(t, MigrateFile(tempDir(t), "old", "new"))
 	})
 	t.Run("symlink refused", func(t *testing.T) {
-		dir, victim := t.TempDir(), victimFile(t)
+		needSymlinks(t)
+		dir, victim := tempDir(t), victimFile(t)
 		require.NoError(t, os.Symlink(victim, filepath.Join(dir, "old")))
 		assert.ErrorContains(t, MigrateFile(dir, "old", "new"), filepath.Join(dir, "old"))
 		assertVictim(t, victim)
 	})
 	t.Run("racing callers all succeed", func(t *testing.T) {
-		dir := t.TempDir()
+		dir := tempDir(t)
 		require.NoError(t, SaveLines(dir, "old", []string{"x"}))
 		var wg sync.WaitGroup
 		for range 8 {
@@ -180,7 +183,7 @@ func TestMigrateFile(t *testing.T) {
 }
 
 func TestLeftoverTempFiles(t *testing.T) {
-	dir := t.TempDir()
+	dir := tempDir(t)
 	// A writer that is gone (this pid with other start ticks), young: removed.
 	gone := filepath.Join(dir, durable.TempPrefix("state")+strconv.Itoa(os.Getpid())+"-1-"+strings.Split(durable.WriterTag(), "-")[2]+"-aaaa")
 	// A writer we cannot judge (another boot or namespace), young: kept.
@@ -204,7 +207,7 @@ func TestLeftoverTempFiles(t *testing.T) {
 }
 
 func TestLoadLinesRefusesHugeFile(t *testing.T) {
-	dir := t.TempDir()
+	dir := tempDir(t)
 	f, err := os.Create(filepath.Join(dir, "big"))
 	require.NoError(t, err)
 	require.NoError(t, f.Truncate(maxStateSize+1))
@@ -215,7 +218,7 @@ func TestLoadLinesRefusesHugeFile(t *testing.T) {
 }
 
 func TestLongStateNames(t *testing.T) {
-	dir := t.TempDir()
+	dir := tempDir(t)
 	name := strings.Repeat("n", 240)
 	require.NoError(t, SaveLines(dir, name, []string{"a"}))
 	require.NoError(t, AppendLine(dir, name, "b"))

@@ -882,6 +882,10 @@ func Status(dir string) (Report, error) {
 	if abs, err := filepath.Abs(dir); err == nil {
 		r.Dir = abs
 	}
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		// Windows says a path below a file is not found, not ENOTDIR.
+		return r, pathError("refusing", dir, durable.ErrNotDir)
+	}
 	st := inspectRunner(dir)
 	if st.err != nil {
 		return r, st.err
@@ -1192,7 +1196,9 @@ func inspectRunner(dir string) lockState {
 		return saved
 	}
 	st.pid, st.verified, st.via = rec.PID, true, viaRecord
-	st.notes = append(st.notes, fmt.Sprintf("%s; the holder was named from %s", why, RecordName))
+	if filelock.CarriesContent { // elsewhere runner.json is how a holder is always named
+		st.notes = append(st.notes, fmt.Sprintf("%s; the holder was named from %s", why, RecordName))
+	}
 	return st
 }
 
@@ -1288,7 +1294,7 @@ func dirWarnings(dir string) []string {
 	if err != nil || !fi.IsDir() {
 		return nil
 	}
-	if fi.Mode().Perm()&0o002 != 0 && fi.Mode()&fs.ModeSticky == 0 {
+	if durable.OpenToAll(fi) {
 		return []string{fmt.Sprintf("%s is world-writable without the sticky bit: any user can replace the runner's files; chmod o-w or +t it", dir)}
 	}
 	return nil

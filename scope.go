@@ -235,6 +235,25 @@ func holderDataDir(scopeDir string) string {
 	return owner.DataDir
 }
 
+// inspectScope is inspectLock for the scope lock in scopeDir. Where the lock
+// file carries no identity (Windows, whose locked files cannot be read), the
+// holder is named from the sidecar instead, and only when its identity is
+// verified alive.
+func inspectScope(scopeDir string) lockState {
+	st := inspectLock(filepath.Join(scopeDir, scopeLockName))
+	if st.err != nil || !st.held || st.verified || st.hidden || !st.silent || filelock.ListsHolders() {
+		return st
+	}
+	owner, state, _ := readScopeOwner(scopeDir)
+	if state != fileOK || owner.PID != owner.Process.PID {
+		return st
+	}
+	if v, _ := liveness.Check(liveness.Identity(owner.Process)); v == liveness.Alive || v == liveness.Self {
+		st.pid, st.verified, st.holder, st.named, st.verdict = owner.PID, true, owner.Process, true, v
+	}
+	return st
+}
+
 // SyncRunning marks a sync or import as running on the data root: it takes a
 // shared kernel lock on root/sync.lock, for the caller to hold for the whole
 // sync and free with release (idempotent). Any number of syncs, in any

@@ -337,10 +337,12 @@ func fail(stderr io.Writer, err error) {
 // printable returns s as it is when every rune in it prints as itself, and
 // otherwise quoted with Go's escapes (\n, \x1b, \u200b...), so that a path
 // holding a newline or a terminal escape can neither break the table nor
-// fake a line of it.
+// fake a line of it. A backslash is quoted too, so that a name cannot fake
+// an escape, except where it is the path separator (Windows): there every
+// path has them, and no file name can hold a control character to escape.
 func printable(s string) string {
 	for _, r := range s {
-		if r == utf8.RuneError || r == '\\' || r == '"' || !unicode.IsGraphic(r) || (unicode.IsSpace(r) && r != ' ') {
+		if r == utf8.RuneError || (r == '\\' && filepath.Separator != '\\') || r == '"' || !unicode.IsGraphic(r) || (unicode.IsSpace(r) && r != ' ') {
 			return strconv.QuoteToGraphic(s)
 		}
 	}

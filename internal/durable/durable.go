@@ -17,6 +17,12 @@
 // sentinels (ErrSymlink, ErrIsDir, ErrNotRegular, ErrTooLarge) or the
 // system's error as Err. Nothing here logs, and nothing knows which files
 // the caller keeps.
+//
+// On Windows a reader opens a file sharing delete access, and a replace
+// waits up to a second for readers to close the file it replaces: Windows
+// refuses to rename over, or remove, a file that another handle has open
+// without that sharing, and Wine 8 refuses to rename over an open file even
+// with it.
 package durable
 
 import (
@@ -116,6 +122,14 @@ func EnsureDir(dir string) error {
 	return nil
 }
 
+// OpenToAll reports whether any user may replace the files in the
+// directory fi describes: it is world-writable without the sticky bit.
+// Windows has no mode bits to tell (Go reports every directory as 0777, and
+// who may write is an ACL's business), so there it is false.
+func OpenToAll(fi fs.FileInfo) bool {
+	return modeBits && fi.Mode().Perm()&0o002 != 0 && fi.Mode()&fs.ModeSticky == 0
+}
+
 // Remove removes dir/name if it is there, and syncs dir so that the removal
 // survives a power loss. A missing file is not an error.
 func Remove(dir, name string) error {
@@ -135,7 +149,7 @@ func Remove(dir, name string) error {
 func SetAside(dir, name, suffix string) (string, error) {
 	path := filepath.Join(dir, name)
 	aside := path + suffix
-	if err := os.Rename(path, aside); err != nil {
+	if err := replaceFile(path, aside); err != nil {
 		return "", &fs.PathError{Op: "rename", Path: path, Err: Unwrap(err)}
 	}
 	return aside, SyncDir(dir)
@@ -182,7 +196,7 @@ func replace(dir, name string, data []byte, d durability) error {
 		os.Remove(tmp)
 		return err
 	}
-	if err := os.Rename(tmp, target); err != nil {
+	if err := replaceFile(tmp, target); err != nil {
 		os.Remove(tmp)
 		return &fs.PathError{Op: "rename", Path: target, Err: Unwrap(err)}
 	}

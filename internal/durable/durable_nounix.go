@@ -15,8 +15,11 @@ const oNoFollow = 0
 
 // ReadFile reads up to max bytes of the regular file at path, refusing a
 // symlink, a directory or another non-regular file (by an Lstat first). A
-// missing file is an error satisfying errors.Is(err, fs.ErrNotExist). A file
-// larger than max returns its first max bytes and ErrTooLarge.
+// missing file, or a missing directory on the way to it, is an error
+// satisfying errors.Is(err, fs.ErrNotExist). A file larger than max returns
+// its first max bytes and ErrTooLarge. On Windows the file is opened sharing
+// delete access, so that reading never makes a writer's replace or removal
+// of it fail.
 func ReadFile(path string, limit int) ([]byte, error) {
 	data, _, err := ReadFileID(path, limit)
 	return data, err
@@ -35,14 +38,14 @@ func ReadFileID(path string, limit int) ([]byte, FileID, error) {
 func readFile(path string, limit int) ([]byte, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: Unwrap(err)}
+		return nil, &fs.PathError{Op: "open", Path: path, Err: notFound(path, Unwrap(err))}
 	}
 	if err := CheckMode(path, fi.Mode()); err != nil {
 		return nil, err
 	}
-	f, err := os.Open(path)
+	f, err := openRead(path)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: Unwrap(err)}
+		return nil, &fs.PathError{Op: "open", Path: path, Err: notFound(path, Unwrap(err))}
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))

@@ -21,3 +21,16 @@ func SyncDir(dir string) error {
 }
 
 func foldCase(path string) string { return path }
+
+// modeBits: file modes say who may write (see OpenToAll).
+const modeBits = true
+
+// openRead opens path for reading.
+func openRead(path string) (*os.File, error) { return os.Open(path) }
+
+// notFound is err: only Windows needs to tell a missing directory from one
+// that is not a directory.
+func notFound(_ string, err error) error { return err }
+
+// replaceFile renames oldPath over newPath.
+func replaceFile(oldPath, newPath string) error { return os.Rename(oldPath, newPath) }

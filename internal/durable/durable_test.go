@@ -1,10 +1,17 @@
 package durable
 
 import (
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/testharness"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -41,4 +48,33 @@ func FuzzTempWriterTag(f *testing.F) {
 			t.Fatalf("this very process was judged gone from %q", tag)
 		}
 	})
+}
+
+// A missing directory on the way to a file is a missing file, on every
+// platform; a file where a directory belongs is "not a directory". (Windows
+// answers ERROR_PATH_NOT_FOUND for both, which Go calls ENOTDIR.)
+func TestReadFileMissingDirIsNotExist(t *testing.T) {
+	dir := testharness.TempDir(t)
+	_, err := ReadFile(filepath.Join(dir, "absent", "f"), 16)
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+	assert.NotErrorIs(t, err, syscall.ENOTDIR)
+
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	_, err = ReadFile(filepath.Join(file, "f"), 16)
+	assert.ErrorIs(t, err, syscall.ENOTDIR)
+}
+
+// A reader never makes a removal fail: a file held open for reading, as
+// ReadFile holds it, can be removed (on Windows: because the reader shares
+// delete access). durable_windows_test.go shows the same of a replace.
+func TestReaderNeverStopsRemoval(t *testing.T) {
+	dir := testharness.TempDir(t)
+	path := filepath.Join(dir, "state")
+	require.NoError(t, Write(dir, "state", []byte("v0")))
+	f, err := openRead(path)
+	require.NoError(t, err)
+	assert.NoError(t, Remove(dir, "state"), "removed while a reader has it open")
+	require.NoError(t, f.Close())
+	assert.NoFileExists(t, path)
 }

@@ -11,6 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// modeBits: file modes say who may write (see OpenToAll).
+const modeBits = true
+
 // oNoFollow makes an open fail on a symlink at the last path element.
 const oNoFollow = syscall.O_NOFOLLOW
 
@@ -81,6 +84,10 @@ func readAll(fd int, path string, limit int, fsize int64) ([]byte, error) {
 	}
 	return buf[:n], nil
 }
+
+// replaceFile renames oldPath over newPath: rename(2) replaces it
+// atomically, whoever has it open.
+func replaceFile(oldPath, newPath string) error { return os.Rename(oldPath, newPath) }
 
 // OpenError turns an open(2) failure of path into an *fs.PathError that
 // says, where it helps, what to do: a symlink met by O_NOFOLLOW is ErrSymlink

@@ -134,6 +134,10 @@ func (f *File) Release() {
 	unix.Close(f.fd)
 }
 
+// CarriesContent says whether a lock file's content can name its holder:
+// true here, where WriteContent writes through the locked descriptor.
+const CarriesContent = true
+
 // WriteContent replaces the file's content with b while the lock is held:
 // b is written at offset 0 first and the tail cut after, so that a reader
 // never sees an empty file where there was content.

@@ -105,6 +105,10 @@ func (f *File) Release() {
 // through another handle, and gofrs/flock does not lend its own.
 func (f *File) WriteContent([]byte) error { return nil }
 
+// CarriesContent is false on Windows: a lock file's content is never
+// written (see WriteContent), so it never names its holder.
+const CarriesContent = false
+
 // ReadContent reads nothing on Windows; see WriteContent.
 func (f *File) ReadContent(int) ([]byte, error) { return nil, nil }
 

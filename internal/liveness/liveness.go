@@ -9,12 +9,12 @@
 // [Unverifiable], never [Dead]: in particular a permission error (EPERM) is
 // never taken as death.
 //
-// Linux is the first-class platform and the only one whose behaviour is
-// exercised by this package's tests. The darwin and windows files are written
-// against documented system interfaces and pass `GOOS=darwin go vet` and
-// `GOOS=windows go vet` (cross-checked from Linux), but they have never been
-// run: their run-time behaviour is untested. On any other OS every answer
-// except [Current] is [Unverifiable].
+// Linux is the first-class platform, and all of this package's tests run
+// there. The windows file's portable tests run in CI under Wine 8 (not on
+// Windows itself). The darwin file is written against documented system
+// interfaces and passes `GOOS=darwin go vet` (cross-checked from Linux), but
+// it has never been run. On any other OS every answer except [Current] is
+// [Unverifiable].
 //
 // Every verdict is a snapshot: by the time the caller acts on it the process
 // may have exited. [Pin] and [Process] exist so that acting (signalling,

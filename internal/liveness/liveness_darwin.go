@@ -38,8 +38,11 @@ var facts = sync.OnceValue(func() hostFacts {
 	return f
 })
 
+// currentIdentity reads this process's own identity. It does not go through
+// lookup: knowing oneself is not a probe of a recorded pid, so the probe hook
+// is not called (as on Linux).
 func currentIdentity() Identity {
-	id, err := lookup(os.Getpid())
+	id, err := identityOf(os.Getpid())
 	if err != nil {
 		f := facts()
 		return Identity{PID: os.Getpid(), BootID: f.bootID, Machine: f.machine, Hostname: f.hostname}
@@ -72,6 +75,10 @@ func startMicros(k *unix.KinfoProc) uint64 {
 
 func lookup(pid int) (Identity, error) {
 	probeHook(pid)
+	return identityOf(pid)
+}
+
+func identityOf(pid int) (Identity, error) {
 	k, err := kinfo(pid)
 	if err != nil {
 		if errors.Is(err, ErrNoProcess) {

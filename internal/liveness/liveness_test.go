@@ -218,6 +218,15 @@ func TestNothingProbed(t *testing.T) {
 	assert.Empty(t, *probed)
 }
 
+// TestSelfIsNotAProbe: computing this process's own identity never calls
+// the probe hook, whichever test first calls Current.
+func TestSelfIsNotAProbe(t *testing.T) {
+	probed := recordProbes(t)
+	id := currentIdentity()
+	assert.Equal(t, os.Getpid(), id.PID)
+	assert.Empty(t, *probed)
+}
+
 // recordProbes collects every pid probed and fails the test on any signal,
 // until the test ends.
 func recordProbes(t *testing.T) *[]int {

@@ -6,17 +6,22 @@
 //
 // It is for tests only (of the root package, internal/liveness and bench),
 // in the shape of the Go toolchain's own tests, which re-execute the test
-// binary with an environment variable selecting the role.
+// binary with an environment variable selecting the role. It works on Linux
+// and on Windows (run under Wine 8 in CI), and so do TempDir and
+// SymlinksWork, which make the portable tests' files work there too.
 package testharness
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -247,4 +252,78 @@ func Bounded(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), Wait)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// TempDir is t.TempDir for tests that also run on Windows, with a cleanup
+// that works under Wine 8 too. There os.RemoveAll fails on every path with
+// "Invalid function" (Go deletes through FileDispositionInformationEx, which
+// Wine 8 does not implement: .ci/windows/repro/removeall), so t.TempDir's
+// cleanup fails every test; what RemoveAll leaves is removed here entry by
+// entry with os.Remove, children first. A file that cannot be removed fails
+// the test, as it does with t.TempDir.
+func TempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", tempPattern(t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if os.RemoveAll(dir) == nil {
+			return
+		}
+		var paths []string
+		filepath.WalkDir(dir, func(p string, _ fs.DirEntry, _ error) error {
+			paths = append(paths, p)
+			return nil
+		})
+		for i := len(paths) - 1; i >= 0; i-- { // children before their parent
+			if err := os.Remove(paths[i]); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("TempDir cleanup: %v", err)
+			}
+		}
+	})
+	return dir
+}
+
+// tempPattern is a MkdirTemp pattern from a test's name, as t.TempDir makes
+// one: path separators and other odd characters become '_', and a long name
+// is cut.
+func tempPattern(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return string(b) + "-"
+}
+
+// SymlinksWork reports whether os.Symlink makes symlinks here. Not on
+// Windows without the privilege (it fails), nor under Wine 8, whose
+// CreateSymbolicLinkW reports success and makes nothing
+// (.ci/windows/repro/symlink). It is probed once.
+var SymlinksWork = sync.OnceValue(func() bool {
+	dir, err := os.MkdirTemp("", "symlink-probe-")
+	if err != nil {
+		return false
+	}
+	defer os.Remove(dir)
+	link := filepath.Join(dir, "link")
+	if os.Symlink("target", link) != nil {
+		return false
+	}
+	defer os.Remove(link)
+	fi, err := os.Lstat(link)
+	return err == nil && fi.Mode()&fs.ModeSymlink != 0
+})
+
+// NeedSymlinks skips a test that plants a symlink where none can be made.
+func NeedSymlinks(t testing.TB) {
+	t.Helper()
+	if !SymlinksWork() {
+		t.Skip("os.Symlink makes no symlinks here (Windows without the privilege; Wine 8's CreateSymbolicLinkW is a stub)")
+	}
 }
