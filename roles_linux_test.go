@@ -460,3 +460,6 @@ func roleChaosWorker(string) int {
 		}
 	}
 }
+
+// envWorker asks a chaos starter for a worker process in its tree.
+const envWorker = "RUNNERSTATE_TEST_WORKER"

@@ -635,6 +635,3 @@ func roleRequest(dir string) int {
 	say("requested")
 	return 0
 }
-
-// envWorker asks a chaos starter for a worker process in its tree.
-const envWorker = "RUNNERSTATE_TEST_WORKER"
