@@ -12,6 +12,7 @@ func roleCrashWriter(string) int  { return linuxOnlyRole("crash-writer") }
 func roleOps(string) int          { return linuxOnlyRole("ops") }
 func roleTreeRunner(string) int   { return linuxOnlyRole("tree-runner") }
 func roleChaosWorker(string) int  { return linuxOnlyRole("chaos-worker") }
+func roleMmapPin(string) int      { return linuxOnlyRole("mmap-pin") }
 
 func linuxOnlyRole(name string) int {
 	say("error %s", fmt.Sprintf("the %q role needs Linux", name))

@@ -55,6 +55,7 @@ var roles = testharness.Roles{
 	"lost-runner":   roleLostRunner,
 	"request":       roleRequest,
 	"chaos-worker":  roleChaosWorker,
+	"mmap-pin":      roleMmapPin,
 }
 
 // hold: take an exclusive lock on the path, say "locked", hold it until
