@@ -101,24 +101,6 @@ func (f *File) Release() {
 	}
 }
 
-// WriteContent is a no-op on Windows: the locked byte cannot be written
-// through another handle, and gofrs/flock does not lend its own.
-func (f *File) WriteContent([]byte) error { return nil }
-
-// CarriesContent is false on Windows: a lock file's content is never
-// written (see WriteContent), so it never names its holder.
-const CarriesContent = false
-
-// ReadContent reads nothing on Windows; see WriteContent.
-func (f *File) ReadContent(int) ([]byte, error) { return nil, nil }
-
-// SetFlockFault is not available on Windows: LockFileEx is reached through
-// gofrs/flock. It returns a no-op restore.
-func SetFlockFault(error) (restore func()) { return func() {} }
-
-// WouldBlockErrno: Windows has no EWOULDBLOCK answer for locks.
-var WouldBlockErrno error
-
 // ProbeHeld reports whether someone holds an exclusive lock on path, by
 // trying a shared lock and dropping it at once. It creates nothing.
 func ProbeHeld(path string) (bool, error) {
@@ -138,13 +120,4 @@ func ProbeHeld(path string) (bool, error) {
 		return false, nil
 	}
 	return true, nil
-}
-
-// MakePrivate does nothing here: these files have no mode bits to narrow.
-func (f *File) MakePrivate() (fs.FileMode, error) { return 0, nil }
-
-// Dup is not available here: the lock's handle cannot be lent (Windows,
-// through gofrs/flock) or there is none.
-func (f *File) Dup() (*os.File, error) {
-	return nil, &fs.PathError{Op: "dup", Path: f.path, Err: errors.ErrUnsupported}
 }

@@ -26,6 +26,7 @@ const startIsBootRelative = false
 // szomb is SZOMB from <sys/proc.h>: the p_stat of a zombie.
 const szomb = 5
 
+// hostFacts are this machine's facts, read once.
 type hostFacts struct{ bootID, machine, hostname string }
 
 var facts = sync.OnceValue(func() hostFacts {
@@ -37,18 +38,6 @@ var facts = sync.OnceValue(func() hostFacts {
 	}
 	return f
 })
-
-// currentIdentity reads this process's own identity. It does not go through
-// lookup: knowing oneself is not a probe of a recorded pid, so the probe hook
-// is not called (as on Linux).
-func currentIdentity() Identity {
-	id, err := identityOf(os.Getpid())
-	if err != nil {
-		f := facts()
-		return Identity{PID: os.Getpid(), BootID: f.bootID, Machine: f.machine, Hostname: f.hostname}
-	}
-	return id
-}
 
 // kinfo returns the kernel's process record for pid. A pid the kernel does
 // not know yields a short answer (EIO from x/sys); kill(pid, 0) then tells

@@ -35,7 +35,8 @@ const (
 	pinAccess   = queryAccess | windows.PROCESS_TERMINATE
 )
 
-type hostFacts struct{ machine, hostname string }
+// hostFacts are this machine's facts, read once; Windows has no boot id.
+type hostFacts struct{ bootID, machine, hostname string }
 
 var facts = sync.OnceValue(func() hostFacts {
 	f := hostFacts{hostname: hostname()}
@@ -45,18 +46,6 @@ var facts = sync.OnceValue(func() hostFacts {
 	}
 	return f
 })
-
-// currentIdentity reads this process's own identity. It does not go through
-// lookup: knowing oneself is not a probe of a recorded pid, so the probe hook
-// is not called (as on Linux).
-func currentIdentity() Identity {
-	id, err := identityOf(os.Getpid())
-	if err != nil {
-		f := facts()
-		return Identity{PID: os.Getpid(), Machine: f.machine, Hostname: f.hostname}
-	}
-	return id
-}
 
 // open returns a handle on pid with access, or ErrNoProcess when there is no
 // such process (ERROR_INVALID_PARAMETER).
