@@ -137,10 +137,16 @@ func (f *File) WriteContent(b []byte) error {
 		}
 		off += n
 	}
-	if err := unix.Ftruncate(f.fd, int64(len(b))); err != nil {
+	for {
+		err := unix.Ftruncate(f.fd, int64(len(b)))
+		switch err {
+		case nil:
+			return nil
+		case unix.EINTR: // a slow filesystem's truncate, interrupted by a signal
+			continue
+		}
 		return &fs.PathError{Op: "truncate", Path: f.path, Err: err}
 	}
-	return nil
 }
 
 // ReadContent reads up to max bytes of the file through the locked

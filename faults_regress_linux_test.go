@@ -1,0 +1,59 @@
+//go:build linux
+
+package runnerstate
+
+import (
+	"os/exec"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Each bug the fault matrix found, pinned: one cell of the matrix, named by
+// its operation, the class of call, which occurrence and the error, and
+// planned from a dry run like every cell (no call count is written down
+// here). Each runs in the default suite; see TestFaultMatrix for the whole
+// matrix and what a cell asserts.
+var faultRegressions = []struct {
+	name  string
+	op    string
+	class string
+	occ   string // first, middle, last
+	errno syscall.Errno
+}{
+	// WriteContent cut the lock file's tail with one ftruncate(2) and
+	// reported its EINTR: Acquire and AcquireScope failed on a signal.
+	{"AcquireRetriesTruncateEINTR", "acquire", "ftruncate", "first", unix.EINTR},
+	{"AcquireScopeRetriesTruncateEINTR", "scope", "ftruncate", "first", unix.EINTR},
+}
+
+func TestFaultRegressions(t *testing.T) {
+	straceBin, err := exec.LookPath("strace")
+	if err != nil {
+		t.Skip("strace is not installed (apt-get install strace): the fault regressions need it")
+	}
+	m := &faultMatrix{strace: straceBin}
+	ops := map[string]*faultOp{}
+	for _, op := range faultOps {
+		ops[op.name] = op
+	}
+	if ok, why := m.canAttach(t, &faultCase{op: faultOps[0]}); !ok {
+		t.Skipf("strace cannot attach to a helper here (ptrace not permitted?): %s", why)
+	}
+	for _, r := range faultRegressions {
+		t.Run(r.name, func(t *testing.T) {
+			t.Parallel()
+			op := ops[r.op]
+			var calls []straceCall
+			t.Run("dry", func(t *testing.T) { calls = m.cell(t, &faultCase{op: op}) })
+			for _, c := range planCells(op, calls, true) {
+				if c.class == r.class && c.occ == r.occ && c.errno == r.errno {
+					t.Run(c.name(), func(t *testing.T) { m.cell(t, c) })
+					return
+				}
+			}
+			t.Fatalf("%s makes no %s call to fault any more (%s occurrence): update the regression", r.op, r.class, r.occ)
+		})
+	}
+}
