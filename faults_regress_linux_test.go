@@ -26,6 +26,9 @@ var faultRegressions = []struct {
 	// reported its EINTR: Acquire and AcquireScope failed on a signal.
 	{"AcquireRetriesTruncateEINTR", "acquire", "ftruncate", "first", unix.EINTR},
 	{"AcquireScopeRetriesTruncateEINTR", "scope", "ftruncate", "first", unix.EINTR},
+	// ReadFileID opened without retrying EINTR: AppendLine failed on a
+	// signal while it read the file it appends to.
+	{"AppendLineRetriesOpenEINTR", "append", "openat(r)", "first", unix.EINTR},
 }
 
 func TestFaultRegressions(t *testing.T) {

@@ -33,7 +33,7 @@ type FileID struct{ Dev, Ino uint64 }
 // fstat that checked it is a regular file: the caller need not look the
 // path up again.
 func ReadFileID(path string, limit int) ([]byte, FileID, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	fd, err := OpenRetry(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, FileID{}, OpenError(path, err)
 	}
@@ -80,6 +80,17 @@ func readAll(fd int, path string, limit int, fsize int64) ([]byte, error) {
 		return buf[:n], ErrTooLarge
 	}
 	return buf[:n], nil
+}
+
+// OpenRetry is open(2), tried again when a signal interrupts it (a slow
+// filesystem, NFS or FUSE, lets EINTR through where a local disk never does).
+func OpenRetry(path string, flags int, perm uint32) (int, error) {
+	for {
+		fd, err := unix.Open(path, flags, perm)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
 }
 
 // OpenError turns an open(2) failure of path into an *fs.PathError that

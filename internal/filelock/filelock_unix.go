@@ -36,14 +36,7 @@ func open(path string, mode Mode, perm fs.FileMode) (*File, error) {
 	if mode == Shared {
 		flags = openShared
 	}
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Open(path, flags, uint32(perm.Perm()))
-		if err != unix.EINTR {
-			break
-		}
-	}
+	fd, err := durable.OpenRetry(path, flags, uint32(perm.Perm()))
 	if err != nil {
 		return nil, durable.OpenError(path, err)
 	}
@@ -194,7 +187,7 @@ var WouldBlockErrno error = syscall.EWOULDBLOCK
 // concurrent exclusive try-lock fails, so a caller that probes retries a busy
 // answer briefly.
 func ProbeHeld(path string) (held bool, err error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	fd, err := durable.OpenRetry(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		if err == unix.ENOENT {
 			return false, nil
