@@ -29,6 +29,10 @@ var faultRegressions = []struct {
 	// ReadFileID opened without retrying EINTR: AppendLine failed on a
 	// signal while it read the file it appends to.
 	{"AppendLineRetriesOpenEINTR", "append", "openat(r)", "first", unix.EINTR},
+	// RequestRestart took a restart.json it could not read for no request
+	// at all, and wrote "drain" over a pending "now".
+	{"RequestRestartNeverWeakensUnreadOpen", "request-weaker", "openat(r)", "last", unix.EIO},
+	{"RequestRestartNeverWeakensUnreadRead", "request-weaker", "read", "first", unix.EIO},
 }
 
 func TestFaultRegressions(t *testing.T) {

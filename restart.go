@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
@@ -95,8 +96,10 @@ func pendingRestart(dir string) (restartRequest, bool) {
 //
 // Errors: ErrBadMode for any mode but RestartDrain and RestartNow; an error
 // naming dir when it does not exist; a symlink or directory at restart.json is
-// refused naming the path. Touches restart.json (atomically) under the
-// directory's state lock.
+// refused naming the path; a restart.json that is there but cannot be read
+// (an I/O error, no descriptor left) is left as it is and its error returned,
+// since writing over a request it cannot read could weaken it. Touches
+// restart.json (atomically) under the directory's state lock.
 func RequestRestart(dir, mode string) error {
 	_, err := requestRestart(dir, mode, Self())
 	return err
@@ -133,7 +136,11 @@ func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending
 	if st := inspectRunner(dir); st.held && st.named {
 		target = st.holder.Instance
 	}
-	if old, ok := pendingRestart(dir); ok && old.For == target && strength(old.Mode) >= strength(mode) {
+	old, ok, err := pendingForWrite(dir)
+	if err != nil {
+		return restartRequest{}, false, err
+	}
+	if ok && old.For == target && strength(old.Mode) >= strength(mode) {
 		return old, false, nil
 	}
 	pending = restartRequest{Mode: mode, RequestedAt: time.Now(), By: by, For: target, Takeover: takeover}
@@ -145,6 +152,27 @@ func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending
 		return restartRequest{}, false, public(err)
 	}
 	return pending, true, nil
+}
+
+// pendingForWrite is pendingRestart for a writer about to replace
+// restart.json: a file that is there but cannot be read (an I/O error, no
+// descriptor left) is an error, not "no request", since what it asks is
+// unknown and a write over it could weaken it. An unparsable one is no
+// request, as everywhere.
+func pendingForWrite(dir string) (restartRequest, bool, error) {
+	path := filepath.Join(dir, RestartName)
+	req, state, err := readState(path, parseRestart)
+	var errno syscall.Errno
+	switch {
+	case state == fileCorrupt && errors.As(err, &errno):
+		return restartRequest{}, false, fmt.Errorf("%w (the pending request cannot be read, so it is left as it is)", err)
+	case state == fileCorrupt:
+		warnOnce("restart:"+err.Error(), "runnerstate: ignoring a restart request that cannot be read", "path", path, "err", err)
+	}
+	if state != fileOK || req.void() {
+		return restartRequest{}, false, nil
+	}
+	return req, true, nil
 }
 
 // readRestart reads restart.json. Anything unreadable or unparsable, or with
