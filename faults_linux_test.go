@@ -254,22 +254,26 @@ func planCells(op *faultOp, calls []straceCall, full bool) []*faultCase {
 	var cells []*faultCase
 	for _, class := range order {
 		list := byClass[class]
-		picks := []struct {
-			occ string
-			i   int
-		}{{"first", 0}, {"middle", len(list) / 2}, {"last", len(list) - 1}}
+		picks := []int{0, len(list) / 2, len(list) - 1}
 		errnos := faultErrnos[class]
 		if !full {
 			picks, errnos = picks[:1], errnos[:1]
 		}
 		seen := map[int]bool{}
-		for _, p := range picks {
-			if seen[p.i] {
+		for _, i := range picks {
+			if seen[i] {
 				continue
 			}
-			seen[p.i] = true
+			seen[i] = true
+			occ := "middle"
+			switch i {
+			case 0:
+				occ = "first"
+			case len(list) - 1:
+				occ = "last"
+			}
 			for _, e := range errnos {
-				cells = append(cells, &faultCase{op: op, class: class, occ: p.occ, errno: e, target: list[p.i]})
+				cells = append(cells, &faultCase{op: op, class: class, occ: occ, errno: e, target: list[i]})
 			}
 		}
 	}
@@ -867,6 +871,7 @@ var faultOps = []*faultOp{
 			assert.NoFileExists(t, filepath.Join(c.root, RecordName), "a nil error means the stale record is gone")
 			data, _ := os.ReadFile(filepath.Join(c.root, LockName))
 			assert.Empty(t, data, "and the lock file names nobody")
+			assert.NoFileExists(t, filepath.Join(c.root, RestartName), "and the request addressed to the dead runner is gone")
 		}
 	}},
 	{name: "save", smoke: true, seed: func(t *testing.T, root string) {

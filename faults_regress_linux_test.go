@@ -33,6 +33,13 @@ var faultRegressions = []struct {
 	// at all, and wrote "drain" over a pending "now".
 	{"RequestRestartNeverWeakensUnreadOpen", "request-weaker", "openat(r)", "last", unix.EIO},
 	{"RequestRestartNeverWeakensUnreadRead", "request-weaker", "read", "first", unix.EIO},
+	// ClearStale returned nil with the stale record still there (its
+	// unlink failed, and was only logged), or with the dead runner still
+	// named in runner.lock (its read or rewrite failed, unchecked).
+	{"ClearStaleReportsRecordLeft", "clearstale", "unlinkat", "first", unix.EIO},
+	{"ClearStaleReportsLockUnread", "clearstale", "pread64", "first", unix.EIO},
+	{"ClearStaleReportsLockNotCleared", "clearstale", "ftruncate", "first", unix.EIO},
+	{"ClearStaleReportsTreeNotCleared", "clearstale", "ftruncate", "last", unix.EIO},
 }
 
 func TestFaultRegressions(t *testing.T) {

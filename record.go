@@ -295,17 +295,17 @@ func validPID(pid int) bool { return pid > 0 && pid <= maxPID }
 
 // setAside renames an unreadable state file to <name>.corrupt, replacing an
 // older one, and logs it; what names the file in the log ("file", "runner
-// record"). It reports whether the file was moved. Called only under the
-// runner lock.
-func setAside(dir, name, what string, why error) bool {
+// record"). It returns why the file could not be moved, nil when it was.
+// Called only under the runner lock.
+func setAside(dir, name, what string, why error) error {
 	path := filepath.Join(dir, name)
 	aside, err := durable.SetAside(dir, name, corruptSuffix)
 	if aside == "" {
 		warnOnce("aside:"+path, "runnerstate: could not set aside an unreadable "+what, "path", path, "err", why, "rename_err", err)
-		return false
+		return public(err)
 	}
 	logger().Warn("runnerstate: set aside an unreadable "+what, "path", path, "aside", aside, "err", why)
-	return true
+	return nil
 }
 
 // jsonLine marshals v as one line of JSON ended by "\n".

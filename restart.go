@@ -264,12 +264,15 @@ func retireOnRelease(dir, instance string) {
 
 // retireOnClear removes, for ClearStale, a restart request addressed to any
 // runner: holding the runner lock, that runner is gone. It reports whether
-// one was removed.
-func retireOnClear(dir string) bool {
+// one was removed, and why one that should be is still there.
+func retireOnClear(dir string) (bool, error) {
 	if req, ok := readRestart(dir); ok && req.For != "" {
-		return durable.Remove(dir, RestartName) == nil
+		if err := durable.Remove(dir, RestartName); err != nil {
+			return false, public(err)
+		}
+		return true, nil
 	}
-	return false
+	return false, nil
 }
 
 // WatchRestart delivers dir's restart requests: one already pending when it
