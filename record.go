@@ -167,9 +167,24 @@ func readState[T any](path string, parse func([]byte) (T, error)) (T, fileState,
 	}
 	v, err := parse(data)
 	if err != nil {
-		return zero, fileCorrupt, pathError("parse", path, err)
+		return zero, fileCorrupt, pathError("parse", path, unparsableError{err})
 	}
 	return v, fileOK, nil
+}
+
+// unparsableError is readState's error for a file that was read whole but is
+// not what it should be, as against one that could not be read at all.
+type unparsableError struct{ err error }
+
+func (e unparsableError) Error() string { return e.err.Error() }
+func (e unparsableError) Unwrap() error { return e.err }
+
+// unreadable reports whether err, readState's for a fileCorrupt file, says it
+// could not be read at all (an I/O error, no descriptor left): then what it
+// holds is unknown, rather than known to be wrong.
+func unreadable(err error) bool {
+	var ue unparsableError
+	return !errors.As(err, &ue) && !errors.Is(err, durable.ErrTooLarge)
 }
 
 // readFile reads up to max bytes of the file at path without following a

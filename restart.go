@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
@@ -162,9 +161,8 @@ func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending
 func pendingForWrite(dir string) (restartRequest, bool, error) {
 	path := filepath.Join(dir, RestartName)
 	req, state, err := readState(path, parseRestart)
-	var errno syscall.Errno
 	switch {
-	case state == fileCorrupt && errors.As(err, &errno):
+	case state == fileCorrupt && unreadable(err):
 		return restartRequest{}, false, fmt.Errorf("%w (the pending request cannot be read, so it is left as it is)", err)
 	case state == fileCorrupt:
 		warnOnce("restart:"+err.Error(), "runnerstate: ignoring a restart request that cannot be read", "path", path, "err", err)
