@@ -5,6 +5,7 @@ package runnerstate
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -655,7 +656,7 @@ func checkFaultOutcome(t *testing.T, c *faultCase, o *faultOutcome) {
 // adviceOf is what an error carrying errno must say to do.
 func adviceOf(errno string) string { return "" } // TODO
 
-func isNotDurable(err error) bool { return false } // TODO
+func isNotDurable(err error) bool { return errors.Is(err, ErrNotDurable) }
 
 // The operations.
 

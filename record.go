@@ -95,6 +95,22 @@ type Record struct {
 // lock is gone (released, or the lock file was replaced under it).
 var ErrNotHolder = errors.New("runnerstate: this process does not hold the runner lock")
 
+// ErrNotDurable reports a change to a file in the directory that was made,
+// but whose directory could not be synced after it (an fsync of the
+// directory failed, or the directory could not be opened for it): the new
+// content is in place and every reader sees it at once, but it is not known
+// to survive a power loss, after which either the old state or the new may
+// be found, never a mix. The next write that succeeds in the same directory
+// syncs it and makes it durable. The error names the file and the
+// directory, and wraps the system's error (errors.Is(err, syscall.EIO)).
+//
+// What a caller does: treat the change as made (it is, for every process
+// that reads now) and the disk as suspect. SaveLines may be called again;
+// AppendLine must not be (the line is there, and would be there twice);
+// Publish's record describes a live process, which a power loss ends
+// anyway, so a runner may go on (it still holds the directory).
+var ErrNotDurable = durable.ErrNotDurable
+
 // maxRecordSize bounds what is read of a small JSON state file (runner.json,
 // restart.json, gate.json, scope.owner.json): a runaway or hostile 50 MB file
 // is refused, not read whole.
@@ -110,9 +126,14 @@ const maxStateSize = 64 << 20
 // Errors: ErrNotHolder (wrapped, naming dir) unless this process holds dir's
 // runner lock through Acquire or Takeover and the lock file is still the one it
 // locked; a symlink or directory at runner.json is refused naming the path;
-// otherwise the system's error naming the path. Touches runner.json and a
-// temporary file beside it.
-func Publish(dir string, rec Record) error {
+// ErrNotDurable when the record is in place but its directory could not be
+// synced; otherwise the system's error naming the path. Touches runner.json
+// and a temporary file beside it.
+func Publish(dir string, rec Record) error { return publish(dir, rec) }
+
+// publish is Publish, for an admission that lets its hold go when it cannot
+// publish.
+func publish(dir string, rec Record) error {
 	if err := checkDir("Publish", dir); err != nil {
 		return err
 	}
@@ -338,9 +359,11 @@ func jsonLine(v any) ([]byte, error) {
 // this package manages. A line may not contain "\n".
 //
 // Errors name the path: a symlink or a directory at the path is refused, a
-// bad name or line is refused; otherwise the system's error. Creates dir
-// (0755) when it does not exist; touches dir/name and a temporary file beside
-// it, under the directory's state lock.
+// bad name or line is refused; ErrNotDurable when the new content is in
+// place but its directory could not be synced (call SaveLines again to make
+// sure it is durable); otherwise the system's error, and the old content is
+// intact. Creates dir (0755) when it does not exist; touches dir/name and a
+// temporary file beside it, under the directory's state lock.
 func SaveLines(dir, name string, lines []string) error {
 	if err := checkStateName(dir, name); err != nil {
 		return err
@@ -421,7 +444,10 @@ func readLines(path, op string) ([]byte, error) {
 // costs in proportion to the file's size (a few milliseconds for a small file,
 // most of it the fsyncs); keep appended files small, or rotate them.
 //
-// Errors are those of SaveLines.
+// Errors are those of SaveLines, but ErrNotDurable says the line is there
+// (every reader sees it) and only not known to survive a power loss: do not
+// append it again, or it is there twice; the next write that succeeds in dir
+// makes it durable.
 func AppendLine(dir, name, line string) error {
 	if err := checkStateName(dir, name); err != nil {
 		return err
@@ -458,8 +484,12 @@ func AppendLine(dir, name, line string) error {
 // where it is and the call returns nil; a caller that finds oldName already
 // gone (another process migrated it first) returns nil.
 //
-// Errors name the path: a symlink at either name is refused; otherwise the
-// system's error. Runs under the directory's state lock.
+// Errors name the path: a symlink at either name is refused; ErrNotDurable
+// when the file is at its new name (or oldName removed, newName winning) but
+// the directory could not be synced: a second MigrateFile finds nothing to
+// do, and the next write that succeeds in dir makes it durable; otherwise
+// the system's error, and both names are as they were. Runs under the
+// directory's state lock.
 func MigrateFile(dir, oldName, newName string) error {
 	if err := checkStateName(dir, oldName); err != nil {
 		return err
@@ -504,7 +534,7 @@ func MigrateFile(dir, oldName, newName string) error {
 			}
 			return pathError("rename", oldPath, durable.Unwrap(err))
 		}
-		return public(durable.SyncDir(dir))
+		return public(durable.SyncAfter("rename", oldPath, dir))
 	})
 }
 

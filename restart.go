@@ -97,8 +97,10 @@ func pendingRestart(dir string) (restartRequest, bool) {
 // naming dir when it does not exist; a symlink or directory at restart.json is
 // refused naming the path; a restart.json that is there but cannot be read
 // (an I/O error, no descriptor left) is left as it is and its error returned,
-// since writing over a request it cannot read could weaken it. Touches
-// restart.json (atomically) under the directory's state lock.
+// since writing over a request it cannot read could weaken it;
+// ErrNotDurable when the request is in place (the runner sees it) but the
+// directory could not be synced. Touches restart.json (atomically) under the
+// directory's state lock.
 func RequestRestart(dir, mode string) error {
 	_, err := requestRestart(dir, mode, Self())
 	return err
@@ -215,7 +217,8 @@ func RestartRequested(dir string) (mode string, ok bool) {
 
 // ClearRestart removes dir's restart request. It is idempotent: no request,
 // or no dir, is not an error. Errors: a directory at restart.json, or the
-// system's error, naming the path.
+// system's error, naming the path; ErrNotDurable when the request is gone
+// (nobody sees it any more) but the directory could not be synced.
 func ClearRestart(dir string) error {
 	if err := checkDir("ClearRestart", dir); err != nil {
 		return err

@@ -629,7 +629,10 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold, error) {
 	}
 	t.request = nil // retired with the previous runner
 	h.register()
-	if err := Publish(t.dir, Record{}); err != nil {
+	if err := publish(t.dir, Record{}); errors.Is(err, ErrNotDurable) {
+		// Published: the record is in place, and describes a live process.
+		t.log.Warn("runnerstate: takeover published its record, but its directory could not be synced", "dir", t.dir, "err", err)
+	} else if err != nil {
 		lost, _ := h.lost()
 		h.release()
 		if lost {
