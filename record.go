@@ -123,16 +123,31 @@ const maxStateSize = 64 << 20
 // rec.PID and rec.Process with this process's identity and rec.StartedAt with
 // the time the lock was taken when it is zero.
 //
+// A Publish that fails changes nothing but runner.json, and not even that:
+// this process still holds dir (the kernel lock is the authority, and no
+// other runner is admitted), and runner.json keeps what it had (the previous
+// record of this runner, or nothing after Acquire), so Running and Status go
+// on naming this runner, from runner.lock, with its previous record or none.
+// The runner decides: go on and call Publish again once the cause is fixed
+// (a full disk, say), or release and exit if its record matters to others.
+// The error says so.
+//
 // Errors: ErrNotHolder (wrapped, naming dir) unless this process holds dir's
 // runner lock through Acquire or Takeover and the lock file is still the one it
 // locked; a symlink or directory at runner.json is refused naming the path;
 // ErrNotDurable when the record is in place but its directory could not be
 // synced; otherwise the system's error naming the path. Touches runner.json
 // and a temporary file beside it.
-func Publish(dir string, rec Record) error { return publish(dir, rec) }
+func Publish(dir string, rec Record) error {
+	err := publish(dir, rec)
+	if err != nil && !errors.Is(err, ErrNotHolder) && !errors.Is(err, ErrNotDurable) {
+		return fmt.Errorf("%w; this process still holds %s, and %s keeps its previous content: call Publish again once that is fixed, or release", err, dir, RecordName)
+	}
+	return err
+}
 
-// publish is Publish, for an admission that lets its hold go when it cannot
-// publish.
+// publish is Publish without the note that the hold stands, for an
+// admission that lets its hold go when it cannot publish.
 func publish(dir string, rec Record) error {
 	if err := checkDir("Publish", dir); err != nil {
 		return err
