@@ -809,6 +809,9 @@ var faultOps = []*faultOp{
 	{name: "publish", smoke: true, seed: seedNothing, check: func(t *testing.T, c *faultCase, o *faultOutcome) {
 		expectLocks(t, o, holdsDir)
 		assert.True(t, o.res.Holds, "a failed Publish leaves the hold in place")
+		if o.res.Err != "" && !o.res.NotDurable {
+			assert.Contains(t, o.res.Err, "this process still holds "+c.root, "a failed Publish says the hold stands")
+		}
 		assertNotTorn(t, filepath.Join(c.root, RecordName))
 		rec, state, _ := readRecord(c.root)
 		assert.Equal(t, fileOK, state, "the record acknowledged before is never lost")
