@@ -589,6 +589,8 @@ func (h *hold) cleanUp() error {
 
 // lost says whether the hold lost a lock file: one of its pair was deleted,
 // renamed or replaced while held, or the directory is gone. why names which.
+// Only proof counts: a lock file or directory that cannot be checked (its
+// stat fails with EIO, EACCES...) is not lost.
 func (h *hold) lost() (bool, string) {
 	h.mu.Lock()
 	released := h.released
@@ -596,11 +598,11 @@ func (h *hold) lost() (bool, string) {
 	if released {
 		return false, ""
 	}
-	if _, err := os.Stat(h.dir); err != nil {
+	if _, err := os.Stat(h.dir); isNotExist(err) {
 		return true, h.dir + " is gone"
 	}
 	for _, l := range []*filelock.File{h.lock, h.tree} {
-		if ok, _ := l.AtPath(); !ok {
+		if ok, err := l.AtPath(); !ok && err == nil {
 			return true, l.Path() + " was removed or replaced while held"
 		}
 	}
