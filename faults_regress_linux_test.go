@@ -40,6 +40,7 @@ var faultRegressions = []struct {
 	{"ClearStaleReportsLockUnread", "clearstale", "pread64", "first", unix.EIO},
 	{"ClearStaleReportsLockNotCleared", "clearstale", "ftruncate", "first", unix.EIO},
 	{"ClearStaleReportsTreeNotCleared", "clearstale", "ftruncate", "last", unix.EIO},
+	{"ClearStaleReportsRequestUnread", "clearstale", "openat(r)", "middle", unix.EIO},
 	// A lock file whose stat failed counted as lost: Publish answered
 	// ErrNotHolder, "removed or replaced while held", to the holder, and
 	// WatchRestart would have told it RestartLost.

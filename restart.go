@@ -267,13 +267,17 @@ func retireOnRelease(dir, instance string) {
 // runner: holding the runner lock, that runner is gone. It reports whether
 // one was removed, and why one that should be is still there.
 func retireOnClear(dir string) (bool, error) {
-	if req, ok := readRestart(dir); ok && req.For != "" {
-		if err := durable.Remove(dir, RestartName); err != nil {
-			return false, public(err)
-		}
-		return true, nil
+	req, state, err := readState(filepath.Join(dir, RestartName), parseRestart)
+	switch {
+	case state == fileCorrupt && unreadable(err):
+		return false, err // whom it addresses is unknown: it stays
+	case state != fileOK || req.For == "":
+		return false, nil
 	}
-	return false, nil
+	if err := durable.Remove(dir, RestartName); err != nil {
+		return false, public(err)
+	}
+	return true, nil
 }
 
 // WatchRestart delivers dir's restart requests: one already pending when it
