@@ -136,6 +136,8 @@ type faultOp struct {
 	seed func(t *testing.T, root string)
 	// check judges the outcome while the helper lives.
 	check func(t *testing.T, c *faultCase, o *faultOutcome)
+	// after, when set, judges the directory once the helper is gone.
+	after func(t *testing.T, c *faultCase, o *faultOutcome)
 	smoke bool // in the default subset
 	// refused says the operation's answer without a fault is a busy
 	// refusal wrapping the context's error, not a success.
@@ -370,6 +372,9 @@ func (m *faultMatrix) cell(t *testing.T, c *faultCase) []straceCall {
 	checkFaultOutcome(t, c, o)
 
 	require.NoError(t, h.Stop(), "the helper exits")
+	if c.op.after != nil {
+		c.op.after(t, c, o)
+	}
 	s.wait()
 	calls, err := parseStrace(logPath, c.root)
 	require.NoError(t, err)
@@ -774,6 +779,30 @@ func readRestartFile(t *testing.T, root string) (string, bool) {
 	return req.Mode, ok
 }
 
+// checkWithdrawn checks that a starter that gave up left the gate, or, when
+// gate.json could not be written, said so: then its entry stays while its
+// process lives (see Takeover).
+func checkWithdrawn(t *testing.T, c *faultCase, o *faultOutcome) {
+	t.Helper()
+	g, _ := readGate(c.root)
+	for _, e := range g.Waiting {
+		if e.Starter.PID == o.pid {
+			assert.Contains(t, o.res.Log, "could not withdraw from the gate", "a starter that gave up left the gate, or says why not")
+		}
+	}
+}
+
+// checkGateAfter checks that no starter waits in the gate once the helper
+// is gone, whatever it could write.
+func checkGateAfter(t *testing.T, c *faultCase, o *faultOutcome) {
+	t.Helper()
+	st, err := Status(c.root)
+	require.NoError(t, err)
+	for _, id := range st.Waiting {
+		assert.NotEqual(t, o.pid, id.PID, "a gone starter never counts as waiting")
+	}
+}
+
 var faultOps = []*faultOp{
 	{name: "acquire", smoke: true, seed: seedPrevious, check: func(t *testing.T, c *faultCase, o *faultOutcome) {
 		checkAdmission(t, c, o, false)
@@ -781,12 +810,9 @@ var faultOps = []*faultOp{
 	{name: "takeover", seed: seedPrevious, check: func(t *testing.T, c *faultCase, o *faultOutcome) {
 		checkAdmission(t, c, o, true)
 		if o.res.Err != "" {
-			g, _ := readGate(c.root)
-			for _, e := range g.Waiting {
-				assert.NotEqual(t, o.pid, e.Starter.PID, "a starter that gave up left the gate")
-			}
+			checkWithdrawn(t, c, o)
 		}
-	}},
+	}, after: checkGateAfter},
 	{name: "gate", refused: true,
 		seed: func(t *testing.T, root string) {
 			seedNothing(t, root)
@@ -798,14 +824,11 @@ var faultOps = []*faultOp{
 			expectLocks(t, o, nil)
 			assert.False(t, o.res.Holds)
 			assert.NotEmpty(t, o.res.Err, "never admitted beside the live runner")
-			g, _ := readGate(c.root)
-			for _, e := range g.Waiting {
-				assert.NotEqual(t, o.pid, e.Starter.PID, "a starter that gave up left the gate")
-			}
+			checkWithdrawn(t, c, o)
 			_, ok := readRestartFile(t, c.root)
 			assert.False(t, ok, "an ended context asks nothing")
 			checkKept(t, c.root)
-		}},
+		}, after: checkGateAfter},
 	{name: "publish", smoke: true, seed: seedNothing, check: func(t *testing.T, c *faultCase, o *faultOutcome) {
 		expectLocks(t, o, holdsDir)
 		assert.True(t, o.res.Holds, "a failed Publish leaves the hold in place")
