@@ -41,7 +41,8 @@ type faultState struct {
 // while it still lives.
 type faultResult struct {
 	Err         string `json:"err,omitempty"`
-	Errno       string `json:"errno,omitempty"` // the first syscall.Errno in the error's chain
+	Errno       string `json:"errno,omitempty"` // the first syscall.Errno in the error's chain, by name
+	ErrnoNum    int    `json:"errno_num,omitempty"`
 	Busy        bool   `json:"busy,omitempty"`
 	Ctx         bool   `json:"ctx,omitempty"` // wraps the context's error
 	NotHolder   bool   `json:"not_holder,omitempty"`
@@ -117,7 +118,7 @@ func roleFault(root string) int {
 		res.Err = err.Error()
 		var errno syscall.Errno
 		if errors.As(err, &errno) {
-			res.Errno = unix.ErrnoName(errno)
+			res.Errno, res.ErrnoNum = unix.ErrnoName(errno), int(errno)
 		}
 		res.Busy = errors.Is(err, ErrBusy)
 		res.Ctx = errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)

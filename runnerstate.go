@@ -181,9 +181,10 @@ var warned = struct {
 var errBadName = errors.New("is not a plain file name of its own")
 
 // pathError names the operation and path. The operation carries the package
-// name so that every message starts with it.
+// name so that every message starts with it, and a system error says what to
+// do (durable.Advise).
 func pathError(op, path string, err error) error {
-	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: err}
+	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: durable.Advise(err)}
 }
 
 // errorf formats an error whose message starts with the package name.
@@ -193,8 +194,9 @@ func errorf(format string, args ...any) error {
 
 // public turns an error from an internal package into this package's
 // vocabulary: the *fs.PathError it is gets an Op that names the package, so
-// that every message starts with "runnerstate: ", and a filesystem's refusal
-// of locks becomes ErrLockingUnsupported. Anything else passes as it is.
+// that every message starts with "runnerstate: ", a system error says what to
+// do (durable.Advise), and a filesystem's refusal of locks becomes
+// ErrLockingUnsupported. Anything else passes as it is.
 func public(err error) error {
 	pe, ok := err.(*fs.PathError)
 	if !ok {
@@ -207,7 +209,7 @@ func public(err error) error {
 	if strings.HasPrefix(pe.Op, "runnerstate: ") {
 		return err
 	}
-	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: pe.Err}
+	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: durable.Advise(pe.Err)}
 }
 
 // isNotExist reports whether err says a path does not exist.

@@ -86,6 +86,31 @@ func SyncAfter(op, path, dir string) error {
 	return nil
 }
 
+// Advise returns err with what to do about it, when it holds a system error
+// whose cure is known (a full disk, no descriptor left, a read-only
+// filesystem...): an error whose message adds the advice, and which unwraps
+// to err, so errors.Is still finds the system's error. Anything else, nil,
+// and an error already advised come back as they are.
+func Advise(err error) error {
+	var ae *advisedError
+	if err == nil || errors.As(err, &ae) {
+		return err
+	}
+	a := Advice(err)
+	if a == "" {
+		return err
+	}
+	return &advisedError{err: err, advice: a}
+}
+
+type advisedError struct {
+	err    error
+	advice string
+}
+
+func (e *advisedError) Error() string { return e.err.Error() + "; " + e.advice }
+func (e *advisedError) Unwrap() error { return e.err }
+
 // refused is the error for a path that is refused for why.
 func refused(path string, why error) error {
 	return &fs.PathError{Op: "refusing", Path: path, Err: why}

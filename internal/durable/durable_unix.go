@@ -82,6 +82,43 @@ func readAll(fd int, path string, limit int, fsize int64) ([]byte, error) {
 	return buf[:n], nil
 }
 
+// Advice says what to do about the system error in err's chain, for the
+// errors a state or lock file meets (see Advise); "" when there is none to
+// give.
+func Advice(err error) string {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return ""
+	}
+	switch errno {
+	case unix.ENOSPC:
+		return "free space on that filesystem, then try again"
+	case unix.EDQUOT:
+		return "free space or raise the disk quota, then try again"
+	case unix.EIO:
+		return "the disk reported an error: check the device and the kernel log (dmesg) before trusting it"
+	case unix.EMFILE:
+		return "this process has no file descriptor left: close files or raise its limit (ulimit -n)"
+	case unix.ENFILE:
+		return "the system has no file descriptor left: close files or raise fs.file-max"
+	case unix.EROFS:
+		return "remount the filesystem read-write, or move the directory to one that is"
+	case unix.EACCES, unix.EPERM:
+		return "run as a user allowed to write there, or fix the permissions"
+	case unix.EINTR, unix.EAGAIN, unix.EBUSY:
+		return "try again"
+	case unix.ENOMEM:
+		return "the system is short of memory: try again later"
+	case unix.ENAMETOOLONG:
+		return "use a shorter path"
+	case unix.ESTALE:
+		return "the network filesystem lost the file: try again, or remount it"
+	case unix.ENOLCK:
+		return "move the directory to a local disk"
+	}
+	return ""
+}
+
 // OpenRetry is open(2), tried again when a signal interrupts it (a slow
 // filesystem, NFS or FUSE, lets EINTR through where a local disk never does).
 func OpenRetry(path string, flags int, perm uint32) (int, error) {
