@@ -430,21 +430,22 @@ func (m *faultMatrix) attach(t *testing.T, tid, logPath string, args []string) (
 		return nil, err
 	}
 	s := &straceRun{cmd: cmd, done: make(chan struct{})}
-	attached := make(chan string, 1)
+	attached := make(chan string, 1) // "" once attached, else what strace said before it exited
 	go func() {
 		defer close(s.done)
 		sc := bufio.NewScanner(stderr)
 		var said []string
+		told := false
 		for sc.Scan() {
 			line := sc.Text()
-			if strings.Contains(line, "attached") && attached != nil {
+			if !told && strings.Contains(line, "attached") {
 				attached <- ""
-				attached = nil
+				told = true
 				continue
 			}
 			said = append(said, line)
 		}
-		if attached != nil {
+		if !told {
 			attached <- strings.Join(said, "; ")
 		}
 		cmd.Wait()
