@@ -139,6 +139,9 @@ const maxStateSize = 64 << 20
 // synced; otherwise the system's error naming the path. Touches runner.json
 // and a temporary file beside it.
 func Publish(dir string, rec Record) error {
+	if err := checkDir("Publish", dir); err != nil {
+		return err
+	}
 	err := publish(dir, rec)
 	if err != nil && !errors.Is(err, ErrNotHolder) && !errors.Is(err, ErrNotDurable) {
 		return fmt.Errorf("%w; this process still holds %s, and %s keeps its previous content: call Publish again once that is fixed, or release", err, dir, RecordName)

@@ -726,10 +726,7 @@ func ClearStale(dir string) (pid int, cleared bool, err error) {
 	}
 	defer p.release()
 	l := p.runner
-	content, err := l.ReadContent(maxLockContent)
-	if err != nil {
-		return 0, false, public(err)
-	}
+	content, readErr := l.ReadContent(maxLockContent)
 	lockID, lockOK := parseLockContent(content)
 	// Everything that can be cleared is; the first failure is the answer.
 	err = withStateLock(dir, func() error {
@@ -739,7 +736,9 @@ func ClearStale(dir string) (pid int, cleared bool, err error) {
 		cleared = cleared || retired
 		return cmp.Or(rerr, qerr)
 	})
-	if len(content) > 0 {
+	if readErr != nil {
+		err = cmp.Or(err, public(readErr)) // what it names is unknown: left as it is
+	} else if len(content) > 0 {
 		if werr := l.WriteContent(nil); werr != nil {
 			err = cmp.Or(err, public(werr))
 		} else {
