@@ -35,8 +35,15 @@ import (
 // real one; the test then checks the outcome from outside, and the locks
 // while the helper still lives (the kernel drops them all once it exits).
 //
-//	go test -run '^TestFaultMatrix$' -v .                      # a smoke subset
+//	go test -run '^TestFaultMatrix$' -v .                          # a smoke subset
 //	RUNNERSTATE_FAULTS=full go test -run '^TestFaultMatrix$' -v .  # every cell (CI)
+//
+// The smoke subset, which the ordinary go test ./... runs in a few seconds,
+// is four operations (Acquire, Publish, release, SaveLines), the first
+// occurrence of each class of call, its first error; TestFaultRegressions
+// (every bug the matrix found, pinned) runs by default too. The full matrix
+// (about 20 s on 2 cores, its figures logged as "fault matrix figures: ...")
+// is .ci/run's step "fault injection (strace)".
 //
 // Counting. strace counts an injection's when= per system call and per
 // tracee, that is per thread, and the Go scheduler moves goroutines between
@@ -53,9 +60,10 @@ import (
 // operation, traced with -y (paths of descriptors shown), lists every call
 // the thread makes on the cell's files, and the cells are planned from it: for
 // each class of call, its first, a middle and its last occurrence (when=N is
-// that call's number among the thread's calls of its name on those files). Each cell's own trace is then checked to have injected the very
-// call planned (same number, same path); a cell whose injection landed
-// elsewhere fails as a harness fault. A goroutine the operation starts (a
+// that call's number among the thread's calls of its name on those files).
+// Each cell's own trace is then checked to have injected the very call
+// planned (same number, same path); a cell whose injection landed elsewhere
+// fails as a harness fault. A goroutine the operation starts (a
 // Takeover's watcher, a parked lock waiter) runs on another thread and is not
 // faulted: the matrix covers the calling goroutine's path, which is every
 // write these operations make.
