@@ -95,6 +95,22 @@ type Record struct {
 // lock is gone (released, or the lock file was replaced under it).
 var ErrNotHolder = errors.New("runnerstate: this process does not hold the runner lock")
 
+// ErrNotDurable reports a change to a file in the directory that was made,
+// but whose directory could not be synced after it (an fsync of the
+// directory failed, or the directory could not be opened for it): the new
+// content is in place and every reader sees it at once, but it is not known
+// to survive a power loss, after which either the old state or the new may
+// be found, never a mix. The next write that succeeds in the same directory
+// syncs it and makes it durable. The error names the file and the
+// directory, and wraps the system's error (errors.Is(err, syscall.EIO)).
+//
+// What a caller does: treat the change as made (it is, for every process
+// that reads now) and the disk as suspect. SaveLines may be called again;
+// AppendLine must not be (the line is there, and would be there twice);
+// Publish's record describes a live process, which a power loss ends
+// anyway, so a runner may go on (it still holds the directory).
+var ErrNotDurable = durable.ErrNotDurable
+
 // maxRecordSize bounds what is read of a small JSON state file (runner.json,
 // restart.json, gate.json, scope.owner.json): a runaway or hostile 50 MB file
 // is refused, not read whole.
@@ -107,12 +123,35 @@ const maxStateSize = 64 << 20
 // rec.PID and rec.Process with this process's identity and rec.StartedAt with
 // the time the lock was taken when it is zero.
 //
+// A Publish that fails changes nothing but runner.json, and not even that:
+// this process still holds dir (the kernel lock is the authority, and no
+// other runner is admitted), and runner.json keeps what it had (the previous
+// record of this runner, or nothing after Acquire), so Running and Status go
+// on naming this runner, from runner.lock, with its previous record or none.
+// The runner decides: go on and call Publish again once the cause is fixed
+// (a full disk, say), or release and exit if its record matters to others.
+// The error says so.
+//
 // Errors: ErrNotHolder (wrapped, naming dir) unless this process holds dir's
 // runner lock through Acquire or Takeover and the lock file is still the one it
 // locked; a symlink or directory at runner.json is refused naming the path;
-// otherwise the system's error naming the path. Touches runner.json and a
-// temporary file beside it.
+// ErrNotDurable when the record is in place but its directory could not be
+// synced; otherwise the system's error naming the path. Touches runner.json
+// and a temporary file beside it.
 func Publish(dir string, rec Record) error {
+	if err := checkDir("Publish", dir); err != nil {
+		return err
+	}
+	err := publish(dir, rec)
+	if err != nil && !errors.Is(err, ErrNotHolder) && !errors.Is(err, ErrNotDurable) {
+		return fmt.Errorf("%w; this process still holds %s, and %s keeps its previous content: call Publish again once that is fixed, or release", err, dir, RecordName)
+	}
+	return err
+}
+
+// publish is Publish without the note that the hold stands, for an
+// admission that lets its hold go when it cannot publish.
+func publish(dir string, rec Record) error {
 	if err := checkDir("Publish", dir); err != nil {
 		return err
 	}
@@ -167,9 +206,24 @@ func readState[T any](path string, parse func([]byte) (T, error)) (T, fileState,
 	}
 	v, err := parse(data)
 	if err != nil {
-		return zero, fileCorrupt, pathError("parse", path, err)
+		return zero, fileCorrupt, pathError("parse", path, unparsableError{err})
 	}
 	return v, fileOK, nil
+}
+
+// unparsableError is readState's error for a file that was read whole but is
+// not what it should be, as against one that could not be read at all.
+type unparsableError struct{ err error }
+
+func (e unparsableError) Error() string { return e.err.Error() }
+func (e unparsableError) Unwrap() error { return e.err }
+
+// unreadable reports whether err, readState's for a fileCorrupt file, says it
+// could not be read at all (an I/O error, no descriptor left): then what it
+// holds is unknown, rather than known to be wrong.
+func unreadable(err error) bool {
+	var ue unparsableError
+	return !errors.As(err, &ue) && !errors.Is(err, durable.ErrTooLarge)
 }
 
 // readFile reads up to max bytes of the file at path without following a
@@ -295,17 +349,17 @@ func validPID(pid int) bool { return pid > 0 && pid <= maxPID }
 
 // setAside renames an unreadable state file to <name>.corrupt, replacing an
 // older one, and logs it; what names the file in the log ("file", "runner
-// record"). It reports whether the file was moved. Called only under the
-// runner lock.
-func setAside(dir, name, what string, why error) bool {
+// record"). It returns why the file could not be moved, nil when it was.
+// Called only under the runner lock.
+func setAside(dir, name, what string, why error) error {
 	path := filepath.Join(dir, name)
 	aside, err := durable.SetAside(dir, name, corruptSuffix)
 	if aside == "" {
 		warnOnce("aside:"+path, "runnerstate: could not set aside an unreadable "+what, "path", path, "err", why, "rename_err", err)
-		return false
+		return public(err)
 	}
 	logger().Warn("runnerstate: set aside an unreadable "+what, "path", path, "aside", aside, "err", why)
-	return true
+	return nil
 }
 
 // jsonLine marshals v as one line of JSON ended by "\n".
@@ -323,9 +377,11 @@ func jsonLine(v any) ([]byte, error) {
 // this package manages. A line may not contain "\n".
 //
 // Errors name the path: a symlink or a directory at the path is refused, a
-// bad name or line is refused; otherwise the system's error. Creates dir
-// (0755) when it does not exist; touches dir/name and a temporary file beside
-// it, under the directory's state lock.
+// bad name or line is refused; ErrNotDurable when the new content is in
+// place but its directory could not be synced (call SaveLines again to make
+// sure it is durable); otherwise the system's error, and the old content is
+// intact. Creates dir (0755) when it does not exist; touches dir/name and a
+// temporary file beside it, under the directory's state lock.
 func SaveLines(dir, name string, lines []string) error {
 	if err := checkStateName(dir, name); err != nil {
 		return err
@@ -406,7 +462,10 @@ func readLines(path, op string) ([]byte, error) {
 // costs in proportion to the file's size (a few milliseconds for a small file,
 // most of it the fsyncs); keep appended files small, or rotate them.
 //
-// Errors are those of SaveLines.
+// Errors are those of SaveLines, but ErrNotDurable says the line is there
+// (every reader sees it) and only not known to survive a power loss: do not
+// append it again, or it is there twice; the next write that succeeds in dir
+// makes it durable.
 func AppendLine(dir, name, line string) error {
 	if err := checkStateName(dir, name); err != nil {
 		return err
@@ -443,8 +502,12 @@ func AppendLine(dir, name, line string) error {
 // where it is and the call returns nil; a caller that finds oldName already
 // gone (another process migrated it first) returns nil.
 //
-// Errors name the path: a symlink at either name is refused; otherwise the
-// system's error. Runs under the directory's state lock.
+// Errors name the path: a symlink at either name is refused; ErrNotDurable
+// when the file is at its new name (or oldName removed, newName winning) but
+// the directory could not be synced: a second MigrateFile finds nothing to
+// do, and the next write that succeeds in dir makes it durable; otherwise
+// the system's error, and both names are as they were. Runs under the
+// directory's state lock.
 func MigrateFile(dir, oldName, newName string) error {
 	if err := checkStateName(dir, oldName); err != nil {
 		return err
@@ -489,7 +552,7 @@ func MigrateFile(dir, oldName, newName string) error {
 			}
 			return pathError("rename", oldPath, durable.Unwrap(err))
 		}
-		return public(durable.SyncDir(dir))
+		return public(durable.SyncAfter("rename", oldPath, dir))
 	})
 }
 

@@ -95,7 +95,11 @@ func pendingRestart(dir string) (restartRequest, bool) {
 //
 // Errors: ErrBadMode for any mode but RestartDrain and RestartNow; an error
 // naming dir when it does not exist; a symlink or directory at restart.json is
-// refused naming the path. Touches restart.json (atomically) under the
+// refused naming the path; a restart.json that is there but cannot be read
+// (an I/O error, no descriptor left) is left as it is and its error returned,
+// since writing over a request it cannot read could weaken it;
+// ErrNotDurable when the request is in place (the runner sees it) but the
+// directory could not be synced. Touches restart.json (atomically) under the
 // directory's state lock.
 func RequestRestart(dir, mode string) error {
 	_, err := requestRestart(dir, mode, Self())
@@ -133,7 +137,11 @@ func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending
 	if st := inspectRunner(dir); st.held && st.named {
 		target = st.holder.Instance
 	}
-	if old, ok := pendingRestart(dir); ok && old.For == target && strength(old.Mode) >= strength(mode) {
+	old, ok, err := pendingForWrite(dir)
+	if err != nil {
+		return restartRequest{}, false, err
+	}
+	if ok && old.For == target && strength(old.Mode) >= strength(mode) {
 		return old, false, nil
 	}
 	pending = restartRequest{Mode: mode, RequestedAt: time.Now(), By: by, For: target, Takeover: takeover}
@@ -145,6 +153,26 @@ func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending
 		return restartRequest{}, false, public(err)
 	}
 	return pending, true, nil
+}
+
+// pendingForWrite is pendingRestart for a writer about to replace
+// restart.json: a file that is there but cannot be read (an I/O error, no
+// descriptor left) is an error, not "no request", since what it asks is
+// unknown and a write over it could weaken it. An unparsable one is no
+// request, as everywhere.
+func pendingForWrite(dir string) (restartRequest, bool, error) {
+	path := filepath.Join(dir, RestartName)
+	req, state, err := readState(path, parseRestart)
+	switch {
+	case state == fileCorrupt && unreadable(err):
+		return restartRequest{}, false, fmt.Errorf("%w (the pending request cannot be read, so it is left as it is)", err)
+	case state == fileCorrupt:
+		warnOnce("restart:"+err.Error(), "runnerstate: ignoring a restart request that cannot be read", "path", path, "err", err)
+	}
+	if state != fileOK || req.void() {
+		return restartRequest{}, false, nil
+	}
+	return req, true, nil
 }
 
 // readRestart reads restart.json. Anything unreadable or unparsable, or with
@@ -189,7 +217,8 @@ func RestartRequested(dir string) (mode string, ok bool) {
 
 // ClearRestart removes dir's restart request. It is idempotent: no request,
 // or no dir, is not an error. Errors: a directory at restart.json, or the
-// system's error, naming the path.
+// system's error, naming the path; ErrNotDurable when the request is gone
+// (nobody sees it any more) but the directory could not be synced.
 func ClearRestart(dir string) error {
 	if err := checkDir("ClearRestart", dir); err != nil {
 		return err
@@ -236,12 +265,19 @@ func retireOnRelease(dir, instance string) {
 
 // retireOnClear removes, for ClearStale, a restart request addressed to any
 // runner: holding the runner lock, that runner is gone. It reports whether
-// one was removed.
-func retireOnClear(dir string) bool {
-	if req, ok := readRestart(dir); ok && req.For != "" {
-		return durable.Remove(dir, RestartName) == nil
+// one was removed, and why one that should be is still there.
+func retireOnClear(dir string) (bool, error) {
+	req, state, err := readState(filepath.Join(dir, RestartName), parseRestart)
+	switch {
+	case state == fileCorrupt && unreadable(err):
+		return false, err // whom it addresses is unknown: it stays
+	case state != fileOK || req.For == "":
+		return false, nil
 	}
-	return false
+	if err := durable.Remove(dir, RestartName); err != nil {
+		return false, public(err)
+	}
+	return true, nil
 }
 
 // WatchRestart delivers dir's restart requests: one already pending when it

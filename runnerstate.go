@@ -123,6 +123,7 @@
 package runnerstate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -206,9 +207,10 @@ var warned = struct {
 var errBadName = errors.New("is not a plain file name of its own")
 
 // pathError names the operation and path. The operation carries the package
-// name so that every message starts with it.
+// name so that every message starts with it, and a system error says what to
+// do (durable.Advise).
 func pathError(op, path string, err error) error {
-	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: err}
+	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: durable.Advise(err)}
 }
 
 // errorf formats an error whose message starts with the package name.
@@ -218,8 +220,9 @@ func errorf(format string, args ...any) error {
 
 // public turns an error from an internal package into this package's
 // vocabulary: the *fs.PathError it is gets an Op that names the package, so
-// that every message starts with "runnerstate: ", and a filesystem's refusal
-// of locks becomes ErrLockingUnsupported. Anything else passes as it is.
+// that every message starts with "runnerstate: ", a system error says what to
+// do (durable.Advise), and a filesystem's refusal of locks becomes
+// ErrLockingUnsupported. Anything else passes as it is.
 func public(err error) error {
 	pe, ok := err.(*fs.PathError)
 	if !ok {
@@ -232,7 +235,7 @@ func public(err error) error {
 	if strings.HasPrefix(pe.Op, "runnerstate: ") {
 		return err
 	}
-	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: pe.Err}
+	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: durable.Advise(pe.Err)}
 }
 
 // isNotExist reports whether err says a path does not exist.
@@ -602,21 +605,22 @@ func settleIn(dir string, self Identity, since time.Time) {
 
 // clearStaleRecord removes a runner.json that is not self's, and sets aside
 // one that cannot be read. Called only while holding the runner lock. It
-// returns the stale pid and whether anything was cleared.
-func clearStaleRecord(dir string, self Identity) (int, bool) {
+// returns the stale pid, whether anything was cleared, and why a stale
+// record is still there (also logged: Acquire's clearing is best effort).
+func clearStaleRecord(dir string, self Identity) (int, bool, error) {
 	path := filepath.Join(dir, RecordName)
 	rec, state, err := readRecord(dir)
 	switch state {
 	case fileAbsent:
-		return 0, false
+		return 0, false, nil
 	case fileOK:
 		if sameProcess(rec.Process, self) {
-			return 0, false
+			return 0, false, nil
 		}
 		v, why := liveness.Check(liveness.Identity(rec.Process))
 		if err := os.Remove(path); err != nil && !isNotExist(err) {
 			logger().Warn("runnerstate: could not remove a stale record", "path", path, "err", err)
-			return rec.PID, false
+			return rec.PID, false, pathError("remove", path, durable.Unwrap(err))
 		}
 		args := []any{"path", path, "pid", rec.PID, "verdict", v.String(), "why", why}
 		if v == liveness.Foreign || v == liveness.OtherNamespace {
@@ -624,14 +628,17 @@ func clearStaleRecord(dir string, self Identity) (int, bool) {
 		} else {
 			logger().Info("runnerstate: cleared a stale record", args...)
 		}
-		return rec.PID, true
+		return rec.PID, true, nil
 	}
 	// Corrupt: unreadable, unparsable, a symlink, a directory.
 	if errors.Is(err, durable.ErrIsDir) {
 		warnOnce("dir:"+path, "runnerstate: a directory stands where the runner record belongs; Publish will fail until it is moved", "path", path)
-		return 0, false
+		return 0, false, nil
 	}
-	return 0, setAside(dir, RecordName, "runner record", err)
+	if err := setAside(dir, RecordName, "runner record", err); err != nil {
+		return 0, false, err
+	}
+	return 0, true, nil
 }
 
 // release gives the directory up: it removes runner.json and retires a
@@ -685,6 +692,8 @@ func (h *hold) cleanUp() error {
 
 // lost says whether the hold lost a lock file: one of its pair was deleted,
 // renamed or replaced while held, or the directory is gone. why names which.
+// Only proof counts: a lock file or directory that cannot be checked (its
+// stat fails with EIO, EACCES...) is not lost.
 func (h *hold) lost() (bool, string) {
 	h.mu.Lock()
 	released := h.released
@@ -692,11 +701,11 @@ func (h *hold) lost() (bool, string) {
 	if released {
 		return false, ""
 	}
-	if _, err := os.Stat(h.dir); err != nil {
+	if _, err := os.Stat(h.dir); isNotExist(err) {
 		return true, h.dir + " is gone"
 	}
 	for _, l := range h.locks() {
-		if ok, _ := l.AtPath(); !ok {
+		if ok, err := l.AtPath(); !ok && err == nil {
 			return true, l.Path() + " was removed or replaced while held"
 		}
 	}
@@ -788,7 +797,11 @@ func holderRecord(st lockState, rec Record, state fileState) Record {
 // place. A missing dir has nothing to clear.
 //
 // Errors: when the lock is held, the holder's pid and a *BusyError (errors.Is
-// ErrBusy and, on Unix, syscall.EWOULDBLOCK); otherwise the errors of Acquire.
+// ErrBusy and, on Unix, syscall.EWOULDBLOCK); when something stale cannot be
+// cleared (runner.json cannot be removed, a lock file cannot be read or
+// rewritten), the first such error, naming its path, with the stale pid and
+// whatever else could be cleared; otherwise the errors of Acquire. A nil
+// error means nothing stale is left.
 func ClearStale(dir string) (pid int, cleared bool, err error) {
 	if err := checkDir("ClearStale", dir); err != nil {
 		return 0, false, err
@@ -813,20 +826,27 @@ func ClearStale(dir string) (pid int, cleared bool, err error) {
 		return 0, false, err
 	}
 	defer p.release()
-	p.tree.WriteContent(nil)
 	l := p.runner
-	content, _ := l.ReadContent(maxLockContent)
+	content, readErr := l.ReadContent(maxLockContent)
 	lockID, lockOK := parseLockContent(content)
+	// Everything that can be cleared is; the first failure is the answer.
 	err = withStateLock(dir, func() error {
-		pid, cleared = clearStaleRecord(dir, Identity{})
-		if retireOnClear(dir) {
+		var rerr, qerr error
+		pid, cleared, rerr = clearStaleRecord(dir, Identity{})
+		retired, qerr := retireOnClear(dir)
+		cleared = cleared || retired
+		return cmp.Or(rerr, qerr)
+	})
+	if readErr != nil {
+		err = cmp.Or(err, public(readErr)) // what it names is unknown: left as it is
+	} else if len(content) > 0 {
+		if werr := l.WriteContent(nil); werr != nil {
+			err = cmp.Or(err, public(werr))
+		} else {
 			cleared = true
 		}
-		return nil
-	})
-	if len(content) > 0 && l.WriteContent(nil) == nil {
-		cleared = true
 	}
+	err = cmp.Or(err, public(p.tree.WriteContent(nil)))
 	if pid == 0 && lockOK {
 		pid = lockID.PID
 	}

@@ -70,8 +70,9 @@ type ScopeOwner struct {
 // file (except on Windows, where a locked file cannot be read), and then
 // writes scope.owner.json (a ScopeOwner with dataDir made absolute)
 // atomically: a temporary file beside it, fsynced, renamed over any sidecar a
-// previous holder left, and the directory fsynced. dataDir itself is neither
-// created nor touched.
+// previous holder left, and the directory fsynced (a failure of that last
+// sync is only logged: the sidecar is in place, and it is a hint). dataDir
+// itself is neither created nor touched.
 //
 // release removes scope.owner.json first, then clears the lock file's content
 // and frees the lock, so a successor never finds the lock free while the
@@ -134,6 +135,12 @@ func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func()
 	data, err := jsonLine(ScopeOwner{DataDir: dataDir, PID: self.PID, Process: self})
 	if err == nil {
 		err = public(durable.Write(scopeDir, scopeOwnerName, data))
+	}
+	if errors.Is(err, ErrNotDurable) {
+		// The sidecar is in place; it is a hint that names this holder,
+		// and a power loss ends the holder with it: not worth refusing.
+		logger().Warn("runnerstate: the scope owner record is in place but its directory could not be synced", "path", filepath.Join(scopeDir, scopeOwnerName), "err", err)
+		err = nil
 	}
 	if err != nil {
 		l.WriteContent(nil)

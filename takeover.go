@@ -105,9 +105,21 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 // after Takeover returns, so a runner that cancels ctx on SIGTERM looks at
 // its own stop cause after a successful return too (examples/runner does).
 //
+// The gate (gate.json) is how starters agree on who is newest and on what was
+// already asked and sent. When it cannot be written (a full disk, a
+// read-only filesystem, no descriptor left): a starter that cannot register
+// returns that error before it asks or signals anything; one that cannot
+// record its admission lets the directory go and returns the error, so no
+// runner is ever admitted outside the gate; one that cannot withdraw (its
+// context ended, or it was refused) returns its own answer all the same and
+// logs a warning: its entry stays, and counts as a waiting starter (in
+// Status too) while its process lives. It never holds back a newer starter
+// (only older ones yield to it, as they did while it waited), and it is void
+// once its process exits.
+//
 // Errors: ErrBadMode for a bad opts.Mode; ErrSuperseded; a *BusyError when ctx
-// ends; otherwise the errors of Acquire. Touches runner.lock, runner.json,
-// restart.json and gate.json.
+// ends; otherwise the errors of Acquire, or of gate.json, naming it. Touches
+// runner.lock, runner.json, restart.json and gate.json.
 func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release func(), err error) {
 	if err := checkDir("Takeover", dir); err != nil {
 		return nil, err
@@ -185,7 +197,8 @@ func (t *takeover) withdraw() {
 		return nil
 	})
 	if err != nil {
-		t.log.Warn("runnerstate: takeover could not withdraw from the gate", "dir", t.dir, "err", err)
+		t.log.Warn("runnerstate: takeover could not withdraw from the gate; it counts as a waiting starter until this process exits",
+			"dir", t.dir, "path", filepath.Join(t.dir, gateName), "err", err)
 	}
 }
 
@@ -629,7 +642,10 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold, error) {
 	}
 	t.request = nil // retired with the previous runner
 	h.register()
-	if err := Publish(t.dir, Record{}); err != nil {
+	if err := publish(t.dir, Record{}); errors.Is(err, ErrNotDurable) {
+		// Published: the record is in place, and describes a live process.
+		t.log.Warn("runnerstate: takeover published its record, but its directory could not be synced", "dir", t.dir, "err", err)
+	} else if err != nil {
 		lost, _ := h.lost()
 		h.release()
 		if lost {

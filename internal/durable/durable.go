@@ -13,10 +13,17 @@
 // a minute (a younger one may be a concurrent writer's) or when the writer
 // its name records is provably gone.
 //
+// A change (a replace, a rename, a removal) is made durable by syncing its
+// directory after it. When that sync fails the change is already in place
+// and every reader sees it; it is only not known to survive a power loss.
+// That is a *NotDurableError (errors.Is ErrNotDurable), never the same
+// error as a change that was not made: the old content is gone from view,
+// and the caller must not act as if the call had done nothing.
+//
 // Errors are *fs.PathError naming the path, with one of this package's
-// sentinels (ErrSymlink, ErrIsDir, ErrNotRegular, ErrTooLarge) or the
-// system's error as Err. Nothing here logs, and nothing knows which files
-// the caller keeps.
+// sentinels (ErrSymlink, ErrIsDir, ErrNotRegular, ErrTooLarge), a
+// *NotDurableError or the system's error as Err. Nothing here logs, and
+// nothing knows which files the caller keeps.
 //
 // On Windows a reader opens a file sharing delete access, and a replace
 // waits up to a second for readers to close the file it replaces: Windows
@@ -54,6 +61,61 @@ var (
 	// the first bytes come with it.
 	ErrTooLarge = errors.New("file is larger than a record can be")
 )
+
+// ErrNotDurable says a change was made but its directory could not be
+// synced: it is in place and every reader sees it, but it is not known to
+// survive a power loss (after one, either the old state or the new may be
+// found, never a mix). The next change that syncs the directory makes it
+// durable. It comes as a *NotDurableError.
+var ErrNotDurable = errors.New("done, and every reader sees it, but not known to survive a power loss")
+
+// NotDurableError is ErrNotDurable with the failed sync of the directory.
+type NotDurableError struct {
+	Dir string // the directory that could not be synced
+	Err error  // the sync's error, naming Dir
+}
+
+func (e *NotDurableError) Error() string {
+	return ErrNotDurable.Error() + " (" + e.Err.Error() + "); the next write that succeeds in " + e.Dir + " makes it durable"
+}
+
+func (e *NotDurableError) Is(target error) bool { return target == ErrNotDurable }
+func (e *NotDurableError) Unwrap() error        { return e.Err }
+
+// SyncAfter syncs dir after op changed path in it (a write, a rename, a
+// removal): its error is an *fs.PathError naming path with a
+// *NotDurableError, since the change is in place.
+func SyncAfter(op, path, dir string) error {
+	if err := SyncDir(dir); err != nil {
+		return &fs.PathError{Op: op, Path: path, Err: &NotDurableError{Dir: dir, Err: err}}
+	}
+	return nil
+}
+
+// Advise returns err with what to do about it, when it holds a system error
+// whose cure is known (a full disk, no descriptor left, a read-only
+// filesystem...): an error whose message adds the advice, and which unwraps
+// to err, so errors.Is still finds the system's error. Anything else, nil,
+// and an error already advised come back as they are.
+func Advise(err error) error {
+	var ae *advisedError
+	if err == nil || errors.As(err, &ae) {
+		return err
+	}
+	a := Advice(err)
+	if a == "" {
+		return err
+	}
+	return &advisedError{err: err, advice: a}
+}
+
+type advisedError struct {
+	err    error
+	advice string
+}
+
+func (e *advisedError) Error() string { return e.err.Error() + "; " + e.advice }
+func (e *advisedError) Unwrap() error { return e.err }
 
 // refused is the error for a path that is refused for why.
 func refused(path string, why error) error {
@@ -140,7 +202,7 @@ func Remove(dir, name string) error {
 		}
 		return &fs.PathError{Op: "remove", Path: path, Err: Unwrap(err)}
 	}
-	return SyncDir(dir)
+	return SyncAfter("remove", path, dir)
 }
 
 // SetAside renames dir/name to dir/name+suffix, replacing an older one, so
@@ -152,7 +214,7 @@ func SetAside(dir, name, suffix string) (string, error) {
 	if err := replaceFile(path, aside); err != nil {
 		return "", &fs.PathError{Op: "rename", Path: path, Err: Unwrap(err)}
 	}
-	return aside, SyncDir(dir)
+	return aside, SyncAfter("rename", path, dir)
 }
 
 // Write replaces dir/name with data atomically and durably (see the package
@@ -160,9 +222,9 @@ func SetAside(dir, name, suffix string) (string, error) {
 // content. A symlink, a directory or another non-regular file at dir/name is
 // refused. Errors name dir/name, or the temporary file for a failure of its
 // own (its write, fsync or close); the temporary file is removed on every
-// failure. An error from the directory's fsync after the rename means the
-// new content is in place and read by everyone, but not known to survive a
-// power loss.
+// failure. A failure to sync the directory after the rename is a
+// *NotDurableError: the new content is in place and read by everyone, but
+// not known to survive a power loss.
 func Write(dir, name string, data []byte) error {
 	return replace(dir, name, data, synced)
 }
@@ -203,7 +265,7 @@ func replace(dir, name string, data []byte, d durability) error {
 	if d == unsynced {
 		return nil
 	}
-	return SyncDir(dir)
+	return SyncAfter("write", target, dir)
 }
 
 // checkTarget refuses to replace anything but a regular file (or nothing).

@@ -36,7 +36,7 @@ type FileID struct{ Dev, Ino uint64 }
 // fstat that checked it is a regular file: the caller need not look the
 // path up again.
 func ReadFileID(path string, limit int) ([]byte, FileID, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	fd, err := OpenRetry(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, FileID{}, OpenError(path, err)
 	}
@@ -88,6 +88,54 @@ func readAll(fd int, path string, limit int, fsize int64) ([]byte, error) {
 // replaceFile renames oldPath over newPath: rename(2) replaces it
 // atomically, whoever has it open.
 func replaceFile(oldPath, newPath string) error { return os.Rename(oldPath, newPath) }
+
+// Advice says what to do about the system error in err's chain, for the
+// errors a state or lock file meets (see Advise); "" when there is none to
+// give.
+func Advice(err error) string {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return ""
+	}
+	switch errno {
+	case unix.ENOSPC:
+		return "free space on that filesystem, then try again"
+	case unix.EDQUOT:
+		return "free space or raise the disk quota, then try again"
+	case unix.EIO:
+		return "the disk reported an error: check the device and the kernel log (dmesg) before trusting it"
+	case unix.EMFILE:
+		return "this process has no file descriptor left: close files or raise its limit (ulimit -n)"
+	case unix.ENFILE:
+		return "the system has no file descriptor left: close files or raise fs.file-max"
+	case unix.EROFS:
+		return "remount the filesystem read-write, or move the directory to one that is"
+	case unix.EACCES, unix.EPERM:
+		return "run as a user allowed to write there, or fix the permissions"
+	case unix.EINTR, unix.EAGAIN, unix.EBUSY:
+		return "try again"
+	case unix.ENOMEM:
+		return "the system is short of memory: try again later"
+	case unix.ENAMETOOLONG:
+		return "use a shorter path"
+	case unix.ESTALE:
+		return "the network filesystem lost the file: try again, or remount it"
+	case unix.ENOLCK:
+		return "move the directory to a local disk"
+	}
+	return ""
+}
+
+// OpenRetry is open(2), tried again when a signal interrupts it (a slow
+// filesystem, NFS or FUSE, lets EINTR through where a local disk never does).
+func OpenRetry(path string, flags int, perm uint32) (int, error) {
+	for {
+		fd, err := unix.Open(path, flags, perm)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
 
 // OpenError turns an open(2) failure of path into an *fs.PathError that
 // says, where it helps, what to do: a symlink met by O_NOFOLLOW is ErrSymlink

@@ -42,14 +42,7 @@ func open(path string, mode Mode, perm fs.FileMode) (*File, error) {
 	if mode == Shared {
 		flags = openShared
 	}
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Open(path, flags, uint32(perm.Perm()))
-		if err != unix.EINTR {
-			break
-		}
-	}
+	fd, err := durable.OpenRetry(path, flags, uint32(perm.Perm()))
 	if err != nil {
 		return nil, durable.OpenError(path, err)
 	}
@@ -148,6 +141,7 @@ func (f *File) WriteContent(b []byte) error {
 			continue
 		}
 		if err != nil {
+			f.size.Store(-1) // part of b may be there: the length is unknown
 			return &fs.PathError{Op: "write", Path: f.path, Err: err}
 		}
 		off += n
@@ -156,9 +150,16 @@ func (f *File) WriteContent(b []byte) error {
 	// seen (a foreign program; never this package's callers): then the
 	// size is unknown, or larger than ours, and the tail is cut.
 	if old := f.size.Swap(int64(len(b))); old < 0 || old > int64(len(b)) {
-		if err := unix.Ftruncate(f.fd, int64(len(b))); err != nil {
-			f.size.Store(-1)
-			return &fs.PathError{Op: "truncate", Path: f.path, Err: err}
+		for {
+			err := unix.Ftruncate(f.fd, int64(len(b)))
+			if err == unix.EINTR { // a slow filesystem's truncate, interrupted by a signal
+				continue
+			}
+			if err != nil {
+				f.size.Store(-1)
+				return &fs.PathError{Op: "truncate", Path: f.path, Err: err}
+			}
+			break
 		}
 	}
 	return nil
@@ -214,7 +215,7 @@ var WouldBlockErrno error = syscall.EWOULDBLOCK
 // concurrent exclusive try-lock fails, so a caller that probes retries a busy
 // answer briefly.
 func ProbeHeld(path string) (held bool, err error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	fd, err := durable.OpenRetry(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		if err == unix.ENOENT {
 			return false, nil
