@@ -4,8 +4,10 @@ package runnerstate
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -264,6 +266,9 @@ func TestLockingUnsupported(t *testing.T) {
 	assert.ErrorIs(t, err, syscall.ENOLCK)
 	assert.Contains(t, err.Error(), path)
 	assert.Contains(t, err.Error(), "move it to a local disk")
+	assert.Equal(t, 1, strings.Count(err.Error(), "runnerstate:"), "the package is named once: %v", err)
+	var pe *fs.PathError
+	assert.ErrorAs(t, err, &pe, "an *fs.PathError naming the path")
 	_, err = Lock(background(t), path)
 	assert.ErrorIs(t, err, ErrLockingUnsupported)
 	_, err = Acquire(tempDir(t))

@@ -230,13 +230,26 @@ func public(err error) error {
 	}
 	var ue *filelock.UnsupportedError
 	if errors.As(pe.Err, &ue) {
-		return fmt.Errorf("runnerstate: lock %s: %w (%w)", pe.Path, ErrLockingUnsupported, ue.Err)
+		return &fs.PathError{Op: "runnerstate: lock", Path: pe.Path, Err: lockingUnsupported{ue.Err}}
 	}
 	if strings.HasPrefix(pe.Op, "runnerstate: ") {
 		return err
 	}
 	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: durable.Advise(pe.Err)}
 }
+
+// lockingUnsupported is ErrLockingUnsupported for one path, with the
+// system's answer (ENOLCK, EOPNOTSUPP...) as its cause: its message is the
+// sentinel's without the package name, which the *fs.PathError around it
+// already starts with.
+type lockingUnsupported struct{ cause error }
+
+func (e lockingUnsupported) Error() string {
+	return strings.TrimPrefix(ErrLockingUnsupported.Error(), "runnerstate: ") + " (" + e.cause.Error() + ")"
+}
+
+func (e lockingUnsupported) Is(target error) bool { return target == ErrLockingUnsupported }
+func (e lockingUnsupported) Unwrap() error        { return e.cause }
 
 // isNotExist reports whether err says a path does not exist.
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
