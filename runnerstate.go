@@ -1088,8 +1088,9 @@ func (st *lockState) name(id Identity) {
 //     through, and /proc/<pid>/fdinfo/<fd> shows that lock: one small read,
 //     whatever else the machine holds;
 //  2. otherwise the kernel's lock list (/proc/locks), read whole (its cost
-//     grows with every lock on the machine) and again when it seems to have
-//     missed a live holder;
+//     grows with every lock on the machine); when it lists no holder but
+//     was read in several passes, which can miss an entry, it is read again
+//     (for a file that names a holder) and then probed;
 //  3. in a child PID namespace, where the list leaves out processes outside
 //     it, a lock it shows free is probed (a shared lock taken and dropped at
 //     once), and one found held is held by a process not visible from here;
@@ -1113,16 +1114,15 @@ func inspectLock(path string) lockState {
 		return st
 	}
 	holders, known := filelock.HoldersOf(ino)
+	if !known && st.named {
+		holders, known = lookAgain(ino)
+	}
 	if !known {
 		st.probe(path)
 		return st
 	}
-	if len(holders) == 0 && st.alive() {
-		holders = lookAgain(ino)
-	}
 	st.fromHolders(holders)
-	switch {
-	case !st.held && !filelock.SeesAllHolders():
+	if !st.held && !filelock.SeesAllHolders() {
 		st.probeHidden(path)
 	}
 	return st
@@ -1184,18 +1184,18 @@ func (st *lockState) confirmedVia(ino filelock.Inode) bool {
 }
 
 // lookAgain reads the kernel's lock list again, up to three times, for a lock
-// file that names a live identity while the first pass listed no lock. A
-// release clears the identity before it unlocks, so that is most likely a
-// pass of /proc/locks that missed the entry: the file is read a page per
-// read(2), resumed by position, and locks that come and go between the reads
-// shift entries out of view.
-func lookAgain(ino filelock.Inode) []filelock.Holder {
+// file that names a holder (a release clears the identity before it unlocks)
+// while a first read, in several passes, listed none: most likely a pass
+// missed the entry (see filelock.Holders). It returns the first read that
+// lists a holder or came in one pass; known is false when none did, and only
+// a probe can tell.
+func lookAgain(ino filelock.Inode) (holders []filelock.Holder, known bool) {
 	for range 3 {
-		if holders, _ := filelock.HoldersOf(ino); len(holders) > 0 {
-			return holders
+		if holders, known = filelock.HoldersOf(ino); known {
+			return holders, true
 		}
 	}
-	return nil
+	return nil, false
 }
 
 // fromHolders decides from the kernel's holders: held when any matches the

@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,13 +64,17 @@ func (s *story) start(name string) *exec.Cmd {
 	return cmd
 }
 
+// ctl runs runnerctl and returns its standard output; a failure's error
+// carries its standard error too (errors.As still finds the *exec.ExitError).
 func (s *story) ctl(args ...string) (string, error) {
 	cmd := exec.Command(s.runnerctl, args...)
 	cmd.Env = s.env()
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	err := cmd.Run()
-	return out.String(), err
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("runnerctl %s: %w; its stderr: %s", strings.Join(args, " "), err, stderr.Bytes())
+	}
+	return out.String(), nil
 }
 
 type report struct {
@@ -222,7 +227,7 @@ func TestRunnerctl(t *testing.T) {
 	out, err = s.ctl("wait", "--timeout", "10s")
 	require.NoError(t, err, out)
 	out, err = s.ctl("clear-stale")
-	require.NoError(t, err)
+	require.NoError(t, err, "wait said no runner and no orphan is left:\n%s", out)
 	require.Contains(t, out, "cleared")
 }
 

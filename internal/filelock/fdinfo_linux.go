@@ -55,7 +55,7 @@ func HeldVia(pid, fd int, ino Inode) Answer {
 	}
 	bp := fdinfoBufs.Get().(*[]byte)
 	defer fdinfoBufs.Put(bp)
-	data, err := readAllInto(fdinfoPath(pid, fd), bp, true)
+	data, _, err := readAllInto(fdinfoPath(pid, fd), bp, true)
 	switch {
 	case err == nil:
 		if lockedIn(data, ino) {
@@ -92,7 +92,7 @@ func HeldBy(pid int, ino Inode) Answer {
 		if err != nil {
 			continue
 		}
-		if data, err := readAllInto(fdinfoPath(pid, fd), bp, true); err == nil && lockedIn(data, ino) {
+		if data, _, err := readAllInto(fdinfoPath(pid, fd), bp, true); err == nil && lockedIn(data, ino) {
 			return Yes
 		}
 	}
@@ -166,7 +166,7 @@ func holds(proc int, name []byte, pid int, ino Inode, bp *[]byte, buf []byte) An
 		if unix.Fstatat(dir, string(fdName), &st, 0) != nil || uint64(st.Ino) != ino.Ino || uint64(st.Dev) != ino.Dev {
 			return
 		}
-		if data, err := readAllInto(fdinfoPath(pid, fd), bp, true); err == nil && lockedIn(data, ino) {
+		if data, _, err := readAllInto(fdinfoPath(pid, fd), bp, true); err == nil && lockedIn(data, ino) {
 			answer = Yes
 		}
 	})

@@ -3,6 +3,7 @@ package filelock
 import (
 	"bytes"
 	"errors"
+	"os"
 	"strconv"
 	"sync"
 
@@ -16,7 +17,16 @@ const procLocks = "/proc/locks"
 // /proc/locks, without touching the lock: a probe that locked, even shared,
 // would make a concurrent LOCK_EX|LOCK_NB fail. exists is false when there is
 // no file at path; known is false when the kernel cannot tell (no /proc, the
-// file cannot be stat'ed), and the caller falls back to ProbeHeld.
+// file cannot be stat'ed) or listed no holder in a table read in several
+// passes, and the caller falls back to ProbeHeld.
+//
+// The kernel produces /proc/locks a page at a time, a pass per read(2) with
+// the lock table held still for that pass only (fs/locks.c locks_start), and
+// each pass resumes by position: a lock released between two passes shifts
+// the next entry into the part already read, out of view. So an entry that is
+// listed was held, but "none listed" is the truth only when the whole table
+// came in one pass (readAllInto), as it does while it fits in a page (about
+// fifty locks machine-wide).
 //
 // /proc/locks names a lock by "major:minor:inode" of the superblock's device.
 // On btrfs subvolumes and overlayfs stat(2) reports another device number, so
@@ -42,7 +52,7 @@ func HoldersOf(ino Inode) (holders []Holder, known bool) {
 	}
 	bp := procBufs.Get().(*[]byte)
 	defer procBufs.Put(bp)
-	data, err := readAllInto(procLocks, bp, false)
+	data, onePass, err := readAllInto(procLocks, bp, false)
 	if err != nil {
 		return nil, false
 	}
@@ -56,7 +66,7 @@ func HoldersOf(ino Inode) (holders []Holder, known bool) {
 		h.DevMatch = lmaj == major && lmin == minor
 		holders = append(holders, h)
 	}
-	return holders, true
+	return holders, len(holders) > 0 || onePass
 }
 
 // ParseLocksLine parses one /proc/locks line of a granted FLOCK lock:
@@ -157,40 +167,55 @@ func isOrdinal(b []byte) bool {
 
 var procBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
 
-// readAllInto reads a whole (proc) file into *bp, growing it as needed.
-// With oneRecord, the file is one seq_file record (fdinfo), produced whole by
-// the first read, so a short read is its end and saves the read that would
-// return 0.
-func readAllInto(path string, bp *[]byte, oneRecord bool) ([]byte, error) {
+// readAllInto reads a whole (proc) file into *bp, growing it as needed, and
+// reports whether it came in one pass of the kernel's seq_file: its first
+// read(2) ended short of the page the kernel fills a pass into, by more than
+// any line's length (so at the file's end, not where the next line would not
+// fit). That read is then the whole file, and the read that would return 0 is
+// saved. With oneRecord, the file is one seq_file record (fdinfo), produced
+// whole by the first read, so any short read is its end.
+func readAllInto(path string, bp *[]byte, oneRecord bool) (data []byte, onePass bool, err error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer unix.Close(fd)
 	buf := (*bp)[:0]
-	for {
+	for reads := 0; ; reads++ {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
+		room := cap(buf) - len(buf)
 		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
 		if err == unix.EINTR {
+			reads--
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if n == 0 {
+			onePass = reads == 0
 			break
 		}
-		short := len(buf)+n < cap(buf)
 		buf = buf[:len(buf)+n]
-		if oneRecord && short {
+		if n < room && (oneRecord || reads == 0 && n < passPage-maxLocksLine) {
+			onePass = reads == 0
 			break
 		}
 	}
 	*bp = buf
-	return buf, nil
+	return buf, onePass, nil
 }
+
+// passPage is what one seq_file pass fills at most: a page (fs/seq_file.c
+// seq_read_iter, for records that fit one).
+var passPage = os.Getpagesize()
+
+// maxLocksLine bounds a /proc/locks line: an ordinal, "-> " for a waiter,
+// the type, mode and access words, a pid, major:minor:inode and a byte
+// range, at most twenty digits each (fs/locks.c lock_get_status).
+const maxLocksLine = 256
 
 // testHookList, when set, is called before every read of the kernel's lock
 // list.
