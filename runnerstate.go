@@ -1089,8 +1089,8 @@ func (st *lockState) name(id Identity) {
 //     whatever else the machine holds;
 //  2. otherwise the kernel's lock list (/proc/locks), read whole (its cost
 //     grows with every lock on the machine); when it lists no holder but
-//     was read in several passes, which can miss an entry, it is read again
-//     (for a file that names a holder) and then probed;
+//     was read in several passes, which can miss an entry, a probe decides,
+//     and a lock found held is named from the list read again;
 //  3. in a child PID namespace, where the list leaves out processes outside
 //     it, a lock it shows free is probed (a shared lock taken and dropped at
 //     once), and one found held is held by a process not visible from here;
@@ -1114,12 +1114,8 @@ func inspectLock(path string) lockState {
 		return st
 	}
 	holders, known := filelock.HoldersOf(ino)
-	if !known && st.named {
-		holders, known = lookAgain(ino)
-	}
 	if !known {
-		st.probe(path)
-		return st
+		return st.probeThenName(path, ino)
 	}
 	st.fromHolders(holders)
 	if !st.held && !filelock.SeesAllHolders() {
@@ -1183,19 +1179,34 @@ func (st *lockState) confirmedVia(ino filelock.Inode) bool {
 	return false
 }
 
-// lookAgain reads the kernel's lock list again, up to three times, for a lock
-// file that names a holder (a release clears the identity before it unlocks)
-// while a first read, in several passes, listed none: most likely a pass
-// missed the entry (see filelock.Holders). It returns the first read that
-// lists a holder or came in one pass; known is false when none did, and only
-// a probe can tell.
-func lookAgain(ino filelock.Inode) (holders []filelock.Holder, known bool) {
-	for range 3 {
-		if holders, known = filelock.HoldersOf(ino); known {
-			return holders, true
+// probeThenName decides by a probe where the kernel's list could not: it
+// lists no holders at all (not Linux), or listed none in a read of several
+// passes, which can miss an entry (see filelock.Holders). A lock found held
+// is then named from the list, read again (lookAgain); where it still lists
+// no holder, the probe's answer stands.
+func (st *lockState) probeThenName(path string, ino filelock.Inode) lockState {
+	unprobed := *st
+	st.probe(path)
+	if st.err != nil || !st.held || !filelock.ListsHolders() {
+		return *st
+	}
+	if holders := lookAgain(ino); len(holders) > 0 {
+		unprobed.fromHolders(holders)
+		return unprobed
+	}
+	return *st
+}
+
+// lookAgain reads the kernel's lock list again, up to five times, for a lock
+// a probe found held while a read in several passes listed no holder: most
+// likely a pass missed the entry. It returns the first holders listed.
+func lookAgain(ino filelock.Inode) []filelock.Holder {
+	for range 5 {
+		if holders, _ := filelock.HoldersOf(ino); len(holders) > 0 {
+			return holders
 		}
 	}
-	return nil, false
+	return nil
 }
 
 // fromHolders decides from the kernel's holders: held when any matches the
