@@ -3,7 +3,9 @@ package runnerstate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -28,6 +30,9 @@ var ErrLockingUnsupported = errors.New("runnerstate: file locking is not support
 // Verified says that pid's identity (pid, start ticks, boot id, PID namespace)
 // was confirmed alive, so it is not a recycled pid; Owner names what the holder
 // serves when known (the data dir of a scope owner, see AcquireScope).
+// Orphan says the directory is held only through tree.lock, by processes of
+// a previous runner's tree (see Inherit): PID is one of them, and Takeover
+// stops them.
 //
 // errors.Is(err, ErrBusy) is true for every *BusyError, and on Unix so is
 // errors.Is(err, syscall.EWOULDBLOCK). A wait that ended because its context
@@ -38,9 +43,12 @@ type BusyError struct {
 	PID      int    // holder's pid when known, else 0
 	Verified bool   // PID's identity confirmed alive
 	Owner    string // what the holder serves, when known (a scope's data dir)
+	Orphan   bool   // held by orphans of a previous runner's tree, through tree.lock
 
-	cause error // the context's error when a wait ended with the lock still busy
-	letGo bool  // the lock was taken as the context ended, and let go at once
+	cause   error // the context's error when a wait ended with the lock still busy
+	letGo   bool  // the lock was taken as the context ended, and let go at once
+	lost    bool  // Path was lost (deleted or replaced) while PID held it; PID still holds tree.lock
+	orphans int   // how many orphans hold tree.lock, when Orphan
 }
 
 // Error names the lock file, the holder as far as it is known, and why the
@@ -48,10 +56,31 @@ type BusyError struct {
 func (e *BusyError) Error() string {
 	var b strings.Builder
 	b.WriteString("runnerstate: ")
-	b.WriteString(e.Path)
-	if e.letGo {
+	switch {
+	case e.letGo:
+		b.WriteString(e.Path)
 		b.WriteString(" was let go as soon as it was taken: the context had ended")
-	} else {
+	case e.Orphan:
+		dir := filepath.Dir(e.Path)
+		b.WriteString(dir)
+		b.WriteString(" is held by the orphans of a previous runner's tree: ")
+		e.writeHolder(&b)
+		if e.orphans > 1 {
+			fmt.Fprintf(&b, " and %d more still hold ", e.orphans-1)
+		} else {
+			b.WriteString(" still holds ")
+		}
+		b.WriteString(filepath.Join(dir, treeLockName))
+		b.WriteString("; Takeover stops them, or wait for them to exit")
+	case e.lost:
+		b.WriteString(e.Path)
+		b.WriteString(" was deleted or replaced while ")
+		e.writeHolder(&b)
+		b.WriteString(" held it, and that runner still holds ")
+		b.WriteString(filepath.Join(filepath.Dir(e.Path), treeLockName))
+		b.WriteString(": it is told RestartLost, and Takeover escalates if it does not go")
+	default:
+		b.WriteString(e.Path)
 		b.WriteString(" is locked by ")
 		e.writeHolder(&b)
 	}
@@ -63,9 +92,14 @@ func (e *BusyError) Error() string {
 }
 
 func (e *BusyError) writeHolder(b *strings.Builder) {
-	if e.PID <= 0 {
+	switch {
+	case e.PID <= 0:
 		b.WriteString("another process")
-	} else {
+	case e.PID == os.Getpid() && !e.Orphan:
+		b.WriteString("this process (pid ")
+		b.WriteString(strconv.Itoa(e.PID))
+		b.WriteString(")")
+	default:
 		b.WriteString("pid ")
 		b.WriteString(strconv.Itoa(e.PID))
 		if e.Verified {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -284,6 +285,13 @@ func TestBusyErrorMessage(t *testing.T) {
 		{&BusyError{Path: "/d/runner.lock", PID: 7, Verified: true}, "runnerstate: /d/runner.lock is locked by pid 7 (verified alive)"},
 		{&BusyError{Path: "/s/scope.lock", PID: 7, Owner: "/data/a"}, "runnerstate: /s/scope.lock is locked by pid 7 (unverified) serving /data/a"},
 		{&BusyError{Path: "/d/x", cause: context.DeadlineExceeded}, "runnerstate: /d/x is locked by another process: context deadline exceeded"},
+		{&BusyError{Path: "/d/x", PID: os.Getpid(), Verified: true}, "runnerstate: /d/x is locked by this process (pid " + strconv.Itoa(os.Getpid()) + ")"},
+		{&BusyError{Path: filepath.Join("d", LockName), PID: 7, Verified: true, Orphan: true, orphans: 3},
+			"runnerstate: d is held by the orphans of a previous runner's tree: pid 7 (verified alive) and 2 more still hold " + filepath.Join("d", treeLockName) + "; Takeover stops them, or wait for them to exit"},
+		{&BusyError{Path: filepath.Join("d", LockName), Orphan: true, cause: context.Canceled},
+			"runnerstate: d is held by the orphans of a previous runner's tree: another process still holds " + filepath.Join("d", treeLockName) + "; Takeover stops them, or wait for them to exit: context canceled"},
+		{&BusyError{Path: filepath.Join("d", LockName), PID: 7, Verified: true, lost: true},
+			"runnerstate: " + filepath.Join("d", LockName) + " was deleted or replaced while pid 7 (verified alive) held it, and that runner still holds " + filepath.Join("d", treeLockName) + ": it is told RestartLost, and Takeover escalates if it does not go"},
 	} {
 		assert.Equal(t, tc.want, tc.err.Error())
 	}

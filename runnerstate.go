@@ -1360,13 +1360,17 @@ func treeBusyError(dir string, cause error) *BusyError {
 	be := &BusyError{Path: filepath.Join(dir, LockName), cause: cause}
 	st := inspectRunner(dir)
 	if st.lostFile {
-		be.PID, be.Verified = st.pid, true
+		be.PID, be.Verified, be.lost = st.pid, true, true
 		return be
 	}
+	be.Orphan = true
 	pids, _ := orphans(dir, 0)
 	if len(pids) > 0 {
-		be.PID = pids[0]
-		be.Verified = verifiedTreeHolder(dir, pids[0]) != nil
+		be.PID, be.orphans = pids[0], len(pids)
+		if p := verifiedTreeHolder(dir, pids[0]); p != nil {
+			be.Verified = true
+			p.Close()
+		}
 	}
 	return be
 }

@@ -793,6 +793,9 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 			return s.res, nil
 		}
 		if err := s.w.Wait(ctx, s.untilCheck(), s.exited); err != nil {
+			if !st.held || st.lostFile {
+				return s.res, treeBusyError(dir, err)
+			}
 			return s.res, busyError(filepath.Join(dir, LockName), err)
 		}
 	}

@@ -81,6 +81,9 @@ func TestTreeOrphansKeepTheDirectoryBusy(t *testing.T) {
 			assert.Equal(t, filepath.Join(dir, LockName), be.Path)
 			assert.Equal(t, r.inherited, be.PID, "the orphan is named")
 			assert.True(t, be.Verified)
+			assert.True(t, be.Orphan)
+			assert.ErrorContains(t, err, filepath.Join(dir, treeLockName), "the message names the lock the orphans hold")
+			assert.ErrorContains(t, err, "orphans")
 
 			_, running, err := Running(dir)
 			require.NoError(t, err)
@@ -96,6 +99,9 @@ func TestTreeOrphansKeepTheDirectoryBusy(t *testing.T) {
 			_, err = Standby(ctx, dir, StandbyOptions{})
 			cancel()
 			assert.ErrorIs(t, err, ErrBusy, "a standby waits for the last orphan")
+			if assert.ErrorAs(t, err, &be) {
+				assert.True(t, be.Orphan, "a standby's busy answer says it waited for orphans: %v", err)
+			}
 
 			sent := signalsTo(t)
 			ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)

@@ -297,6 +297,9 @@ func clearStale(dir string, stdout, stderr io.Writer) int {
 	pid, cleared, err := runnerstate.ClearStale(dir)
 	var be *runnerstate.BusyError
 	switch {
+	case errors.As(err, &be) && be.Orphan:
+		fmt.Fprintf(stderr, "runnerctl: no runner runs, but the orphans of a previous one do (pid %d); nothing is cleared while they hold the directory: %s\n", pid, printable(err.Error()))
+		return exitBusy
 	case errors.As(err, &be):
 		fmt.Fprintf(stderr, "runnerctl: a runner is running (pid %d); nothing is stale: %s\n", pid, printable(err.Error()))
 		return exitBusy
