@@ -17,7 +17,7 @@ import (
 
 // ErrSuperseded is Takeover's answer to a starter when a newer starter came
 // for the same directory: the newest starter wins, and the others step aside.
-var ErrSuperseded = errors.New("runnerstate: a newer starter took over this runner directory")
+var ErrSuperseded = errors.New("runnerstate: a newer starter took over the runner directory")
 
 // TakeoverOptions says how Takeover asks, and then makes, a live runner give
 // the directory up. The zero value is the defaults.
@@ -117,7 +117,8 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 // (only older ones yield to it, as they did while it waited), and it is void
 // once its process exits.
 //
-// Errors: ErrBadMode for a bad opts.Mode; ErrSuperseded; a *BusyError when ctx
+// Errors: ErrBadMode for a bad opts.Mode; ErrSuperseded, wrapped with the
+// directory and the newer starter's pid (match it with errors.Is); a *BusyError when ctx
 // ends; otherwise the errors of Acquire, or of gate.json, naming it. Touches
 // runner.lock, runner.json, restart.json and gate.json.
 func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release func(), err error) {
@@ -264,7 +265,7 @@ func (t *takeover) waitForPair(ctx, supCtx context.Context) (pair, error) {
 	treePath := filepath.Join(t.dir, treeLockName)
 	for {
 		if g, _ := readGate(t.dir); g.newerThan(t.seq) {
-			return pair{}, ErrSuperseded
+			return pair{}, t.superseded()
 		}
 		p, err := tryPair(t.dir)
 		var be *BusyError
@@ -290,7 +291,7 @@ func (t *takeover) waitForPair(ctx, supCtx context.Context) (pair, error) {
 		case ctx.Err() != nil:
 			return pair{}, t.busy(ctx.Err())
 		case err == errNotNewest:
-			return pair{}, ErrSuperseded
+			return pair{}, t.superseded()
 		case err != nil:
 			return pair{}, err
 		}
@@ -323,7 +324,7 @@ func (t *takeover) enter(ctx context.Context, live bool, p pair) (*hold, error) 
 	h, err := t.admit(ctx, p)
 	switch {
 	case err == errNotNewest:
-		return nil, ErrSuperseded
+		return nil, t.superseded()
 	case err != nil && ctx.Err() != nil:
 		return nil, t.busy(ctx.Err())
 	case err != nil:
@@ -336,6 +337,22 @@ func (t *takeover) enter(ctx context.Context, live bool, p pair) (*hold, error) 
 }
 
 var errNotNewest = errors.New("not the newest starter")
+
+// superseded is this starter's ErrSuperseded: it names the directory and,
+// when the gate still lists it, the newest starter.
+func (t *takeover) superseded() error {
+	g, _ := readGate(t.dir)
+	var newest gateEntry
+	for _, e := range g.Waiting {
+		if e.Seq > t.seq && e.Seq > newest.Seq && e.live() {
+			newest = e
+		}
+	}
+	if newest.Starter.PID > 0 {
+		return fmt.Errorf("%w %s: pid %d started after this one", ErrSuperseded, t.dir, newest.Starter.PID)
+	}
+	return fmt.Errorf("%w %s", ErrSuperseded, t.dir)
+}
 
 // busy describes the holder for a starter whose context ended: the runner,
 // or, when only tree.lock is held, an orphan or a runner whose runner.lock

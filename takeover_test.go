@@ -535,3 +535,19 @@ func TestEscalate(t *testing.T) {
 		assert.Equal(t, tc.wantNext, next, tc.name)
 	}
 }
+
+// Case: a superseded starter's error names the directory and the newer
+// starter, and is still ErrSuperseded.
+func TestSupersededNamesTheDirectoryAndTheNewerStarter(t *testing.T) {
+	dir := tempDir(t)
+	self := Self()
+	require.NoError(t, updateGate(context.Background(), dir, func(g *gateState) error {
+		g.Seq = 2
+		g.Waiting = []gateEntry{{Seq: 1, Starter: self}, {Seq: 2, Starter: self}}
+		return nil
+	}))
+	err := (&takeover{dir: dir, seq: 1}).superseded()
+	require.ErrorIs(t, err, ErrSuperseded)
+	assert.ErrorContains(t, err, dir)
+	assert.ErrorContains(t, err, "pid "+strconv.Itoa(self.PID)+" started after this one")
+}
