@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1026,4 +1027,61 @@ func busyLockTable(t *testing.T) lockTable {
 	}
 	t.Cleanup(stop)
 	return lockTable{size: len(data), stop: stop}
+}
+
+// Case: something other than a regular file where .state.lock belongs (a
+// directory, a symlink, a FIFO). No state can be written there, so Acquire
+// refuses, naming it, as Takeover does, instead of admitting a runner that
+// leaves the previous runner's record in place and cannot Publish; nothing
+// is changed, the directory stays free, and Status says what is wrong. Once
+// it is moved away, the next Acquire clears the old record.
+func TestHostileStateLockUnusable(t *testing.T) {
+	for name, make := range map[string]func(path string) error{
+		"directory": func(path string) error { return os.Mkdir(path, 0o755) },
+		"symlink":   func(path string) error { return os.Symlink("/etc/passwd", path) },
+		"fifo":      func(path string) error { return unix.Mkfifo(path, 0o644) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			stale := []byte(`{"pid":999999,"specs":["old"]}` + "\n")
+			require.NoError(t, os.WriteFile(filepath.Join(dir, RecordName), stale, 0o644))
+			state := filepath.Join(dir, stateLockName)
+			require.NoError(t, make(state))
+
+			_, err := Acquire(dir)
+			require.Error(t, err)
+			assert.ErrorContains(t, err, state)
+			assert.NotErrorIs(t, err, ErrBusy)
+			data, rerr := os.ReadFile(filepath.Join(dir, RecordName))
+			require.NoError(t, rerr)
+			assert.Equal(t, stale, data, "nothing changed")
+			_, running, rerr := Running(dir)
+			require.NoError(t, rerr)
+			assert.False(t, running, "the directory stays free")
+			st, serr := Status(dir)
+			require.NoError(t, serr)
+			assert.True(t, containsAny(st.Warnings, state), "Status names %s: %q", state, st.Warnings)
+
+			require.NoError(t, os.Remove(state))
+			release, err := Acquire(dir)
+			require.NoError(t, err)
+			defer release()
+			_, err = os.Stat(filepath.Join(dir, RecordName))
+			assert.ErrorIs(t, err, fs.ErrNotExist, "the stale record is cleared once the state lock can be taken")
+		})
+	}
+}
+
+// Case: a restart.json that cannot be parsed is ignored, and Status says
+// so, with what to do.
+func TestHostileCorruptRestartRequestIsNamed(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, RestartName)
+	require.NoError(t, os.WriteFile(path, []byte(`{"mode":"now"`), 0o644))
+	captureLog(t)
+	st, err := Status(dir)
+	require.NoError(t, err)
+	assert.Empty(t, st.Restart)
+	assert.True(t, containsAny(st.Warnings, path), "Status names %s: %q", path, st.Warnings)
+	assert.True(t, containsAny(st.Warnings, "remove it"), "and says what to do: %q", st.Warnings)
 }

@@ -420,8 +420,9 @@ func tryOwnLock(path string) (*filelock.File, error) {
 // another process, by this one through an earlier Acquire, or by orphans or
 // a runner whose runner.lock was lost: then PID is one of them); its Path is
 // runner.lock's. ErrLockingUnsupported on a filesystem without locks; an
-// error naming the path when dir is not a directory, or a lock file is a
-// symlink, a directory or not writable.
+// error naming the path when dir is not a directory, or a lock file
+// (runner.lock, tree.lock, or .state.lock, which serialises state writes)
+// is a symlink, a directory, another non-regular file or not writable.
 func Acquire(dir string) (release func(), err error) {
 	if err := checkDir("Acquire", dir); err != nil {
 		return nil, err
@@ -455,12 +456,30 @@ func acquire(dir string, since time.Time) (*hold, error) {
 		return nil, err
 	}
 	// Clearing what a previous runner left is best effort: those files are
-	// hints, and the kernel locks are already this process's.
-	if err := withStateLock(dir, func() error { settleIn(dir, h.self, since); return nil }); err != nil {
+	// hints, and the kernel locks are already this process's. But a state
+	// lock that can never be taken (a directory, a symlink or a FIFO where
+	// .state.lock belongs) would leave the previous runner's record in place
+	// and fail every Publish: that is refused, as Takeover refuses it.
+	err = withStateLock(dir, func() error { settleIn(dir, h.self, since); return nil })
+	if unusablePath(err) {
+		for _, l := range h.locks() {
+			l.WriteContent(nil)
+		}
+		p.release()
+		return nil, err
+	}
+	if err != nil {
 		logger().Warn("runnerstate: could not clear the previous runner's files", "dir", dir, "err", err)
 	}
 	h.register()
 	return h, nil
+}
+
+// unusablePath reports whether err refuses a path that no retry can use
+// until it is moved away: a symlink, a directory or another non-regular
+// file where a regular file belongs.
+func unusablePath(err error) bool {
+	return errors.Is(err, durable.ErrSymlink) || errors.Is(err, durable.ErrIsDir) || errors.Is(err, durable.ErrNotRegular)
 }
 
 // writeIdentity writes this hold's identity, and each lock's descriptor,
@@ -1010,6 +1029,8 @@ func Status(dir string) (Report, error) {
 	r.Stale = append(r.Stale, stalePIDs(dir, st)...)
 	if mode, ok := RestartRequested(dir); ok {
 		r.Restart = mode
+	} else if _, state, err := readState(filepath.Join(dir, RestartName), parseRestart); state == fileCorrupt {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("%v; the request is ignored: remove it, or make a new one (RequestRestart)", err))
 	}
 	waiting, warn := waitingStarters(dir)
 	r.Waiting = append(r.Waiting, waiting...)
@@ -1401,8 +1422,20 @@ func dirWarnings(dir string) []string {
 	if err != nil || !fi.IsDir() {
 		return nil
 	}
+	var warnings []string
 	if durable.OpenToAll(fi) {
-		return []string{fmt.Sprintf("%s is world-writable without the sticky bit: any user can replace the runner's files; chmod o-w or +t it", dir)}
+		warnings = append(warnings, fmt.Sprintf("%s is world-writable without the sticky bit: any user can replace the runner's files; chmod o-w or +t it", dir))
 	}
-	return nil
+	state := filepath.Join(dir, stateLockName)
+	if fi, err := os.Lstat(state); err == nil && !fi.Mode().IsRegular() {
+		why := durable.ErrNotRegular
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			why = durable.ErrSymlink
+		case fi.IsDir():
+			why = durable.ErrIsDir
+		}
+		warnings = append(warnings, fmt.Sprintf("%s %v: until it is, no runner is admitted and no state is written", state, why))
+	}
+	return warnings
 }

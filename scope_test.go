@@ -288,8 +288,8 @@ func TestScopeInProcess(t *testing.T) {
 	assert.True(t, be.Verified)
 	assert.Equal(t, dataA, be.Owner)
 	assert.Equal(t, filepath.Join(scopeDir, scopeLockName), be.Path)
-	assert.Equal(t, "runnerstate: "+be.Path+" is locked by pid "+strconv.Itoa(os.Getpid())+
-		" (verified alive) serving "+dataA+": context canceled", err.Error())
+	assert.Equal(t, "runnerstate: "+be.Path+" is locked by this process (pid "+strconv.Itoa(os.Getpid())+
+		") serving "+dataA+": context canceled", err.Error())
 	release()
 	release2, err := AcquireScope(cancelled(), scopeDir, filepath.Join(base, "b"))
 	require.NoError(t, err)

@@ -977,7 +977,7 @@ func readGate(dir string) (gateState, string) {
 		return g, ""
 	}
 	warnOnce("gate:"+err.Error(), "runnerstate: ignoring a takeover gate that cannot be read", "path", path, "err", err)
-	return gateState{}, err.Error()
+	return gateState{}, fmt.Sprintf("%v; it is ignored, and the next Takeover replaces it", err)
 }
 
 func parseGate(data []byte) (gateState, error) {
