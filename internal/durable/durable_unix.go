@@ -111,7 +111,7 @@ func Advice(err error) string {
 	case unix.EROFS:
 		return "remount the filesystem read-write, or move the directory to one that is"
 	case unix.EACCES, unix.EPERM:
-		return "run as a user allowed to write there, or fix the permissions"
+		return "run as a user allowed to use that path, or fix its permissions"
 	case unix.EINTR, unix.EAGAIN, unix.EBUSY:
 		return "try again"
 	case unix.ENOMEM:
