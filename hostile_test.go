@@ -1085,3 +1085,25 @@ func TestHostileCorruptRestartRequestIsNamed(t *testing.T) {
 	assert.True(t, containsAny(st.Warnings, path), "Status names %s: %q", path, st.Warnings)
 	assert.True(t, containsAny(st.Warnings, "remove it"), "and says what to do: %q", st.Warnings)
 }
+
+// Case: a runner.lock that is not a regular file (a directory, a symlink,
+// a FIFO): no runner can be admitted there, so a restart request for it is
+// refused, naming runner.lock, and nothing is written.
+func TestHostileRestartRequestWhereNoRunnerCanBe(t *testing.T) {
+	for name, make := range map[string]func(path string) error{
+		"directory": func(path string) error { return os.Mkdir(path, 0o755) },
+		"symlink":   func(path string) error { return os.Symlink("/etc/passwd", path) },
+		"fifo":      func(path string) error { return unix.Mkfifo(path, 0o644) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			lock := filepath.Join(dir, LockName)
+			require.NoError(t, make(lock))
+			err := RequestRestart(dir, RestartNow)
+			require.Error(t, err)
+			assert.ErrorContains(t, err, lock)
+			_, serr := os.Stat(filepath.Join(dir, RestartName))
+			assert.ErrorIs(t, serr, fs.ErrNotExist, "nothing written")
+		})
+	}
+}

@@ -95,7 +95,8 @@ func pendingRestart(dir string) (restartRequest, bool) {
 //
 // Errors: ErrBadMode for any mode but RestartDrain and RestartNow; an error
 // naming dir when it does not exist; a symlink or directory at restart.json is
-// refused naming the path; a restart.json that is there but cannot be read
+// refused naming the path, and so is one at runner.lock (no runner can be
+// admitted there to read the request); a restart.json that is there but cannot be read
 // (an I/O error, no descriptor left) is left as it is and its error returned,
 // since writing over a request it cannot read could weaken it;
 // ErrNotDurable when the request is in place (the runner sees it) but the
@@ -134,7 +135,10 @@ func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
 // one of equal or greater strength kept).
 func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending restartRequest, wrote bool, err error) {
 	target := ""
-	if st := inspectRunner(dir); st.held && st.named {
+	switch st := inspectRunner(dir); {
+	case st.err != nil:
+		return restartRequest{}, false, st.err // no runner can be admitted there to read it
+	case st.held && st.named:
 		target = st.holder.Instance
 	}
 	old, ok, err := pendingForWrite(dir)

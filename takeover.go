@@ -140,10 +140,10 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	live := ctx.Err() == nil
 	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger}
 	if err := t.register(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil, t.busy(ctx.Err())
+		if ctx.Err() != nil && (errors.Is(err, ErrBusy) || errors.Is(err, ctx.Err())) {
+			return nil, t.busy(ctx.Err()) // the wait for the state lock ended with ctx
 		}
-		return nil, err
+		return nil, err // gate.json could not be written: that is the answer, whatever ctx says
 	}
 	h, err := t.run(ctx, live)
 	if err != nil {

@@ -551,3 +551,16 @@ func TestSupersededNamesTheDirectoryAndTheNewerStarter(t *testing.T) {
 	assert.ErrorContains(t, err, dir)
 	assert.ErrorContains(t, err, "pid "+strconv.Itoa(self.PID)+" started after this one")
 }
+
+// Case: a Takeover whose context has already ended, on a directory whose
+// gate.json cannot be written (a directory stands there): the answer is
+// that error, naming the path, not a busy one.
+func TestTakeoverEndedContextReportsTheGateError(t *testing.T) {
+	dir := tempDir(t)
+	gate := filepath.Join(dir, gateName)
+	require.NoError(t, os.Mkdir(gate, 0o755))
+	_, err := Takeover(cancelled(), dir, TakeoverOptions{})
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrBusy)
+	assert.ErrorContains(t, err, gate)
+}
