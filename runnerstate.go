@@ -650,6 +650,10 @@ func clearStaleRecord(dir string, self Identity) (int, bool, error) {
 			return 0, false, nil
 		}
 		v, why := liveness.Check(liveness.Identity(rec.Process))
+		// Not synced: a record a power loss brings back is as stale as
+		// before (it names a process nothing trusts) and the next Acquire
+		// clears it again, so an fsync would only slow every admission
+		// after a crash.
 		if err := os.Remove(path); err != nil && !isNotExist(err) {
 			logger().Warn("runnerstate: could not remove a stale record", "path", path, "err", err)
 			return rec.PID, false, pathError("remove", path, durable.Unwrap(err))
