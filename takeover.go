@@ -774,9 +774,13 @@ type StandbyResult struct {
 // does). It logs once which pid owns dir, then returns Resumed, with that pid,
 // as soon as the owner is gone (the kernel lock is free: it released, or it
 // died) and so is its tree (no orphans of it hold tree.lock; see Inherit), or
-// WorkCompleted when opts.WorkIsComplete says so. With no owner at
-// all it returns Resumed at once. It never takes the lock: take it with
-// Acquire or Takeover after a Resumed.
+// WorkCompleted when opts.WorkIsComplete says so. While a Takeover starter
+// verified alive waits to be admitted, the directory is about to be its:
+// Standby waits for it too (and then for the runner it becomes), rather than
+// let its caller take the directory in the instant between the old runner's
+// exit and that starter's admission. With no owner and no such starter it
+// returns Resumed at once. It never takes the lock: take it with Acquire or
+// Takeover after a Resumed.
 //
 // It wakes within milliseconds of the owner's exit: through the owner's pidfd
 // and inotify on Linux, elsewhere by polling every 20 ms.
@@ -801,21 +805,42 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 		if st.err != nil {
 			return s.res, st.err
 		}
-		if !st.held && !st.treeHeld {
-			s.res.Resumed = true
-			return s.res, nil
+		free := !st.held && !st.treeHeld
+		if free {
+			starter, waits := startingNow(dir)
+			if !waits {
+				s.res.Resumed = true
+				return s.res, nil
+			}
+			warnOnceTo(s.opts.Logger, "standby-starter:"+dir, "runnerstate: standing by while a takeover starter is being admitted", "dir", dir, "starter", starter.PID)
+		} else {
+			s.follow(ctx, st)
 		}
-		s.follow(ctx, st)
 		if s.workCompleted() {
 			return s.res, nil
 		}
 		if err := s.w.Wait(ctx, s.untilCheck(), s.exited); err != nil {
-			if !st.held || st.lostFile {
+			if !free && (!st.held || st.lostFile) {
 				return s.res, treeBusyError(dir, err)
 			}
 			return s.res, busyError(filepath.Join(dir, LockName), err)
 		}
 	}
+}
+
+// startingNow returns a Takeover starter that waits in dir's gate and is
+// verified alive (not this process): the directory is about to be its, and a
+// standby yields to it rather than take the directory in the instant between
+// the old runner's exit and the starter's admission (the newest starter
+// wins). A starter whose liveness cannot be verified is not waited for.
+func startingNow(dir string) (Identity, bool) {
+	g, _ := readGate(dir)
+	for _, e := range g.Waiting {
+		if v, _ := liveness.Check(liveness.Identity(e.Starter)); v == liveness.Alive {
+			return e.Starter, true
+		}
+	}
+	return Identity{}, false
 }
 
 // standby is one Standby's state: the owner it follows and when it next asks

@@ -564,3 +564,40 @@ func TestTakeoverEndedContextReportsTheGateError(t *testing.T) {
 	assert.NotErrorIs(t, err, ErrBusy)
 	assert.ErrorContains(t, err, gate)
 }
+
+// Case: the directory is free, but a Takeover starter verified alive waits
+// in the gate (the instant between the old runner's exit and its
+// admission). Standby yields to it instead of resuming; once that starter
+// is gone it resumes (a dead starter's entry holds nobody back).
+func TestStandbyYieldsToAWaitingStarter(t *testing.T) {
+	dir := tempDir(t)
+	starter := startChildCmd(t, testharness.Command(""), "idle")
+	id, err := liveness.Lookup(starter.PID())
+	require.NoError(t, err)
+	require.NoError(t, updateGate(context.Background(), dir, func(g *gateState) error {
+		g.Seq = g.next()
+		g.Waiting = append(g.Waiting, gateEntry{Seq: g.Seq, Starter: Identity(id), Since: time.Now()})
+		return nil
+	}))
+	captureLog(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	res, err := Standby(ctx, dir, StandbyOptions{})
+	cancel()
+	assert.ErrorIs(t, err, ErrBusy, "a standby waits while a live starter is being admitted")
+	assert.False(t, res.Resumed)
+
+	done := make(chan StandbyResult, 1)
+	go func() {
+		res, _ := Standby(background(t), dir, StandbyOptions{})
+		done <- res
+	}()
+	starter.Kill()
+	starter.Wait()
+	select {
+	case res := <-done:
+		assert.True(t, res.Resumed, "the starter is gone: resumed")
+	case <-time.After(childWait):
+		t.Fatalf("Standby did not resume within %v of the waiting starter's exit", childWait)
+	}
+}
