@@ -24,8 +24,9 @@ import (
 // for a TTL) registers again, at the back.
 //
 // With o.Dir set, it first waits with runnerstate.Standby while a local
-// runner owns the directory, then takes it with runnerstate.Acquire, and
-// only then campaigns on the cluster; the local lock is held until Release.
+// runner owns the directory (or a local Takeover starter is being admitted
+// to it), then takes it with runnerstate.Acquire, and only then campaigns on
+// the cluster; the local lock is held until Release.
 // The leadership lasts until Release or Lost, whatever happens to ctx, which
 // bounds only the wait.
 //

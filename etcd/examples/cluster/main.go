@@ -11,7 +11,9 @@
 //
 // A runner does a job every --job (a fenced write of a counter to etcd), and
 // steps down when asked (a takeover, or restart): it then stands by, so the
-// copy that serves etcd keeps serving it for the others. Stop a copy with
+// copy that serves etcd keeps serving it for the others; with --dir, a copy
+// that does not serve etcd exits instead, since the copy taking the
+// directory over waits for the previous one's exit. Stop a copy with
 // Ctrl-C. Only loopback addresses are accepted: this demo talks to this
 // machine only. Exit codes: 0 done; 1 error; 2 usage; 75 (runnerstate.ExitBusy)
 // superseded by a newer starter, or a wait that timed out.
@@ -96,7 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.DurationVar(&r.grace, "grace", 5*time.Second, "takeover: how long the leader has to step down before the request becomes \"now\"")
 		fs.DurationVar(&r.killAfter, "kill-after", 5*time.Second, "takeover: then how long before the leader is removed by force")
 		fs.DurationVar(&r.job, "job", time.Second, "how often the runner does a job")
-		fs.StringVar(&r.dir, "dir", "", "a local runner directory to hold too (optional)")
+		fs.StringVar(&r.dir, "dir", "", "a local runner directory to hold too (optional); a copy that steps down for a restart request then exits, unless it serves etcd")
 	case "status":
 		asJSON = fs.Bool("json", false, "print the report as JSON")
 	case "restart":
@@ -214,7 +216,8 @@ func (r runOpts) run(ctx context.Context, stdout, stderr io.Writer) int {
 		r.name = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	out.prefix = "cluster[" + r.name + "]: "
-	if len(r.endpoints) == 0 {
+	serving := len(r.endpoints) == 0 // this copy serves the embedded etcd
+	if serving {
 		addr, stop, err := serveEtcd(r.listen)
 		if err != nil {
 			fmt.Fprintln(stderr, "cluster:", err)
@@ -273,9 +276,23 @@ func (r runOpts) run(ctx context.Context, stdout, stderr io.Writer) int {
 		if ctx.Err() != nil {
 			return 0
 		}
+		if r.dir != "" && !serving && (why == whyNow || why == whyDrained) {
+			// A newer copy takes this directory (it waits, up to
+			// --kill-after, for this process to exit): go, and let it in
+			// at once. A copy that serves etcd stands by instead, for the
+			// others' sake.
+			out.say("exiting: a newer copy takes %s", r.dir)
+			return 0
+		}
 		standby = true
 	}
 }
+
+// Why a leadership ended when the leader was asked to restart.
+const (
+	whyNow     = "asked to restart now"
+	whyDrained = "drained"
+)
 
 // work does a job every r.job until the leadership ends, and says why it
 // ended.
@@ -294,7 +311,7 @@ func work(ctx context.Context, cli *clientv3.Client, l *rsetcd.Leadership, r run
 				continue // closed at Lost: the next round says why
 			}
 			if mode == runnerstate.RestartNow {
-				return "asked to restart now"
+				return whyNow
 			}
 			out.say("asked to drain: finishing the job at hand")
 			draining = true
@@ -318,7 +335,7 @@ func work(ctx context.Context, cli *clientv3.Client, l *rsetcd.Leadership, r run
 			out.say("job %d done", n)
 		}
 		if draining {
-			return "drained"
+			return whyDrained
 		}
 	}
 }
