@@ -84,8 +84,9 @@ type ScopeOwner struct {
 // Errors:
 //   - The scope is held and ctx ends first: a *BusyError naming scope.lock
 //     and the holder's pid as far as it is known, with Owner set to the data
-//     dir the holder serves when scope.owner.json can be read (and does not
-//     name a process that is provably gone). It satisfies errors.Is for
+//     dir the holder serves when scope.owner.json can be read (and names
+//     the holder's pid, where that is known, and not a process that is
+//     provably gone). It satisfies errors.Is for
 //     ErrBusy and for ctx.Err(), as Lock's does. A ctx that is already done
 //     still gets one attempt without waiting; a ctx that ends while
 //     AcquireScope works never gets the scope (as for Lock: what was taken
@@ -122,7 +123,7 @@ func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func()
 	if err != nil {
 		var be *BusyError
 		if errors.As(err, &be) {
-			be.Owner = holderDataDir(scopeDir)
+			be.Owner = holderDataDir(scopeDir, be.PID)
 		}
 		return nil, err
 	}
@@ -226,14 +227,15 @@ func parseScopeOwner(data []byte) (ScopeOwner, error) {
 }
 
 // holderDataDir is the data dir a refused AcquireScope names: the sidecar's,
-// unless the sidecar names a process that is provably gone. That happens for
+// unless it names another pid than the holder's (holder, when known: 0 when
+// not) or a process that is provably gone. That happens for
 // an instant when a holder was killed and its successor holds the lock but
 // has not yet replaced the sidecar; naming the dead holder's data dir then
 // would be wrong. Anything that cannot be proven gone is trusted as a name.
-func holderDataDir(scopeDir string) string {
+func holderDataDir(scopeDir string, holder int) string {
 	owner, ok := ReadScopeOwner(scopeDir)
-	if !ok {
-		return ""
+	if !ok || holder > 0 && owner.PID != 0 && owner.PID != holder {
+		return "" // not the holder's: left by a previous one, or forged
 	}
 	switch v, _ := liveness.Check(liveness.Identity(owner.Process)); v {
 	case liveness.Dead, liveness.Stale:

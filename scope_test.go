@@ -646,3 +646,24 @@ func TestParseScopeOwner(t *testing.T) {
 	}
 	assert.True(t, bytes.Contains(fields["process"], []byte(`"start_ticks"`)))
 }
+
+// Case: a scope.owner.json that names another pid than the holder's (a
+// forged one, or a bare pid that is not the holder) is not the holder's
+// data dir, and a refusal does not name it.
+func TestScopeRefusalIgnoresAnotherPidsSidecar(t *testing.T) {
+	base := tempDir(t)
+	scopeDir := filepath.Join(base, "scope")
+	release, err := AcquireScope(background(t), scopeDir, filepath.Join(base, "a"))
+	require.NoError(t, err)
+	defer release()
+	for _, forged := range []string{`{"data_dir":"/forged","pid":999999}`, `{"data_dir":"/forged","pid":1}`} {
+		require.NoError(t, os.WriteFile(filepath.Join(scopeDir, scopeOwnerName), []byte(forged+"\n"), 0o644))
+		_, err = AcquireScope(cancelled(), scopeDir, filepath.Join(base, "b"))
+		var be *BusyError
+		require.ErrorAs(t, err, &be)
+		if be.PID == os.Getpid() {
+			assert.Empty(t, be.Owner, "a sidecar naming pid %s is not the holder's: %v", forged, err)
+		}
+		assert.NotContains(t, err.Error(), "/forged")
+	}
+}
