@@ -88,6 +88,10 @@
 //     RestartLost, and nothing in the directory can keep the next one out.
 //   - Only processes that hold one of the locks are ever signalled; a job
 //     that left the tree is the runner's to stop.
+//   - Lock, AcquireScope and the sync mark are one lock file each: deleting
+//     or replacing it while held lets the next caller lock a new file
+//     beside the holder, and nothing tells the holder. Keep such files out
+//     of directories that get cleaned or reset.
 //   - On Windows a lock's handle cannot be lent, so Inherit answers
 //     errors.ErrUnsupported and there are no orphans to keep the directory
 //     busy. On macOS and other Unix systems, orphans keep the directory busy

@@ -317,9 +317,11 @@ func SyncRunning(ctx context.Context, root string) (release func(), err error) {
 // SyncRunning. release (idempotent) frees it. root is created (0755, with its
 // parents) when it does not exist, and sync.lock (0644) in it.
 //
-// A reset may delete everything in root except sync.lock: removing or
-// replacing sync.lock while holding it would let a sync that starts meanwhile
-// lock the new file and run beside the reset.
+// A reset may delete everything in root except sync.lock and the lock files
+// held there (a server's lock on its data dir): removing or replacing
+// sync.lock while holding it would let a sync that starts meanwhile lock the
+// new file and run beside the reset, and a deleted server lock would let a
+// second server in.
 //
 // Errors:
 //   - A sync or import holds the mark (or another reset does): an error
