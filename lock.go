@@ -95,7 +95,7 @@ func (e *BusyError) writeHolder(b *strings.Builder) {
 	switch {
 	case e.PID <= 0:
 		b.WriteString("another process")
-	case e.PID == os.Getpid() && e.Verified && !e.Orphan:
+	case e.PID == os.Getpid() && !e.Orphan:
 		b.WriteString("this process (pid ")
 		b.WriteString(strconv.Itoa(e.PID))
 		b.WriteString(")")

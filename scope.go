@@ -406,6 +406,7 @@ func pidList(pids []int) string {
 // syncUnknown is NoSyncRunning's answer when the mark cannot be taken at all.
 func syncUnknown(root, path string, cause error) error {
 	var why string
+	odd := true // something stands at path that must go: remove it
 	switch {
 	case errors.Is(cause, ErrLockingUnsupported):
 		why = "the filesystem refuses file locks"
@@ -416,14 +417,19 @@ func syncUnknown(root, path string, cause error) error {
 	case errors.Is(cause, durable.ErrNotRegular):
 		why = "it is not a regular file"
 	default:
+		odd = false // read-only, permission, no descriptor left: the cause says what to do
 		why = cause.Error()
 		var pe *fs.PathError
 		if errors.As(cause, &pe) {
 			why = pe.Err.Error()
 		}
 	}
-	msg := ErrSyncUnknown.Error() + ": " + path + " cannot be locked (" + why + "); stop every process that uses " +
-		root + ", remove " + path + ", and reset again"
+	msg := ErrSyncUnknown.Error() + ": " + path + " cannot be locked (" + why + "); "
+	if odd {
+		msg += "stop every process that uses " + root + ", remove " + path + ", and reset again"
+	} else {
+		msg += "fix that, then reset again"
+	}
 	if errors.Is(cause, ErrLockingUnsupported) {
 		msg += "; if locks still fail, move the data root to a local disk"
 	}

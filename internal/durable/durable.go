@@ -56,7 +56,10 @@ var (
 	ErrSymlink    = errors.New("is a symlink, which is never followed here; remove it")
 	ErrIsDir      = errors.New("is a directory where a file belongs; move it away")
 	ErrNotRegular = errors.New("is not a regular file; move it away")
-	ErrNotDir     = errors.New("is not a directory")
+	// ErrDanglingSymlink refuses a directory path that is a symlink to
+	// nothing: the directory cannot be made there.
+	ErrDanglingSymlink = errors.New("is a symlink to a missing directory; make its target, or remove it")
+	ErrNotDir          = errors.New("is not a directory; move it away, or name another path")
 	// ErrTooLarge is ReadFile's answer for a file larger than asked for;
 	// the first bytes come with it.
 	ErrTooLarge = errors.New("file is larger than a record can be")
@@ -177,6 +180,9 @@ func EnsureDir(dir string) error {
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return &fs.PathError{Op: "stat", Path: dir, Err: Unwrap(err)}
+	}
+	if fi, err := os.Lstat(dir); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		return refused(dir, ErrDanglingSymlink) // mkdir would only say "file exists"
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return &fs.PathError{Op: "mkdir", Path: dir, Err: Unwrap(err)}
