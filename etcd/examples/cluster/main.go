@@ -16,7 +16,8 @@
 // directory over waits for the previous one's exit. Stop a copy with
 // Ctrl-C. Only loopback addresses are accepted: this demo talks to this
 // machine only. Exit codes: 0 done; 1 error; 2 usage; 75 (runnerstate.ExitBusy)
-// superseded by a newer starter, or a wait that timed out.
+// superseded by a newer starter, or a wait that timed out; status exits 0
+// when a leader holds the key and 3 when none does (as runnerctl status).
 package main
 
 import (
@@ -55,7 +56,7 @@ const usage = `usage: cluster [command] [flags]
 
 commands:
   (none)                 run a runner: with no --endpoints, serve an embedded etcd on --listen too
-  status [--json]        show who leads and who waits
+  status [--json]        show who leads and who waits (exit 0: a leader; 3: none)
   restart --drain|--now  ask the leader to restart
   watch                  print every change of leader
 
@@ -386,11 +387,15 @@ func status(ctx context.Context, cli *clientv3.Client, key string, asJSON bool, 
 		fmt.Fprintln(stderr, "cluster:", err)
 		return 1
 	}
+	code := 0 // the LSB status codes, as runnerctl status: 0 a leader, 3 none
+	if !rep.Held {
+		code = 3
+	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(rep)
-		return 0
+		return code
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "key\t%s (etcd revision %d)\n", rep.Key, rep.Revision)
@@ -416,7 +421,7 @@ func status(ctx context.Context, cli *clientv3.Client, key string, asJSON bool, 
 	list("waiting", rep.Waiting)
 	list("standby", rep.Standby)
 	_ = tw.Flush()
-	return 0
+	return code
 }
 
 // describe is one line about a holder.

@@ -168,6 +168,9 @@ func TestDemoTakeoverAcrossMachines(t *testing.T) {
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, "leader   b: pid")
 	assert.Contains(t, out, "standby  1. pid")
+	code, out, _ = runCmd("status", "--endpoints", addr, "--key", "/runnerstate/nobody")
+	assert.Equal(t, 3, code, "no leader: the LSB code for not running\n%s", out)
+	assert.Contains(t, out, "leader   none")
 
 	code, out, _ = runCmd("restart", "--drain", "--endpoints", addr)
 	require.Equal(t, 0, code)
