@@ -1029,6 +1029,14 @@ func busyLockTable(t *testing.T) lockTable {
 	return lockTable{size: len(data), stop: stop}
 }
 
+// oddFiles make something other than a regular file at a path: what a
+// lock file's place must never hold.
+var oddFiles = map[string]func(path string) error{
+	"directory": func(path string) error { return os.Mkdir(path, 0o755) },
+	"symlink":   func(path string) error { return os.Symlink("/etc/passwd", path) },
+	"fifo":      func(path string) error { return unix.Mkfifo(path, 0o644) },
+}
+
 // Case: something other than a regular file where .state.lock belongs (a
 // directory, a symlink, a FIFO). No state can be written there, so Acquire
 // refuses, naming it, as Takeover does, instead of admitting a runner that
@@ -1036,11 +1044,7 @@ func busyLockTable(t *testing.T) lockTable {
 // is changed, the directory stays free, and Status says what is wrong. Once
 // it is moved away, the next Acquire clears the old record.
 func TestHostileStateLockUnusable(t *testing.T) {
-	for name, make := range map[string]func(path string) error{
-		"directory": func(path string) error { return os.Mkdir(path, 0o755) },
-		"symlink":   func(path string) error { return os.Symlink("/etc/passwd", path) },
-		"fifo":      func(path string) error { return unix.Mkfifo(path, 0o644) },
-	} {
+	for name, make := range oddFiles {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			stale := []byte(`{"pid":999999,"specs":["old"]}` + "\n")
@@ -1090,11 +1094,7 @@ func TestHostileCorruptRestartRequestIsNamed(t *testing.T) {
 // a FIFO): no runner can be admitted there, so a restart request for it is
 // refused, naming runner.lock, and nothing is written.
 func TestHostileRestartRequestWhereNoRunnerCanBe(t *testing.T) {
-	for name, make := range map[string]func(path string) error{
-		"directory": func(path string) error { return os.Mkdir(path, 0o755) },
-		"symlink":   func(path string) error { return os.Symlink("/etc/passwd", path) },
-		"fifo":      func(path string) error { return unix.Mkfifo(path, 0o644) },
-	} {
+	for name, make := range oddFiles {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			lock := filepath.Join(dir, LockName)
