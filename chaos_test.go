@@ -125,11 +125,37 @@ func holdsFlock(pid int, path string) bool {
 		return false
 	}
 	want := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
-	fdinfo := "/proc/" + strconv.Itoa(pid) + "/fdinfo"
-	entries, err := os.ReadDir(fdinfo)
+	locks, err := fdinfoFlocks(pid)
 	if err != nil {
 		return false
 	}
+	for _, l := range locks {
+		if l.access == "WRITE" && l.file == want {
+			return true
+		}
+	}
+	return false
+}
+
+// fdinfoFlock is one flock(2) lock a process holds, from a "lock:" line of
+// its /proc/<pid>/fdinfo/<fd>:
+//
+//	lock:	1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF
+type fdinfoFlock struct {
+	access string // "WRITE" (exclusive) or "READ" (shared)
+	file   string // "major:minor:inode", in hex, hex, decimal
+}
+
+// fdinfoFlocks lists the flock locks the process pid holds, from the fdinfo
+// of each of its descriptors (one that closes while it is read is passed
+// over). The error is reading the fdinfo directory's.
+func fdinfoFlocks(pid int) ([]fdinfoFlock, error) {
+	fdinfo := "/proc/" + strconv.Itoa(pid) + "/fdinfo"
+	entries, err := os.ReadDir(fdinfo)
+	if err != nil {
+		return nil, err
+	}
+	var locks []fdinfoFlock
 	for _, e := range entries {
 		data, err := os.ReadFile(filepath.Join(fdinfo, e.Name()))
 		if err != nil {
@@ -140,14 +166,12 @@ func holdsFlock(pid int, path string) bool {
 			if !ok {
 				continue
 			}
-			// "lock:	1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
-			f := strings.Fields(rest)
-			if len(f) >= 6 && f[1] == "FLOCK" && f[3] == "WRITE" && f[5] == want {
-				return true
+			if f := strings.Fields(rest); len(f) >= 6 && f[1] == "FLOCK" {
+				locks = append(locks, fdinfoFlock{access: f[3], file: f[5]})
 			}
 		}
 	}
-	return false
+	return locks, nil
 }
 
 // kernelFlockHolders lists the pids the kernel names as holding an exclusive

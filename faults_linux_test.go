@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -587,27 +586,12 @@ func heldLocks(t *testing.T, pid int, root string) map[string]string {
 		}
 		return nil
 	})
-	locks := map[string]string{}
-	fdinfo := "/proc/" + strconv.Itoa(pid) + "/fdinfo"
-	entries, err := os.ReadDir(fdinfo)
+	flocks, err := fdinfoFlocks(pid)
 	require.NoError(t, err, "the helper's fdinfo")
-	for _, e := range entries {
-		data, err := os.ReadFile(filepath.Join(fdinfo, e.Name()))
-		if err != nil {
-			continue
-		}
-		for line := range strings.Lines(string(data)) {
-			rest, ok := strings.CutPrefix(line, "lock:")
-			if !ok {
-				continue
-			}
-			// "lock:	1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
-			f := strings.Fields(rest)
-			if len(f) >= 6 && f[1] == "FLOCK" {
-				if rel, ok := byIno[f[5]]; ok {
-					locks[rel] = f[3]
-				}
-			}
+	locks := map[string]string{}
+	for _, l := range flocks {
+		if rel, ok := byIno[l.file]; ok {
+			locks[rel] = l.access
 		}
 	}
 	return locks
