@@ -328,10 +328,7 @@ func roleOps(dir string) int {
 				return 1
 			}
 			say("held")
-			for range commands() {
-			}
-			unlock()
-			return 0
+			return holdUntilClosed(unlock)
 		default:
 			say("error unknown op %q", op)
 			return 2

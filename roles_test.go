@@ -78,6 +78,15 @@ func roleHold(path string) int {
 	return 0
 }
 
+// holdUntilClosed holds what release lets go until stdin closes (the test
+// is done with the role), then lets it go: the role exits 0.
+func holdUntilClosed(release func()) int {
+	for range commands() {
+	}
+	release()
+	return 0
+}
+
 // wait: block in Lock until it is ours, say "locked", hold until stdin
 // closes.
 func roleWait(path string) int {
@@ -88,10 +97,7 @@ func roleWait(path string) int {
 		return 1
 	}
 	say("locked")
-	for range commands() {
-	}
-	unlock()
-	return 0
+	return holdUntilClosed(unlock)
 }
 
 // try: one TryLock; say "locked" or "busy <pid>".
@@ -119,10 +125,7 @@ func roleRhold(path string) int {
 		return 1
 	}
 	say("locked")
-	for range commands() {
-	}
-	unlock()
-	return 0
+	return holdUntilClosed(unlock)
 }
 
 // acquire: Acquire and Publish dir, say "acquired", hold until stdin
@@ -322,10 +325,7 @@ func roleStarter(dir string) int {
 		return 1
 	}
 	say("admitted")
-	for range commands() {
-	}
-	release()
-	return 0
+	return holdUntilClosed(release)
 }
 
 // scope: a would-be server of the scope and data dir in arg
@@ -403,10 +403,7 @@ func roleSync(root string) int {
 		return 1
 	}
 	say("marked")
-	for range commands() {
-	}
-	release()
-	return 0
+	return holdUntilClosed(release)
 }
 
 // reset: NoSyncRunning on root; say "reset" and hold the mark until stdin
@@ -483,10 +480,7 @@ func roleNsRunner(dir string) int {
 		return 1
 	}
 	say("acquired %d", os.Getpid())
-	for range commands() {
-	}
-	release()
-	return 0
+	return holdUntilClosed(release)
 }
 
 // observe: answer questions about dir, one per command, each as one line
@@ -579,10 +573,7 @@ func roleAcquireLog(dir string) int {
 	}
 	line, _ := json.Marshal(log.String())
 	say("acquired %s", line)
-	for range commands() {
-	}
-	release()
-	return 0
+	return holdUntilClosed(release)
 }
 
 // lost-runner: Acquire dir, Publish, watch for restart requests, say
