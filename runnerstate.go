@@ -1162,7 +1162,7 @@ func (st *lockState) readContent(path string) (filelock.Inode, error) {
 	switch {
 	case isNotExist(err):
 		return filelock.Inode{}, err
-	case errors.Is(err, durable.ErrSymlink), errors.Is(err, durable.ErrIsDir), errors.Is(err, durable.ErrNotRegular):
+	case unusablePath(err):
 		st.err = public(err)
 		return filelock.Inode{}, nil
 	case errors.Is(err, syscall.ENOTDIR):
@@ -1435,15 +1435,10 @@ func dirWarnings(dir string) []string {
 		warnings = append(warnings, fmt.Sprintf("%s is world-writable without the sticky bit: any user can replace the runner's files; chmod o-w or +t it", dir))
 	}
 	state := filepath.Join(dir, stateLockName)
-	if fi, err := os.Lstat(state); err == nil && !fi.Mode().IsRegular() {
-		why := durable.ErrNotRegular
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			why = durable.ErrSymlink
-		case fi.IsDir():
-			why = durable.ErrIsDir
+	if fi, err := os.Lstat(state); err == nil {
+		if err := durable.CheckMode(state, fi.Mode()); err != nil {
+			warnings = append(warnings, fmt.Sprintf("%s %v: until it is, no runner is admitted and no state is written", state, durable.Unwrap(err)))
 		}
-		warnings = append(warnings, fmt.Sprintf("%s %v: until it is, no runner is admitted and no state is written", state, why))
 	}
 	return warnings
 }
