@@ -182,12 +182,19 @@ func pendingForWrite(dir string) (restartRequest, bool, error) {
 // readRestart reads restart.json. Anything unreadable or unparsable, or with
 // an unknown mode, is no request (logged once).
 func readRestart(dir string) (restartRequest, bool) {
+	req, state, _ := readRestartState(dir)
+	return req, state == fileOK
+}
+
+// readRestartState is readRestart with the file's state, and the error of a
+// corrupt one, for Status to name.
+func readRestartState(dir string) (restartRequest, fileState, error) {
 	path := filepath.Join(dir, RestartName)
 	req, state, err := readState(path, parseRestart)
 	if state == fileCorrupt {
 		warnOnce("restart:"+err.Error(), "runnerstate: ignoring a restart request that cannot be read", "path", path, "err", err)
 	}
-	return req, state == fileOK
+	return req, state, err
 }
 
 // parseRestart parses restart.json content.

@@ -1035,9 +1035,10 @@ func Status(dir string) (Report, error) {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%s cannot be read and is ignored: %v", filepath.Join(dir, RecordName), recErr))
 	}
 	r.Stale = append(r.Stale, stalePIDs(dir, st)...)
-	if mode, ok := RestartRequested(dir); ok {
-		r.Restart = mode
-	} else if _, state, err := readState(filepath.Join(dir, RestartName), parseRestart); state == fileCorrupt {
+	switch req, state, err := readRestartState(dir); {
+	case state == fileOK && !req.void():
+		r.Restart = req.Mode
+	case state == fileCorrupt:
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%v; the request is ignored: remove it, or make a new one (RequestRestart)", err))
 	}
 	waiting, warn := waitingStarters(dir)
