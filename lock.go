@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/runnerstate/runnerstate/internal/filelock"
+	"github.com/runnerstate/runnerstate/internal/fsinfo"
 )
 
 // ErrBusy reports that a lock is held by someone else. Every busy answer is a
@@ -22,7 +23,29 @@ var ErrBusy = errors.New("runnerstate: lock is held by another process")
 // EOPNOTSUPP: some network and FUSE filesystems), or a system without them
 // (js, wasip1, plan9). Without working locks no exclusion can be promised, so
 // nothing proceeds: move the directory to a local disk.
+//
+// It is also the answer on a filesystem whose locks do not exclude processes
+// that reach it through another mount or machine (NFS, SMB/CIFS, 9p, and
+// every FUSE filesystem: sshfs, rclone, bindfs, virtiofs...): every lock of
+// this package is refused there before anything is created, in a message
+// that names the filesystem's type, unless the type is trusted
+// (TrustFilesystem, RUNNERSTATE_TRUST_FS). And on Linux a runner lock is
+// refused whatever the filesystem claims when another live process is found
+// to hold the same runner.lock through another mount at the same time.
 var ErrLockingUnsupported = errors.New("runnerstate: file locking is not supported on this filesystem; move it to a local disk")
+
+// TrustFilesystem adds filesystem types, as /proc/self/mountinfo names them
+// (fuse.gocryptfs, fuseblk, nfs4...; on macOS f_fstypename; on Windows
+// "remote" or "unc"), to the types whose locks this process trusts to
+// exclude, and returns a func that restores the list as it was (for
+// tests). The environment variable RUNNERSTATE_TRUST_FS (comma-separated
+// type names, read when the first such filesystem is judged) starts the
+// list. Trust a type only when every process reaches the directory through
+// one mount on one machine: two machines on a trusted network filesystem
+// are not excluded (use the etcd module). On Linux the runner lock's
+// cross-check still refuses a lock proven not to exclude. Safe for
+// concurrent use.
+func TrustFilesystem(types ...string) (restore func()) { return fsinfo.Trust(types...) }
 
 // BusyError is the answer of every lock attempt that found the lock held. The
 // holder fields are hints read at the moment of refusal (by the time you read

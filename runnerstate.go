@@ -142,6 +142,7 @@ import (
 
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
+	"github.com/runnerstate/runnerstate/internal/fsinfo"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
 
@@ -249,7 +250,24 @@ func public(err error) error {
 type lockingUnsupported struct{ cause error }
 
 func (e lockingUnsupported) Error() string {
+	var fe *fsinfo.Error
+	if errors.As(e.cause, &fe) {
+		return notExcluding(fe)
+	}
 	return strings.TrimPrefix(ErrLockingUnsupported.Error(), "runnerstate: ") + " (" + e.cause.Error() + ")"
+}
+
+// notExcluding is the message of a lock refused on a filesystem whose locks
+// do not exclude: what it is, and what to do.
+func notExcluding(fe *fsinfo.Error) string {
+	typ := cmp.Or(fe.Type, "unknown")
+	advice := "use a directory on a local disk, or the etcd module to coordinate several machines"
+	if fe.Holder > 0 {
+		return fmt.Sprintf("locks on %s (%s) do not exclude: pid %d (verified alive) holds %s through another mount (%s) at the same time; %s",
+			fe.Dir, typ, fe.Holder, LockName, fe.HolderPath, advice)
+	}
+	return fmt.Sprintf("%s is on %s, whose file locks do not exclude processes that reach it through another mount or another machine; %s, or, when every process reaches it through this one mount on this one machine, opt in with %s=%s (or TrustFilesystem)",
+		fe.Dir, typ, advice, fsinfo.TrustEnv, typ)
 }
 
 func (e lockingUnsupported) Is(target error) bool { return target == ErrLockingUnsupported }

@@ -20,8 +20,10 @@ package filelock
 import (
 	"errors"
 	"io/fs"
+	"path/filepath"
 
 	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/fsinfo"
 )
 
 // Mode is how a File is locked.
@@ -149,4 +151,34 @@ func holdsExclusive(holders []Holder, pid int) bool {
 func HoldsExclusive(path string, pid int) (holds, known bool) {
 	holders, _, known := Holders(path)
 	return holdsExclusive(holders, pid), known
+}
+
+// refusedFS is the answer of a lock on a filesystem whose locks do not
+// exclude (fsinfo.Error): an *UnsupportedError, as for a filesystem that
+// refuses locks outright, so that callers treat both alike.
+func refusedFS(path string, err error) error {
+	return &fs.PathError{Op: "lock", Path: path, Err: &UnsupportedError{Err: err}}
+}
+
+// dirOf is the directory of a lock file's path, as the filesystem is
+// judged by.
+func dirOf(path string) string { return filepath.Dir(path) }
+
+// Judge reports the answer a lock on path would get from the filesystem of
+// its directory, without opening or creating anything: nil, or the
+// *fs.PathError (with an *UnsupportedError holding an *fsinfo.Error) a
+// lock would return. It is for probes that must not answer from a lock
+// that cannot exclude.
+func Judge(path string) error {
+	if err := fsinfo.JudgeDir(dirOf(path)); err != nil {
+		return refusedFS(path, err)
+	}
+	return nil
+}
+
+// NotExcluding is the answer of a lock on path found not to exclude by
+// proof: holder (a verified live process) holds the same lock through
+// another mount, at holderPath as it sees it. typ is the filesystem's type.
+func NotExcluding(path, typ string, holder int, holderPath string) error {
+	return refusedFS(path, &fsinfo.Error{Dir: dirOf(path), Type: typ, Holder: holder, HolderPath: holderPath})
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/fsinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,7 +43,23 @@ func open(path string, mode Mode, perm fs.FileMode) (*File, error) {
 	if mode == Shared {
 		flags = openShared
 	}
-	fd, err := durable.OpenRetry(path, flags, uint32(perm.Perm()))
+	// The filesystem is judged before anything is created in it: an open
+	// without O_CREAT first, then one fstatfs(2) of the file (cached per
+	// mount where more than the magic number is needed); a file not there
+	// yet has its directory judged, then is created.
+	fd, err := durable.OpenRetry(path, flags&^unix.O_CREAT, 0)
+	switch err {
+	case nil:
+		if ferr := fsinfo.Judge(fd, path); ferr != nil {
+			unix.Close(fd)
+			return nil, refusedFS(path, ferr)
+		}
+	case unix.ENOENT:
+		if ferr := fsinfo.JudgeDir(dirOf(path)); ferr != nil {
+			return nil, refusedFS(path, ferr)
+		}
+		fd, err = durable.OpenRetry(path, flags, uint32(perm.Perm()))
+	}
 	if err != nil {
 		return nil, durable.OpenError(path, err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gofrs/flock"
 	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/fsinfo"
 	"golang.org/x/sys/windows"
 )
 
@@ -26,6 +27,9 @@ type File struct {
 func open(path string, mode Mode, perm fs.FileMode) (*File, error) {
 	if err := refuseOdd(path); err != nil {
 		return nil, err
+	}
+	if ferr := fsinfo.JudgeDir(dirOf(path)); ferr != nil {
+		return nil, refusedFS(path, ferr)
 	}
 	flag := os.O_CREATE | os.O_RDWR
 	if mode == Shared {

@@ -1,0 +1,183 @@
+package fsinfo
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Judge judges the filesystem of the open file fd, at path file (its
+// directory is what the hook and the error name): one fstatfs(2). nil when its locks exclude, or
+// when it cannot be told (the lock itself then says what it can); an
+// *Error otherwise.
+func Judge(fd int, file string) error {
+	if hook.Load() != nil {
+		if a, ok := hooked(filepath.Dir(file)); ok {
+			return verdict(filepath.Dir(file), a)
+		}
+	}
+	var st unix.Statfs_t
+	for {
+		err := unix.Fstatfs(fd, &st)
+		if err == nil {
+			break
+		}
+		if err != unix.EINTR {
+			return nil
+		}
+	}
+	excludes, name := LinuxMagic(int64(st.Type))
+	if excludes {
+		return nil
+	}
+	return verdict(filepath.Dir(file), Answer{Type: typeName(fd, "", int64(st.Type), name)})
+}
+
+// JudgeDir is Judge for the directory dir itself, before any file is
+// created in it: one statfs(2). A directory that does not exist is nil.
+func JudgeDir(dir string) error {
+	if a, ok := hooked(dir); ok {
+		return verdict(dir, a)
+	}
+	var st unix.Statfs_t
+	for {
+		err := unix.Statfs(dir, &st)
+		if err == nil {
+			break
+		}
+		if err != unix.EINTR {
+			return nil
+		}
+	}
+	excludes, name := LinuxMagic(int64(st.Type))
+	if excludes {
+		return nil
+	}
+	return verdict(dir, Answer{Type: typeName(unix.AT_FDCWD, dir, int64(st.Type), name)})
+}
+
+// TypeOf is the type name of dir's filesystem as mountinfo names it (ext4,
+// tmpfs, fuse.sshfs...), or "" when it cannot be read. It reads mountinfo
+// once per mount.
+func TypeOf(dir string) string {
+	if a, ok := hooked(dir); ok {
+		return a.Type
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return ""
+	}
+	_, name := LinuxMagic(int64(st.Type))
+	return typeName(unix.AT_FDCWD, dir, int64(st.Type), name)
+}
+
+// mountKey names one mount: its unique mount ID where the kernel gives one
+// (Linux 6.8), else its reusable ID together with the magic number and
+// device. A device number alone is never a key: FUSE and tmpfs reuse them.
+type mountKey struct {
+	id     uint64
+	unique bool
+	magic  int64
+	dev    uint64
+}
+
+var names = struct {
+	sync.Mutex
+	m map[mountKey]string
+}{m: make(map[mountKey]string)}
+
+// maxNames bounds the cache: past it, it starts afresh.
+const maxNames = 256
+
+// typeName is the mountinfo type name of the mount of fd (or of path
+// relative to fd, when path is not ""), cached per mount; fallback where
+// it cannot be read.
+func typeName(fd int, path string, magic int64, fallback string) string {
+	var stx unix.Statx_t
+	flags := unix.AT_STATX_DONT_SYNC
+	if path == "" {
+		flags |= unix.AT_EMPTY_PATH
+	}
+	if err := unix.Statx(fd, path, flags, unix.STATX_MNT_ID_UNIQUE|unix.STATX_MNT_ID, &stx); err != nil {
+		return fallback
+	}
+	key := mountKey{magic: magic, dev: unix.Mkdev(stx.Dev_major, stx.Dev_minor)}
+	switch {
+	case stx.Mask&unix.STATX_MNT_ID_UNIQUE != 0:
+		key.id, key.unique = stx.Mnt_id, true
+	case stx.Mask&unix.STATX_MNT_ID != 0:
+		key.id = stx.Mnt_id
+	}
+	names.Lock()
+	name, ok := names.m[key]
+	names.Unlock()
+	if ok {
+		return name
+	}
+	name = mountinfoType(stx.Dev_major, stx.Dev_minor)
+	if name == "" {
+		return fallback
+	}
+	names.Lock()
+	if len(names.m) >= maxNames {
+		clear(names.m)
+	}
+	names.m[key] = name
+	names.Unlock()
+	return name
+}
+
+// mountinfoPath is read for type names; tests point it elsewhere.
+var mountinfoPath = "/proc/self/mountinfo"
+
+// mountinfoType finds the type of the mount of device major:minor in
+// mountinfo: every mount of one device is of one type, whichever is found.
+func mountinfoType(major, minor uint32) string {
+	data, err := os.ReadFile(mountinfoPath)
+	if err != nil {
+		return ""
+	}
+	return ParseMountinfo(data, major, minor)
+}
+
+// ParseMountinfo returns the filesystem type (the field after " - ") of the
+// first line of mountinfo data for device major:minor, or "".
+func ParseMountinfo(data []byte, major, minor uint32) string {
+	want := []byte(strconv.FormatUint(uint64(major), 10) + ":" + strconv.FormatUint(uint64(minor), 10))
+	for line := range bytes.Lines(data) {
+		fields := bytes.Fields(line)
+		if len(fields) < 3 || !bytes.Equal(fields[2], want) {
+			continue
+		}
+		for i, f := range fields {
+			if string(f) == "-" && i+1 < len(fields) {
+				return unescape(string(fields[i+1]))
+			}
+		}
+	}
+	return ""
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b = append(b, byte(n))
+				i += 3
+				continue
+			}
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
