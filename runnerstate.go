@@ -127,6 +127,7 @@
 package runnerstate
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -394,6 +395,10 @@ func tryPair(dir string) (pair, error) {
 	if err != nil {
 		return pair{}, err
 	}
+	if err := crossCheck(runner); err != nil {
+		runner.Release()
+		return pair{}, err
+	}
 	if withoutTreeLock {
 		return pair{runner: runner}, nil
 	}
@@ -403,6 +408,79 @@ func tryPair(dir string) (pair, error) {
 		return pair{}, err
 	}
 	return pair{runner, tree}, nil
+}
+
+// crossCheck refuses the runner lock l, just taken, when it is proven not
+// to exclude, whatever the filesystem claims to be: the identity in it is
+// another holder's (see heldElsewhere), who holds it at the same time
+// through another mount. The error is ErrLockingUnsupported naming that
+// holder. Anything short of proof (no identity, a dead or unverifiable one,
+// a descriptor that is closed, carries no lock, or is open on a file of this
+// very filesystem, which the kernel would have excluded) admits.
+func crossCheck(l *filelock.File) error {
+	if !filelock.CarriesContent {
+		return nil
+	}
+	data, err := l.ReadContent(maxLockContent)
+	if err != nil || len(data) == 0 {
+		return nil
+	}
+	lc, ok := parseLockLine(data)
+	if !ok {
+		return nil
+	}
+	ours, err := filelock.InodeOf(l.Path())
+	if err != nil {
+		return nil
+	}
+	holderPath, held := heldElsewhere(lc.Identity, lc.FD, ours)
+	if !held || !sameFileAs(l, lc.PID, lc.FD, data) {
+		return nil
+	}
+	dir := filepath.Dir(l.Path())
+	logger().Warn("runnerstate: refused a runner lock that does not exclude: another process holds it through another mount",
+		"path", l.Path(), "pid", lc.PID, "holder_path", holderPath, "filesystem", fsinfo.TypeOf(dir))
+	return public(filelock.NotExcluding(l.Path(), fsinfo.TypeOf(dir), lc.PID, holderPath))
+}
+
+// sameFileAs reports whether the lock file l, which this process holds, is
+// the very file the descriptor fd of pid is open on, by a mark: a line
+// naming this process and l's descriptor is written through l and read back
+// through pid's descriptor. A copy of a runner directory made while its
+// runner ran (cp -a to another disk) carries the same identity, but not the
+// mark. The content l had (old) is written back in any case: it is the
+// other holder's when the file is shared, and a caller (ClearStale) still
+// reads it.
+func sameFileAs(l *filelock.File, pid, fd int, old []byte) bool {
+	mark, err := jsonLine(lockContent{Identity: Self(), FD: int(l.Fd())})
+	if err != nil || bytes.Equal(mark, old) {
+		return false
+	}
+	defer l.WriteContent(old)
+	if l.WriteContent(mark) != nil {
+		return false
+	}
+	seen, err := filelock.ReadThrough(pid, fd, maxLockContent)
+	return err == nil && bytes.Equal(seen, mark)
+}
+
+// heldElsewhere reports whether id, verified alive, holds a runner lock
+// through its descriptor fd on another mount than ours (the Inode of the
+// lock file as this process sees it): that descriptor is open on a file
+// named runner.lock of another device and carries an exclusive lock. The
+// descriptor is read before the identity is verified (liveness.CheckHolder
+// says why that order proves it is the holder). It returns the lock file's
+// path as the holder sees it.
+func heldElsewhere(id Identity, fd int, ours filelock.Inode) (holderPath string, held bool) {
+	if fd < 0 || id.PID <= 0 {
+		return "", false
+	}
+	_, held, _ = liveness.CheckHolder(liveness.Identity(id), func() bool {
+		p, ino, locked := filelock.LockThrough(id.PID, fd)
+		holderPath = p
+		return locked == filelock.Yes && filepath.Base(p) == LockName && ino.Dev != ours.Dev
+	})
+	return holderPath, held
 }
 
 // tryOwnLock is tryExclusive on a lock file private to the runner (0600):
@@ -826,6 +904,9 @@ func Running(dir string) (Record, bool, error) {
 	if err := checkDir("Running", dir); err != nil {
 		return Record{}, false, err
 	}
+	if err := filelock.Judge(filepath.Join(dir, LockName)); err != nil {
+		return Record{}, false, public(err) // a lock that cannot exclude says nothing
+	}
 	st := inspectRunner(dir)
 	if st.err != nil {
 		return Record{}, false, st.err
@@ -996,6 +1077,10 @@ type Report struct {
 	Stale    []int      `json:"stale"`    // pids named in files that are not the live holder
 	Orphans  []int      `json:"orphans"`  // processes of a gone runner's tree that still hold its tree lock
 	Warnings []string   `json:"warnings"` // anything odd: corrupt files, foreign holders
+	// Filesystem is the type of the directory's filesystem as mountinfo
+	// names it (ext4, tmpfs, fuse.bindfs, nfs4...; macOS f_fstypename), or
+	// omitted when it cannot be read.
+	Filesystem string `json:"filesystem,omitempty"`
 }
 
 // Status reports dir's state: whether a runner holds the lock and who it is,
@@ -1023,9 +1108,16 @@ func Status(dir string) (Report, error) {
 		// Windows says a path below a file is not found, not ENOTDIR.
 		return r, pathError("refusing", dir, durable.ErrNotDir)
 	}
+	r.Filesystem = fsinfo.TypeOf(dir)
+	if err := filelock.Judge(filepath.Join(dir, LockName)); err != nil {
+		return refusedStatus(r, dir, err), nil
+	}
 	st := inspectRunner(dir)
 	if st.err != nil {
 		return r, st.err
+	}
+	if st.held && st.named && !st.otherMount && filelock.CarriesContent {
+		st.elsewhere(dir)
 	}
 	r.Held = st.held
 	r.Verified = st.held && st.verified
@@ -1068,24 +1160,43 @@ func Status(dir string) (Report, error) {
 	return r, nil
 }
 
+// refusedStatus is Status on a filesystem whose locks do not exclude: the
+// lock cannot tell whether a runner holds dir, so the report says not held
+// and warns why; the verdict is that of the identity runner.lock names, or
+// "unverifiable" when it names none.
+func refusedStatus(r Report, dir string, refused error) Report {
+	r.Verdict = liveness.Unverifiable.String()
+	if data, err := readFile(filepath.Join(dir, LockName), maxLockContent); err == nil {
+		if id, ok := parseLockContent(data); ok {
+			v, _ := liveness.Check(liveness.Identity(id))
+			r.Verdict = v.String()
+		}
+	}
+	why := durable.Unwrap(public(refused)).Error()
+	r.Warnings = append(r.Warnings, "cannot tell whether a runner holds "+dir+": "+why)
+	r.Warnings = append(r.Warnings, dirWarnings(dir)...)
+	return r
+}
+
 // lockState is what inspectLock learned about a lock file: whether it is
 // held, and who holds it as far as that can be proven.
 type lockState struct {
-	held     bool             // someone holds the lock (kernel or probe)
-	pid      int              // the holder's pid as far as it can be trusted, else 0
-	verified bool             // holder's identity is confirmed alive and it holds the lock
-	holder   Identity         // who holds it: the verified identity, else the best name known
-	named    bool             // holder names a process (from the lock file, runner.json or the kernel)
-	verdict  liveness.Verdict // of holder, when named
-	via      confirmation     // how a verified holder was confirmed
-	fd       int              // the descriptor the lock file says its holder locked through
-	silent   bool             // the lock file names nobody: empty, erased, unparsable, unreadable
-	hidden   bool             // held by a process not visible from this PID namespace
-	lostFile bool             // held through tree.lock only: runner.lock was lost under the holder
-	treeHeld bool             // runner.lock free, tree.lock held: orphans (or a holder not visible)
-	reason   string           // why the holder is not verified
-	notes    []string         // what else Status should say about the lock file
-	err      error            // the lock path is unusable (symlink, directory...)
+	held       bool             // someone holds the lock (kernel or probe)
+	pid        int              // the holder's pid as far as it can be trusted, else 0
+	verified   bool             // holder's identity is confirmed alive and it holds the lock
+	holder     Identity         // who holds it: the verified identity, else the best name known
+	named      bool             // holder names a process (from the lock file, runner.json or the kernel)
+	verdict    liveness.Verdict // of holder, when named
+	via        confirmation     // how a verified holder was confirmed
+	fd         int              // the descriptor the lock file says its holder locked through
+	silent     bool             // the lock file names nobody: empty, erased, unparsable, unreadable
+	hidden     bool             // held by a process not visible from this PID namespace
+	otherMount bool             // held through another mount of the lock file (elsewhere)
+	lostFile   bool             // held through tree.lock only: runner.lock was lost under the holder
+	treeHeld   bool             // runner.lock free, tree.lock held: orphans (or a holder not visible)
+	reason     string           // why the holder is not verified
+	notes      []string         // what else Status should say about the lock file
+	err        error            // the lock path is unusable (symlink, directory...)
 }
 
 // confirmation is how a holder was verified.
@@ -1330,6 +1441,9 @@ func inspectRunner(dir string) lockState {
 	if st.err != nil {
 		return st
 	}
+	if !st.held && st.named {
+		st.elsewhere(dir)
+	}
 	if !st.held {
 		return inspectTree(dir, st)
 	}
@@ -1351,6 +1465,26 @@ func inspectRunner(dir string) lockState {
 		st.notes = append(st.notes, fmt.Sprintf("%s; the holder was named from %s", why, RecordName))
 	}
 	return st
+}
+
+// elsewhere makes a runner lock that looks free held when the identity in
+// it holds it through another mount (heldElsewhere): the kernel excludes
+// nothing between the two mounts, but a runner runs, and a probe never says
+// otherwise. Status also asks it of a lock found held, for its warning (the
+// kernel may have matched the holder by inode number alone).
+func (st *lockState) elsewhere(dir string) {
+	path := filepath.Join(dir, LockName)
+	ours, err := filelock.InodeOf(path)
+	if err != nil {
+		return
+	}
+	holderPath, held := heldElsewhere(st.holder, st.fd, ours)
+	if !held {
+		return
+	}
+	st.held, st.pid, st.verified, st.via, st.otherMount = true, st.holder.PID, true, viaLockFile, true
+	st.notes = append(st.notes, fmt.Sprintf("%s is held by pid %d through another mount (%s): file locks on %s do not exclude between the two, so no runner can be admitted here safely; use one path on a local disk",
+		path, st.holder.PID, holderPath, cmp.Or(fsinfo.TypeOf(dir), "this filesystem")))
 }
 
 // inspectTree looks at tree.lock for a directory whose runner.lock (st) is

@@ -12,6 +12,7 @@ import (
 
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
+	"github.com/runnerstate/runnerstate/internal/fsinfo"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
 
@@ -425,6 +426,11 @@ func syncUnknown(root, path string, cause error) error {
 		}
 	}
 	msg := ErrSyncUnknown.Error() + ": " + path + " cannot be locked (" + why + "); "
+	var fe *fsinfo.Error
+	if errors.As(cause, &fe) {
+		// Nothing at path must go: the filesystem's locks do not exclude.
+		return &multiError{msg: ErrSyncUnknown.Error() + ": " + path + " cannot be locked: " + notExcluding(fe), errs: []error{ErrSyncUnknown, cause}}
+	}
 	if odd {
 		msg += "stop every process that uses " + root + ", remove " + path + ", and reset again"
 	} else {

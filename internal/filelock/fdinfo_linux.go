@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"strconv"
@@ -278,3 +279,71 @@ var SeesAllHolders = sync.OnceValue(func() bool {
 // procPIDInitIno is the inode number of the initial PID namespace
 // (include/linux/proc_ns.h, fixed since Linux 3.8).
 const procPIDInitIno = 0xEFFFFFFC
+
+// LockThrough reports what the descriptor fd of process pid is open on, as
+// that process sees it: the file's path (the /proc/<pid>/fd/<fd> link, which
+// names the file through that process's own mount of it), its Inode (a stat
+// through the link), and whether the descriptor carries an exclusive flock
+// (a "lock:" line of its fdinfo: the kernel lists there the locks owned by
+// that very open file description, on whatever file it is). Unknown when
+// the process's descriptors cannot be read (another user's, or hidepid); No
+// when the descriptor is closed or carries no exclusive lock. It costs a
+// readlink, a stat and one small read, and looks at no file's name: the
+// caller decides what the path means.
+func LockThrough(pid, fd int) (path string, ino Inode, locked Answer) {
+	if pid <= 0 || fd < 0 {
+		return "", Inode{}, Unknown
+	}
+	link := "/proc/" + strconv.Itoa(pid) + "/fd/" + strconv.Itoa(fd)
+	path, err := os.Readlink(link)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", Inode{}, No
+		}
+		return "", Inode{}, Unknown
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(link, &st); err != nil {
+		return path, Inode{}, Unknown
+	}
+	ino = Inode{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}
+	bp := fdinfoBufs.Get().(*[]byte)
+	defer fdinfoBufs.Put(bp)
+	data, _, err := readAllInto(fdinfoPath(pid, fd), bp, true)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return path, ino, No
+	case err != nil:
+		return path, ino, Unknown
+	}
+	for line := range bytes.Lines(data) {
+		rest, ok := bytes.CutPrefix(bytes.TrimSuffix(line, []byte("\n")), []byte("lock:"))
+		if !ok {
+			continue
+		}
+		if h, _, _, _, ok := ParseLocksLine(rest); ok && h.Exclusive {
+			return path, ino, Yes
+		}
+	}
+	return path, ino, No
+}
+
+// ReadThrough reads up to limit bytes of the file that the descriptor fd of
+// process pid is open on, by opening it anew through /proc/<pid>/fd/<fd>:
+// through that process's own mount of the file, and so, on a network or
+// FUSE filesystem, fresh from its server (an open revalidates what the
+// kernel cached). It locks nothing.
+func ReadThrough(pid, fd, limit int) ([]byte, error) {
+	link := "/proc/" + strconv.Itoa(pid) + "/fd/" + strconv.Itoa(fd)
+	f, err := os.OpenFile(link, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, limit)
+	n, err := io.ReadFull(f, buf)
+	if err == io.ErrUnexpectedEOF || err == io.EOF {
+		err = nil
+	}
+	return buf[:n], err
+}

@@ -2,7 +2,10 @@
 
 package filelock
 
-import "os"
+import (
+	"errors"
+	"os"
+)
 
 // Inode names the file a lock is on, as on Linux; only its existence is
 // looked up here.
@@ -36,3 +39,12 @@ func SeesAllHolders() bool { return false }
 // ScanHolders finds nothing here: only Linux shows a process's descriptors
 // and their locks. complete is false.
 func ScanHolders(Inode) (pids []int, complete bool) { return nil, false }
+
+// LockThrough is Unknown: only Linux shows another process's descriptors.
+func LockThrough(pid, fd int) (path string, ino Inode, locked Answer) {
+	return "", Inode{}, Unknown
+}
+
+// ReadThrough is unsupported: only Linux opens another process's
+// descriptors (/proc/<pid>/fd).
+func ReadThrough(pid, fd, limit int) ([]byte, error) { return nil, errors.ErrUnsupported }

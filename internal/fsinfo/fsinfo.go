@@ -19,9 +19,11 @@
 package fsinfo
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -207,4 +209,41 @@ func WindowsPath(volume string, remote bool, fsName string) Answer {
 		return Answer{Type: "remote"}
 	}
 	return Answer{Type: fsName, Excludes: true}
+}
+
+// ParseMountinfo returns the filesystem type (the field after " - ") of the
+// first line of mountinfo data for device major:minor, or "".
+func ParseMountinfo(data []byte, major, minor uint32) string {
+	want := []byte(strconv.FormatUint(uint64(major), 10) + ":" + strconv.FormatUint(uint64(minor), 10))
+	for line := range bytes.Lines(data) {
+		fields := bytes.Fields(line)
+		if len(fields) < 3 || !bytes.Equal(fields[2], want) {
+			continue
+		}
+		for i, f := range fields {
+			if string(f) == "-" && i+1 < len(fields) {
+				return unescape(string(fields[i+1]))
+			}
+		}
+	}
+	return ""
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b = append(b, byte(n))
+				i += 3
+				continue
+			}
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
 }
