@@ -28,6 +28,7 @@ import (
 	"github.com/gofrs/flock"
 	"github.com/nightlyone/lockfile"
 	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/internal/fsinfo"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/shirou/gopsutil/v4/process"
 	"golang.org/x/sys/unix"
@@ -80,6 +81,30 @@ func BenchmarkTryLock(b *testing.B) {
 			unix.Close(fd)
 		}
 	})
+	// The checked floor plus the filesystem check's one syscall: an
+	// fstatfs of the locked descriptor (its magic number says whether the
+	// filesystem's locks exclude).
+	b.Run("impl=raw-syscalls-checked-fstatfs", func(b *testing.B) {
+		b.ReportAllocs()
+		var fst, pst unix.Stat_t
+		var sfs unix.Statfs_t
+		for b.Loop() {
+			fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o644)
+			if err != nil {
+				b.Fatal(err)
+			}
+			unix.Fstatfs(fd, &sfs)
+			if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+				b.Fatal(err)
+			}
+			unix.Fstat(fd, &fst)
+			unix.Lstat(path, &pst)
+			if fst.Ino != pst.Ino {
+				b.Fatal("replaced")
+			}
+			unix.Close(fd)
+		}
+	})
 	b.Run("impl=runnerstate", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -115,6 +140,59 @@ func BenchmarkTryLock(b *testing.B) {
 			l.Unlock()
 		}
 	})
+}
+
+// BenchmarkTryLockFilesystemCheck prices the filesystem check (one fstatfs
+// of the lock's descriptor, see "Filesystems that do not exclude") in the
+// same run: TryLock and unlock with the check and without it
+// (fsinfo.Skip), one cycle of each per iteration, each timed on its own so
+// that a noisy machine weighs on both alike; and a third, the bare
+// open+flock+close the v0.2 bound is stated against. It reports their
+// medians (check-ns, none-ns, bare-ns) and the ratios of the medians
+// (check/none, check/bare).
+func BenchmarkTryLockFilesystemCheck(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "x.lock")
+	var took [3][]time.Duration
+	bare := func() time.Duration {
+		start := time.Now()
+		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			b.Fatal(err)
+		}
+		unix.Close(fd)
+		return time.Since(start)
+	}
+	cycle := func(skip bool) time.Duration {
+		if skip {
+			defer fsinfo.Skip()()
+		}
+		start := time.Now()
+		unlock, err := runnerstate.TryLock(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		unlock()
+		return time.Since(start)
+	}
+	cycle(false)
+	b.ReportAllocs()
+	for b.Loop() {
+		took[0] = append(took[0], cycle(false))
+		took[1] = append(took[1], cycle(true))
+		took[2] = append(took[2], bare())
+	}
+	for i := range took {
+		slices.Sort(took[i])
+	}
+	check, none, floor := took[0][len(took[0])/2], took[1][len(took[1])/2], took[2][len(took[2])/2]
+	b.ReportMetric(float64(check.Nanoseconds()), "check-ns")
+	b.ReportMetric(float64(none.Nanoseconds()), "none-ns")
+	b.ReportMetric(float64(floor.Nanoseconds()), "bare-ns")
+	b.ReportMetric(float64(check)/float64(none), "check/none")
+	b.ReportMetric(float64(check)/float64(floor), "check/bare")
 }
 
 // ---------------------------------------------------------------------------

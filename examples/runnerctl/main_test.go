@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/internal/fsinfo"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -171,4 +172,30 @@ func TestRunnerWords(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, runnerWords(tc.r))
 	}
+}
+
+// Case: on a filesystem whose locks do not exclude (NFS here, through the
+// statfs hook), status cannot tell whether a runner runs: it exits 4, never
+// 3, says so, and shows the filesystem.
+func TestStatusOnAFilesystemThatDoesNotExclude(t *testing.T) {
+	dir := testharness.TempDir(t)
+	defer fsinfo.SetHook(func(d string) (fsinfo.Answer, bool) {
+		return fsinfo.Answer{Type: "nfs4"}, d == dir
+	})()
+	code, out, _ := ctl("status", "--dir", dir)
+	assert.Equal(t, exitUnknown, code, "cannot tell: 4\n%s", out)
+	assert.Contains(t, out, "cannot tell")
+	assert.Contains(t, out, "filesystem")
+	assert.Contains(t, out, "nfs4")
+	code, out, _ = ctl("status", "--json", "--dir", dir)
+	assert.Equal(t, exitUnknown, code)
+	var r runnerstate.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	assert.Equal(t, "nfs4", r.Filesystem)
+	assert.False(t, r.Held)
+
+	defer runnerstate.TrustFilesystem("nfs4")()
+	code, out, _ = ctl("status", "--dir", dir)
+	assert.Equal(t, exitNotRunning, code, "trusted, it can tell: 3\n%s", out)
+	assert.Contains(t, out, "nfs4")
 }

@@ -69,6 +69,18 @@ type Answer struct {
 
 var hook atomic.Pointer[func(dir string) (Answer, bool)]
 
+// off, when set, skips every judgment (see Skip).
+var off atomic.Bool
+
+// Skip turns every judgment off until restore is called, so that a
+// benchmark can price the check against the same lock without it. Never
+// for anything else: with it, a lock on a filesystem that does not exclude
+// is admitted.
+func Skip() (restore func()) {
+	off.Store(true)
+	return func() { off.Store(false) }
+}
+
 // SetHook makes every judgment of a directory ask fn first: when it answers
 // ok, that is the filesystem's answer (for tests of the filesystems this
 // machine has no server for: NFS, CIFS, 9p, and the macOS and Windows

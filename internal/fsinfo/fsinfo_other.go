@@ -6,6 +6,9 @@ package fsinfo
 // known to this package, so only the lock itself says whether it works.
 // A hook's answer is honoured.
 func JudgeDir(dir string) error {
+	if off.Load() {
+		return nil
+	}
 	if a, ok := hooked(dir); ok {
 		return verdict(dir, a)
 	}
