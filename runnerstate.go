@@ -129,6 +129,7 @@ package runnerstate
 import (
 	"bytes"
 	"cmp"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -444,23 +445,25 @@ func crossCheck(l *filelock.File) error {
 }
 
 // sameFileAs reports whether the lock file l, which this process holds, is
-// the very file the descriptor fd of pid is open on, by a mark: a line
-// naming this process and l's descriptor is written through l and read back
-// through pid's descriptor. A copy of a runner directory made while its
-// runner ran (cp -a to another disk) carries the same identity, but not the
-// mark. The content l had (old) is written back in any case: it is the
-// other holder's when the file is shared, and a caller (ClearStale) still
-// reads it.
+// the very file the descriptor fd of pid is open on, by a mark: random
+// bytes, as long as what the file holds (old), written through l and read
+// back through pid's descriptor. (As long, because a network or FUSE mount
+// may still believe the file has its old length.) A copy of a runner
+// directory made while its runner ran (cp -a to another disk) carries the
+// same identity, but never shows the mark. old is written back in any case:
+// it is the other holder's when the file is shared, and a caller
+// (ClearStale) still reads it.
 func sameFileAs(l *filelock.File, pid, fd int, old []byte) bool {
-	mark, err := jsonLine(lockContent{Identity: Self(), FD: int(l.Fd())})
-	if err != nil || bytes.Equal(mark, old) {
-		return false
+	mark := make([]byte, len(old))
+	rand.Read(mark)
+	for i := range mark {
+		mark[i] = "0123456789abcdef"[mark[i]&15]
 	}
 	defer l.WriteContent(old)
 	if l.WriteContent(mark) != nil {
 		return false
 	}
-	seen, err := filelock.ReadThrough(pid, fd, maxLockContent)
+	seen, err := filelock.ReadThrough(pid, fd, len(mark))
 	return err == nil && bytes.Equal(seen, mark)
 }
 

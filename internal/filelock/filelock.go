@@ -89,6 +89,12 @@ func tryLock(path string, mode Mode, perm fs.FileMode) (*File, error) {
 		}
 		if err := f.lock(false); err != nil {
 			if errors.Is(err, ErrWouldBlock) {
+				// Judged before anyone waits on it: a lock that cannot
+				// exclude is refused at once, not after a wait.
+				if jerr := f.judge(false); jerr != nil {
+					f.Release()
+					return nil, jerr
+				}
 				return f, err
 			}
 			f.Release()
@@ -100,6 +106,13 @@ func tryLock(path string, mode Mode, perm fs.FileMode) (*File, error) {
 			return nil, err
 		}
 		if same {
+			// Judged after AtPath, whose stat named the mount: let go
+			// at once when its locks do not exclude, before anything
+			// is written.
+			if jerr := f.judge(true); jerr != nil {
+				f.Release()
+				return nil, jerr
+			}
 			return f, nil
 		}
 		f.Release()

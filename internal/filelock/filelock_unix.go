@@ -26,6 +26,9 @@ type File struct {
 	// MakePrivate's fstat, on every Acquire.
 	size atomic.Int64
 	perm atomic.Uint32
+	// mount is the unique ID of the file's mount from AtPath's statx
+	// (Linux 6.8), or 0: the key of the filesystem's cached judgment.
+	mount atomic.Uint64
 }
 
 // Flags for opening a lock file: never through a symlink (O_NOFOLLOW), never
@@ -44,17 +47,11 @@ func open(path string, mode Mode, perm fs.FileMode) (*File, error) {
 		flags = openShared
 	}
 	// The filesystem is judged before anything is created in it: an open
-	// without O_CREAT first, then one fstatfs(2) of the file (cached per
-	// mount where more than the magic number is needed); a file not there
-	// yet has its directory judged, then is created.
+	// without O_CREAT first, and a file not there yet has its directory
+	// judged (one statfs(2)) before it is created. A file that is there is
+	// judged once locked, before anything is written (judge).
 	fd, err := durable.OpenRetry(path, flags&^unix.O_CREAT, 0)
-	switch err {
-	case nil:
-		if ferr := fsinfo.Judge(fd, path); ferr != nil {
-			unix.Close(fd)
-			return nil, refusedFS(path, ferr)
-		}
-	case unix.ENOENT:
+	if err == unix.ENOENT {
 		if ferr := fsinfo.JudgeDir(dirOf(path)); ferr != nil {
 			return nil, refusedFS(path, ferr)
 		}
@@ -112,15 +109,16 @@ func (f *File) flock(how int, block bool) error {
 // protects nothing, so callers retry when it is not. A locked file that is
 // not a regular file, or that has another name, is refused.
 func (f *File) AtPath() (bool, error) {
-	var fst, pst unix.Stat_t
-	if err := unix.Fstat(f.fd, &fst); err != nil {
+	var fst fileStat
+	var pst unix.Stat_t
+	if err := f.fstat(&fst); err != nil {
 		return false, &fs.PathError{Op: "stat", Path: f.path, Err: err}
 	}
-	if err := refusedMode(f.path, durable.ModeOf(uint32(fst.Mode)), uint64(fst.Nlink)); err != nil {
+	if err := refusedMode(f.path, durable.ModeOf(fst.mode), fst.nlink); err != nil {
 		return false, err
 	}
-	f.size.Store(fst.Size)
-	f.perm.Store(uint32(fst.Mode)&0o777 | 1<<31) // the high bit says it is known
+	f.size.Store(fst.size)
+	f.perm.Store(fst.mode&0o777 | 1<<31) // the high bit says it is known
 	// A direct call: through a func value pst would escape.
 	if err := unix.Lstat(f.path, &pst); err != nil {
 		if err == unix.ENOENT {
@@ -128,7 +126,14 @@ func (f *File) AtPath() (bool, error) {
 		}
 		return false, &fs.PathError{Op: "stat", Path: f.path, Err: err}
 	}
-	return fst.Dev == pst.Dev && fst.Ino == pst.Ino, nil
+	return fst.dev == uint64(pst.Dev) && fst.ino == uint64(pst.Ino), nil
+}
+
+// fileStat is what AtPath needs of the locked descriptor's stat.
+type fileStat struct {
+	dev, ino, nlink uint64
+	mode            uint32
+	size            int64
 }
 
 // Release drops the lock by closing the descriptor. It is idempotent. Close

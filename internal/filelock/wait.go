@@ -186,6 +186,10 @@ func (t *table) block(k key, perm fs.FileMode, spare *File) (*File, error) {
 		}
 		return nil, err
 	}
+	if err := f.judge(true); err != nil {
+		f.Release()
+		return nil, err
+	}
 	return f, nil
 }
 

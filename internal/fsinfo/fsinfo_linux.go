@@ -1,9 +1,11 @@
 package fsinfo
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,6 +38,68 @@ func Judge(fd int, file string) error {
 		return nil
 	}
 	return verdict(filepath.Dir(file), Answer{Type: typeName(fd, "", int64(st.Type), name)})
+}
+
+// JudgeMount is Judge for an open file whose mount's unique ID (statx's
+// STATX_MNT_ID_UNIQUE, never reused while the system runs) is known: the
+// mount's judgment is cached, so only the first lock on a mount pays the
+// fstatfs(2) (and, for a filesystem that does not exclude, the mountinfo
+// read). A trusted type is looked up on every call, so that Trust applies
+// at once.
+func JudgeMount(mount uint64, fd int, file string) error {
+	if off.Load() {
+		return nil
+	}
+	if hook.Load() != nil {
+		return Judge(fd, file)
+	}
+	if m := mounts.Load(); m != nil {
+		if a, ok := (*m)[mount]; ok {
+			if a.Excludes {
+				return nil
+			}
+			return verdict(filepath.Dir(file), a)
+		}
+	}
+	var st unix.Statfs_t
+	for {
+		err := unix.Fstatfs(fd, &st)
+		if err == nil {
+			break
+		}
+		if err != unix.EINTR {
+			return nil
+		}
+	}
+	a := Answer{Excludes: true}
+	if excludes, name := LinuxMagic(int64(st.Type)); !excludes {
+		a = Answer{Type: typeName(fd, "", int64(st.Type), name)}
+	}
+	remember(mount, a)
+	if a.Excludes {
+		return nil
+	}
+	return verdict(filepath.Dir(file), a)
+}
+
+// mounts is the judgment of each mount JudgeMount met, by unique mount ID:
+// an immutable map, replaced whole on each addition, so that a lookup takes
+// no lock.
+var mounts atomic.Pointer[map[uint64]Answer]
+
+var mountsMu sync.Mutex
+
+// remember adds a mount's judgment to mounts (starting afresh past
+// maxNames mounts).
+func remember(mount uint64, a Answer) {
+	mountsMu.Lock()
+	defer mountsMu.Unlock()
+	m := map[uint64]Answer{}
+	if old := mounts.Load(); old != nil && len(*old) < maxNames {
+		maps.Copy(m, *old)
+	}
+	m[mount] = a
+	mounts.Store(&m)
 }
 
 // JudgeDir is Judge for the directory dir itself, before any file is
