@@ -3,9 +3,7 @@ package runnerstate
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,54 +16,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// bindfsViews mounts two bindfs views of one real directory, a and b, and
-// returns them with the real path; every mount is unmounted when the test
-// ends (after its children are gone: cleanups run last first). The views
-// are mounted with subtype, so that mountinfo names them fuse.<subtype>
-// ("" leaves bindfs's own "fuse"). It skips, saying why, where FUSE cannot
-// be mounted: no /dev/fuse, no bindfs (apt-get install bindfs fuse3), not
-// root.
+// bindfsViews is testharness.BindfsViews: two bindfs views of one real
+// directory, unmounted when the test ends; it skips where FUSE cannot be
+// mounted.
 func bindfsViews(t *testing.T, subtype string) (real, a, b string) {
 	t.Helper()
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("FUSE tests need /dev/fuse: %v", err)
-	}
-	bindfs, err := exec.LookPath("bindfs")
-	if err != nil {
-		t.Skip("FUSE tests need bindfs (apt-get install bindfs fuse3)")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("FUSE tests mount bindfs views, which needs root here")
-	}
-	root := tempDir(t)
-	real, a, b = filepath.Join(root, "real"), filepath.Join(root, "a"), filepath.Join(root, "b")
-	for _, d := range []string{real, a, b} {
-		require.NoError(t, os.Mkdir(d, 0o755))
-	}
-	for _, view := range []string{a, b} {
-		args := []string{real, view}
-		if subtype != "" {
-			args = []string{"-o", "subtype=" + subtype, real, view}
-		}
-		out, err := exec.Command(bindfs, args...).CombinedOutput()
-		require.NoError(t, err, "bindfs %s: %s", view, out)
-		t.Cleanup(func() { unmount(t, view) })
-	}
-	return real, a, b
-}
-
-// unmount unmounts a FUSE view: fusermount3 -u, or fusermount -u, and
-// lazily (-z) when it is still busy.
-func unmount(t *testing.T, view string) {
-	t.Helper()
-	tool := "fusermount3"
-	if _, err := exec.LookPath(tool); err != nil {
-		tool = "fusermount"
-	}
-	if out, err := exec.Command(tool, "-u", view).CombinedOutput(); err != nil {
-		out2, err2 := exec.Command(tool, "-u", "-z", view).CombinedOutput()
-		assert.NoError(t, err2, "%s -u %s: %s; -z: %s", tool, view, out, out2)
-	}
+	return testharness.BindfsViews(t, subtype)
 }
 
 // By default every lock through a FUSE view is refused, named as mountinfo
@@ -201,5 +157,3 @@ func TestCrossCheckNeverRefusesLocal(t *testing.T) {
 	runner.CloseStdin()
 	require.NoError(t, runner.Wait())
 }
-
-var _ = errors.Is
