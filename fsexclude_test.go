@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/runnerstate/runnerstate/internal/fsinfo"
@@ -182,4 +183,22 @@ func roleAcquireOnNFS(dir string) int {
 	for range commands() {
 	}
 	return 0
+}
+
+// A filesystem that refuses locks outright (ENOLCK, as NFS without a lock
+// manager answers) is named too when its type is one whose locks do not
+// exclude; trusted, the system's answer stands.
+func TestRefusedLocksNameTheFilesystem(t *testing.T) {
+	dir := tempDir(t)
+	path := filepath.Join(dir, "x.lock")
+	require.NoError(t, os.WriteFile(path, nil, 0o644))
+	fakeFilesystem(t, dir, "nfs4")
+	defer injectLockErrorOrSkip(t, syscall.ENOLCK)()
+	_, err := TryLock(path)
+	require.ErrorIs(t, err, ErrLockingUnsupported)
+	assert.Contains(t, err.Error(), "nfs4")
+	defer TrustFilesystem("nfs4")()
+	_, err = TryLock(path)
+	require.ErrorIs(t, err, ErrLockingUnsupported)
+	assert.ErrorIs(t, err, syscall.ENOLCK)
 }

@@ -97,6 +97,13 @@ func tryLock(path string, mode Mode, perm fs.FileMode) (*File, error) {
 				}
 				return f, err
 			}
+			if errors.Is(err, ErrUnsupported) {
+				// A filesystem that refuses locks (ENOLCK on NFS) is named
+				// when it is one of those whose locks do not exclude.
+				if jerr := f.judge(false); jerr != nil {
+					err = jerr
+				}
+			}
 			f.Release()
 			return nil, err
 		}
