@@ -26,9 +26,8 @@ type File struct {
 	// MakePrivate's fstat, on every Acquire.
 	size atomic.Int64
 	perm atomic.Uint32
-	// mount is the unique ID of the file's mount from AtPath's statx
-	// (Linux 6.8), or 0: the key of the filesystem's cached judgment.
-	mount atomic.Uint64
+	//lint:ignore U1000 judge reads it on Linux; elsewhere it is empty and unread
+	mountOf // the file's mount, where the system names it (judge)
 }
 
 // Flags for opening a lock file: never through a symlink (O_NOFOLLOW), never

@@ -1,11 +1,17 @@
 package filelock
 
 import (
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/runnerstate/runnerstate/internal/fsinfo"
 	"golang.org/x/sys/unix"
 )
+
+// mountOf names the mount of a File: the unique ID of its mount from
+// AtPath's statx (Linux 6.8), or 0, the key of the filesystem's cached
+// judgment.
+type mountOf struct{ mount atomic.Uint64 }
 
 // emptyPath is statx(2)'s "" for AT_EMPTY_PATH, made once: converting ""
 // on every call would allocate.
