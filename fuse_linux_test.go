@@ -112,6 +112,13 @@ func TestFuseViewsCrossCheck(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, running)
 	assert.Equal(t, runner.PID(), rec.PID)
+	r, err := Status(filepath.Join(a, "d"))
+	require.NoError(t, err)
+	assert.True(t, r.Held && r.Verified)
+	assert.Empty(t, r.Restart, "no restart request was left for the runner")
+	assert.Empty(t, r.Waiting, "the refused starters withdrew from the gate")
+	assert.Equal(t, "fuse.bindfs", r.Filesystem)
+	assert.NotContains(t, strings.Join(r.Warnings, "\n"), "another mount", "through its own mount the runner holds it plainly")
 	runner.CloseStdin()
 	require.NoError(t, runner.Wait())
 
