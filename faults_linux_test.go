@@ -517,7 +517,12 @@ func parseStrace(logPath, root string) ([]straceCall, error) {
 		counts[name]++
 		call := straceCall{name: name, class: name, n: counts[name], injected: strings.Contains(ret, "(INJECTED)")}
 		var paths []string
-		if pathCalls[name] {
+		if name == "statx" && strings.Contains(args, "AT_EMPTY_PATH") {
+			// statx(fd, "", AT_EMPTY_PATH): a stat of the descriptor.
+			if fm := fdPathRE.FindStringSubmatch(args); fm != nil {
+				paths = append(paths, fm[1])
+			}
+		} else if pathCalls[name] {
 			for _, q := range quotedRE.FindAllStringSubmatch(args, -1) {
 				paths = append(paths, q[1])
 			}

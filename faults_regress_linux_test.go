@@ -46,7 +46,7 @@ var faultRegressions = []struct {
 	// A lock file whose stat failed counted as lost: Publish answered
 	// ErrNotHolder, "removed or replaced while held", to the holder, and
 	// WatchRestart would have told it RestartLost.
-	{"PublishStatFailureIsNoLoss", "publish", "fstat", "first", unix.EIO},
+	{"PublishStatFailureIsNoLoss", "publish", "statx", "first", unix.EIO}, // AtPath's statx of the locked descriptor (fstat before it named the mount)
 	{"PublishLstatFailureIsNoLoss", "publish", "newfstatat", "middle", unix.EACCES},
 }
 
