@@ -88,6 +88,12 @@ type Record struct {
 	MaxParallel int             `json:"max_parallel,omitempty"`
 	Specs       []string        `json:"specs,omitempty"`
 	Meta        json.RawMessage `json:"meta,omitempty"` // the caller's own payload
+	// LockFD is the number of the descriptor through which the holder
+	// locks runner.lock, in the holder's process; Publish fills it in. It
+	// lets a probe confirm the holder from /proc/<pid>/fdinfo/<LockFD>
+	// without opening runner.lock (see Running). A hint like the pid: it
+	// proves nothing until the kernel confirms it. 0 when not known.
+	LockFD int `json:"lock_fd,omitempty"`
 }
 
 // ErrNotHolder reports a call that needs the directory's runner lock (Publish)
@@ -165,6 +171,7 @@ func publish(dir string, rec Record) error {
 	self := Self()
 	rec.PID = self.PID
 	rec.Process = self
+	rec.LockFD = int(h.lock.Fd())
 	if rec.StartedAt.IsZero() {
 		rec.StartedAt = h.acquiredAt
 	}

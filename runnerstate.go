@@ -799,8 +799,16 @@ func letGo(l *filelock.File, cleanup func() error) error {
 // process holds the lock, else the pid the kernel names, else 0.
 //
 // Running is a read-only probe: it creates nothing, writes nothing, and never
-// makes a concurrent Acquire fail (on Linux it reads /proc/locks instead of
-// touching the lock). The answer may be stale by the time it is used.
+// makes a concurrent Acquire fail. The answer may be stale by the time it is
+// used. Cost, on Linux: against a holder that published its record (Publish,
+// or Takeover's admission), a stat of runner.lock and a read of runner.json
+// and of the holder's /proc/<pid>/fdinfo/<fd>, whatever else the machine does:
+// it opens no file that carries a lock and makes no flock call, so it never
+// waits behind a process reading /proc/locks (which holds the kernel's lock
+// table still, and every flock call and every close of a locked file waits
+// for it). Where that cannot confirm the holder (no record yet, another
+// user's process, a holder in another PID namespace), it reads runner.lock
+// and the kernel's lock list, and those can wait behind such a reader.
 //
 // Errors: an error naming the path when runner.lock is a symlink or a
 // directory, or cannot be read; a missing dir is simply not running.
@@ -928,6 +936,13 @@ func StalePIDs(dir string) []int {
 // that may be the holder (seen from another PID namespace, say) is never
 // listed.
 func stalePIDs(dir string, st lockState) []int {
+	if st.via == viaRecordLock {
+		// runner.json names the verified holder, which wrote its identity
+		// into runner.lock when it took the lock, before any runner.json of
+		// its own: neither file names a predecessor, and runner.lock, which
+		// carries the lock, is left unopened (see confirmFromRecord).
+		return nil
+	}
 	var stale []int
 	named := map[int]Identity{}
 	if lc, err := readFile(filepath.Join(dir, LockName), maxLockContent); err == nil {
@@ -1074,8 +1089,9 @@ type lockState struct {
 type confirmation uint8
 
 const (
-	viaLockFile confirmation = iota // the lock file's identity, held per the kernel
-	viaRecord                       // runner.json's identity, the pid the kernel names
+	viaLockFile   confirmation = iota // the lock file's identity, held per the kernel
+	viaRecord                         // runner.json's identity, the pid the kernel names
+	viaRecordLock                     // runner.json's identity and lock descriptor, per its fdinfo
 )
 
 // warnings are what Status says about a held lock at lockPath.
@@ -1308,6 +1324,9 @@ func (st *lockState) probeHidden(path string) {
 // its runner.lock and still runs (lostFile); held otherwise, a previous
 // runner's children still live (treeHeld: orphans).
 func inspectRunner(dir string) lockState {
+	if st, ok := confirmFromRecord(dir); ok {
+		return st
+	}
 	st := inspectLock(filepath.Join(dir, LockName))
 	if st.err != nil {
 		return st
@@ -1333,6 +1352,44 @@ func inspectRunner(dir string) lockState {
 		st.notes = append(st.notes, fmt.Sprintf("%s; the holder was named from %s", why, RecordName))
 	}
 	return st
+}
+
+// confirmFromRecord is the probe that touches no lock: runner.json names the
+// holder and the descriptor it locks runner.lock through (Record.LockFD),
+// and /proc/<pid>/fdinfo/<fd> shows that process's exclusive lock on the
+// file now at runner.lock, read before its start identity (see
+// liveness.CheckHolder for why that order proves it holds it).
+//
+// It opens no file that carries a lock and makes no flock call: only a stat
+// of runner.lock, a read of runner.json (replaced whole on every write, so
+// never locked) and the one fdinfo file. That matters beside a process that
+// reads /proc/locks (lslocks, a monitoring agent): every such read takes the
+// kernel's lock table for writing, and the close of any descriptor on a file
+// with a flock on it (fs/locks.c locks_remove_flock) waits for it, however
+// many locks the machine holds. ok is false wherever this cannot confirm the
+// holder (no runner.json, or one from a runner not holding now; another
+// user's process; a symlink or a directory at runner.lock), and inspectLock
+// decides as before.
+func confirmFromRecord(dir string) (st lockState, ok bool) {
+	rec, state, _ := readRecord(dir)
+	if state != fileOK || rec.LockFD <= 0 || rec.PID <= 0 || rec.PID != rec.Process.PID {
+		return lockState{}, false
+	}
+	ino, err := filelock.InodeOf(filepath.Join(dir, LockName))
+	if err != nil {
+		return lockState{}, false
+	}
+	v, held, why := liveness.CheckHolder(liveness.Identity(rec.Process), func() bool {
+		return filelock.HeldVia(rec.PID, rec.LockFD, ino) == filelock.Yes
+	})
+	if !held {
+		return lockState{}, false
+	}
+	return lockState{
+		held: true, pid: rec.PID, verified: true, holder: rec.Process, named: true,
+		verdict: v, via: viaRecordLock, fd: rec.LockFD,
+		reason: rec.Process.String() + ": " + v.String() + " (" + why + ")",
+	}, true
 }
 
 // inspectTree looks at tree.lock for a directory whose runner.lock (st) is
