@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -89,7 +90,8 @@ type Record struct {
 	Specs       []string        `json:"specs,omitempty"`
 	Meta        json.RawMessage `json:"meta,omitempty"` // the caller's own payload
 	// LockFD is the number of the descriptor through which the holder
-	// locks runner.lock, in the holder's process; Publish fills it in. It
+	// locks runner.lock, in the holder's process; Publish fills it in on
+	// Linux (0 elsewhere). It
 	// lets a probe confirm the holder from /proc/<pid>/fdinfo/<LockFD>
 	// without opening runner.lock (see Running). A hint like the pid: it
 	// proves nothing until the kernel confirms it. 0 when not known.
@@ -171,7 +173,10 @@ func publish(dir string, rec Record) error {
 	self := Self()
 	rec.PID = self.PID
 	rec.Process = self
-	rec.LockFD = int(h.lock.Fd())
+	rec.LockFD = 0
+	if runtime.GOOS == "linux" { // where /proc/<pid>/fdinfo can confirm it
+		rec.LockFD = int(h.lock.Fd())
+	}
 	if rec.StartedAt.IsZero() {
 		rec.StartedAt = h.acquiredAt
 	}

@@ -314,6 +314,12 @@ func TestTakeoverUnverifiableHolderIsNeverSignalled(t *testing.T) {
 	// without an identity.)
 	if lockFileReadable {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, LockName), []byte(strconv.Itoa(old.PID())+"\n"), 0o644))
+		// Nor did its record name the descriptor it locked through.
+		rec, ok, err := Running(dir)
+		require.NoError(t, err)
+		require.True(t, ok)
+		rec.LockFD = 0
+		writeJSON(t, filepath.Join(dir, RecordName), rec)
 	} else {
 		writeJSON(t, filepath.Join(dir, RecordName), Record{PID: old.PID()})
 	}
