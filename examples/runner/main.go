@@ -11,6 +11,10 @@
 // It honours restart requests (runnerctl restart --drain finishes the running
 // jobs and takes no new one; --now stops at once), RestartLost (its lock file
 // was deleted or replaced: it stops at once) and SIGTERM (exit 143).
+// With -mode drain (and no -grace) it takes over by a real drain: the runner
+// already there finishes its running jobs, however long they take, and is
+// never signalled; -wait bounds the wait. A job ends early, as finished, on
+// SIGUSR1 (kill -USR1 <job pid>), to try that without waiting.
 // Refused (a runner it may not signal holds the directory, or a newer starter
 // won), it exits with runnerstate.ExitBusy (75).
 package main
@@ -47,7 +51,7 @@ func run() int {
 	parallel := flag.Int("parallel", 2, "how many jobs run at once")
 	jobs := flag.Int("jobs", 0, "stop after this many jobs (0: run until asked to stop)")
 	mode := flag.String("mode", runnerstate.RestartNow, "what to ask a runner already there: now or drain")
-	grace := flag.Duration("grace", runnerstate.DefaultGrace, "how long a runner already there has to stop before SIGTERM")
+	grace := flag.Duration("grace", 0, "how long a runner already there has to stop before SIGTERM (0: 5s with -mode now; with -mode drain, wait for its drain until -wait ends)")
 	killAfter := flag.Duration("kill-after", runnerstate.DefaultKillAfter, "how long after SIGTERM before SIGKILL")
 	noSignal := flag.Bool("no-signal", false, "never signal a runner already there; only ask")
 	wait := flag.Duration("wait", time.Minute, "how long to wait to be admitted")
@@ -242,6 +246,8 @@ func runJob(ctx context.Context, log *slog.Logger, dir string, n int, d time.Dur
 const jobProcessFlag = "-job-process"
 
 // jobProcess is a job's process: it works (sleeps) for d, or until SIGTERM.
+// A finishSignal (SIGUSR1 on Unix: kill -USR1 <job pid>) ends it early as
+// finished, to try a drain without waiting for a long job.
 func jobProcess(d string) int {
 	dur, err := time.ParseDuration(d)
 	if err != nil {
@@ -250,8 +256,14 @@ func jobProcess(d string) int {
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	finish := make(chan os.Signal, 1)
+	if finishSignal != nil {
+		signal.Notify(finish, finishSignal)
+	}
 	select {
 	case <-time.After(dur):
+		return 0
+	case <-finish:
 		return 0
 	case sig := <-sigs:
 		return exitCode(sig)
