@@ -214,6 +214,9 @@ var errBadName = errors.New("is not a plain file name of its own")
 // name so that every message starts with it, and a system error says what to
 // do (durable.Advise).
 func pathError(op, path string, err error) error {
+	if errors.Is(err, syscall.ENOTDIR) {
+		return public(durable.NotDir(path)) // name the file that stands in the way
+	}
 	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: durable.Advise(err)}
 }
 
@@ -238,6 +241,9 @@ func public(err error) error {
 	}
 	if strings.HasPrefix(pe.Op, "runnerstate: ") {
 		return err
+	}
+	if errors.Is(pe.Err, syscall.ENOTDIR) {
+		return public(durable.NotDir(pe.Path)) // name the file that stands in the way
 	}
 	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: durable.Advise(pe.Err)}
 }
@@ -1167,7 +1173,7 @@ func (st *lockState) readContent(path string) (filelock.Inode, error) {
 		st.err = public(err)
 		return filelock.Inode{}, nil
 	case errors.Is(err, syscall.ENOTDIR):
-		st.err = pathError("refusing", filepath.Dir(path), durable.ErrNotDir)
+		st.err = public(durable.NotDir(filepath.Dir(path)))
 		return filelock.Inode{}, nil
 	case errors.Is(err, fs.ErrPermission):
 		st.reason, st.silent = "cannot read "+path+" (permission denied)", true

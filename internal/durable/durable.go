@@ -45,6 +45,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/liveness"
@@ -168,8 +169,38 @@ func DecodeObject(data []byte, v any) error {
 	return json.Unmarshal(data, v)
 }
 
+// NotDir is the refusal of path when it, or a directory on the way to it,
+// is not a directory (the system said ENOTDIR): it names the first of them
+// that exists and is not a directory, so that a file standing where a
+// parent directory belongs is named, not the path below it. Its error is an
+// *fs.PathError naming path that satisfies errors.Is(err, ErrNotDir).
+func NotDir(path string) error {
+	for p := filepath.Clean(path); ; {
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			if p == filepath.Clean(path) {
+				return refused(path, ErrNotDir)
+			}
+			return refused(path, notDirAbove(p))
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return refused(path, ErrNotDir)
+		}
+		p = parent
+	}
+}
+
+// notDirAbove is ErrNotDir for a parent of the refused path.
+type notDirAbove string
+
+func (e notDirAbove) Error() string {
+	return "its parent " + string(e) + " is not a directory; move " + string(e) + " away, or name another path"
+}
+
+func (e notDirAbove) Is(target error) bool { return target == ErrNotDir }
+
 // EnsureDir creates dir (0755, parents too) when it does not exist, and
-// refuses a dir that is not a directory.
+// refuses a dir that is not a directory, or one below a file (NotDir).
 func EnsureDir(dir string) error {
 	fi, err := os.Stat(dir)
 	if err == nil {
@@ -177,6 +208,9 @@ func EnsureDir(dir string) error {
 			return refused(dir, ErrNotDir)
 		}
 		return nil
+	}
+	if errors.Is(err, syscall.ENOTDIR) {
+		return NotDir(dir)
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return &fs.PathError{Op: "stat", Path: dir, Err: Unwrap(err)}
