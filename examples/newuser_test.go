@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,4 +38,31 @@ func TestRunnerNamesTheParentThatIsAFile(t *testing.T) {
 	code, out := s.runnerOnce("--dir", filepath.Join(afile, "sub"))
 	assert.Equal(t, 1, code, out)
 	assert.Contains(t, out, "its parent "+afile+" is not a directory; move "+afile+" away", out)
+}
+
+// Case: the runner's start-up hint for a directory whose name holds a
+// newline, a quote, a $ and a !, pasted into bash as it is printed, runs
+// runnerctl on that very directory.
+func TestRunnerHintPastesIntoAShell(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash here")
+	}
+	s := newStory(t)
+	dir := filepath.Join(s.tmp, "x\ny'z $HOME!")
+	r := s.start("r", "--dir", dir)
+	s.waitLog("r", "Stop it with Ctrl-C")
+	var line string
+	for _, l := range strings.Split(s.log("r"), "\n") {
+		if strings.HasPrefix(l, "    go run ./examples/runnerctl status") {
+			line = strings.TrimSpace(l)
+		}
+	}
+	require.NotEmpty(t, line, s.log("r"))
+	line = strings.Replace(line, "go run ./examples/runnerctl", s.runnerctl, 1)
+	cmd := exec.Command(bash, "-c", line)
+	cmd.Env = s.env()
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "bash -c %s: %s", line, out)
+	assert.Contains(t, string(out), "pid "+strconv.Itoa(r.Process.Pid)+", verified alive", "the hint names the runner's own directory:\n%s", out)
 }

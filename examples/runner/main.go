@@ -30,10 +30,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/runnerstate/runnerstate"
 )
@@ -198,17 +200,67 @@ func exitCode(sig os.Signal) int {
 	return 1
 }
 
-// hint tells a newcomer what to try next, once, on standard error.
+// hint tells a newcomer what to try next, once, on standard error. The
+// directory is quoted for a POSIX shell (shellQuote), so that a line can be
+// pasted as it is.
 func hint(dir string) {
 	flag := ""
 	if dir != filepath.Join(os.TempDir(), "runnerstate-demo") {
-		flag = " --dir " + strconv.Quote(dir)
+		flag = " --dir " + shellQuote(dir)
 	}
-	fmt.Fprintf(os.Stderr, "\nThis runner holds %s. Try, in another terminal:\n"+
-		"  go run ./examples/runnerctl status%s             who runs here, and is it verified\n"+
-		"  go run ./examples/runner%s                       a second runner takes over from this one\n"+
-		"  go run ./examples/runnerctl restart --drain%s    it finishes its jobs, then exits\n"+
-		"Stop it with Ctrl-C.\n\n", strconv.Quote(dir), flag, flag, flag)
+	fmt.Fprintf(os.Stderr, "\nThis runner holds %s. Try, in another terminal (each command line pastes as it is):\n"+
+		"  who runs here, and is it verified:\n    go run ./examples/runnerctl status%s\n"+
+		"  a second runner takes over from this one:\n    go run ./examples/runner%s\n"+
+		"  it finishes its jobs, then exits:\n    go run ./examples/runnerctl restart --drain%s\n"+
+		"Stop it with Ctrl-C.\n\n", shellQuote(dir), flag, flag, flag)
+}
+
+// shellQuote quotes s as one word for a POSIX shell: as it is when it is
+// made of characters no shell treats specially; in single quotes otherwise
+// (a ' inside closes the quotes, is escaped with \, and opens them
+// again); and, when s holds a control character or bytes
+// that are not UTF-8, which a terminal would act on or a paste would break,
+// as $'...' with escapes (bash, zsh, ksh and POSIX.1-2024 sh read it).
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-+,:@%=") == "" {
+		return s
+	}
+	plain := utf8.ValidString(s)
+	for _, r := range s {
+		if !unicode.IsPrint(r) && r != ' ' {
+			plain = false
+		}
+	}
+	if plain {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	var b strings.Builder
+	b.WriteString("$'")
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\' || r == '\'':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '!': // never a history expansion, in any shell's mood
+			b.WriteString(`\x21`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case !unicode.IsPrint(r) && r != ' ':
+			for _, c := range []byte(s[i : i+n]) {
+				fmt.Fprintf(&b, `\x%02x`, c)
+			}
+		default:
+			b.WriteRune(r)
+		}
+		i += n
+	}
+	b.WriteString("'")
+	return b.String()
 }
 
 // runJob runs one fake job, for d, as a process of the runner's tree
