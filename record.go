@@ -362,6 +362,20 @@ func setAside(dir, name, what string, why error) error {
 	return nil
 }
 
+// removeOwnRecord removes dir's runner.json when it names self, for a hold
+// that lost its runner.lock: without the lock nothing serialises it with a
+// newer runner, which may already be admitted (when both lock files were
+// removed), so another's record is never removed (durable.RemoveIf).
+func removeOwnRecord(dir string, self Identity) {
+	_, err := durable.RemoveIf(dir, RecordName, maxRecordSize, func(data []byte) bool {
+		rec, err := parseRecord(data)
+		return err == nil && sameProcess(rec.Process, self)
+	})
+	if err != nil {
+		logger().Warn("runnerstate: release could not remove the runner's record", "dir", dir, "err", public(err))
+	}
+}
+
 // jsonLine marshals v as one line of JSON ended by "\n".
 func jsonLine(v any) ([]byte, error) {
 	data, err := json.Marshal(v)

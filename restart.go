@@ -394,7 +394,8 @@ func watchHook(event string) {
 // hold lost a lock file; else the pending request when it is new.
 func (rw *restartWatch) next() (string, restartRequest) {
 	if h := rw.hold; h != nil && !rw.lostSent {
-		if lost, _ := h.lost(); lost {
+		if lost, why := h.lost(); lost {
+			warnOnce(fmt.Sprintf("lost:%s:%d", h.abs, h.acquiredAt.UnixNano()), "runnerstate: this runner lost its lock file; it must stop at once, since a next runner may be admitted beside it", "dir", rw.dir, "why", why)
 			return RestartLost, restartRequest{}
 		}
 		h.heal()

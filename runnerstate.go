@@ -691,7 +691,8 @@ func clearStaleRecord(dir string, self Identity) (int, bool, error) {
 // restart request addressed to this runner, clears the identity in both lock
 // files, closes what Inherit handed out, frees tree.lock, and last
 // runner.lock. A lock file that was replaced under the hold is left as it is
-// (what is at the path now is not this hold's).
+// (what is at the path now is not this hold's); after a lost runner.lock,
+// runner.json is removed only while it still names this process.
 func (h *hold) release() {
 	h.once.Do(func() {
 		holds.Lock()
@@ -704,6 +705,8 @@ func (h *hold) release() {
 			if err := withStateLock(h.dir, h.cleanUp); err != nil {
 				logger().Warn("runnerstate: release could not clean up", "dir", h.dir, "err", err)
 			}
+		} else {
+			removeOwnRecord(h.dir, h.self) // runner.lock was lost: only a record that still names this process
 		}
 		h.mu.Lock()
 		h.released = true

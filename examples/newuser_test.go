@@ -66,3 +66,28 @@ func TestRunnerHintPastesIntoAShell(t *testing.T) {
 	require.NoError(t, err, "bash -c %s: %s", line, out)
 	assert.Contains(t, string(out), "pid "+strconv.Itoa(r.Process.Pid)+", verified alive", "the hint names the runner's own directory:\n%s", out)
 }
+
+// Case: runner.lock removed under the runner: it warns, stops at once and
+// exits 72, its documented code; its record goes with it, so runnerctl
+// status lists no stale pid of its own.
+func TestRunnerLostLockFileExits72(t *testing.T) {
+	s := newStory(t)
+	dir := filepath.Join(s.tmp, "d")
+	r := s.start("r", "--dir", dir)
+	s.waitLog("r", "job started") // published: its record is there
+	require.NoError(t, os.Remove(filepath.Join(dir, "runner.lock")))
+	s.waitGone("r", r)
+	assert.Equal(t, 72, r.ProcessState.ExitCode(), s.log("r"))
+	assert.Regexp(t, `level=WARN msg="lock file lost`, s.log("r"))
+	_, err := os.Lstat(filepath.Join(dir, "runner.json"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the lost runner's record is removed")
+	out, err := s.ctl("status", "--dir", dir)
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, out)
+	assert.Equal(t, 3, ee.ExitCode(), out)
+	assert.NotContains(t, out, "stale pids", out)
+
+	code, help := s.runnerOnce("--help")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, help, "72 a lock file was deleted or replaced")
+}

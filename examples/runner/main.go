@@ -10,7 +10,8 @@
 // runner killed with kill -9 leaves no job running beside its successor.
 // It honours restart requests (runnerctl restart --drain finishes the running
 // jobs and takes no new one; --now stops at once), RestartLost (its lock file
-// was deleted or replaced: it stops at once) and SIGTERM (exit 143).
+// was deleted or replaced: it warns, stops at once and exits 72) and SIGTERM
+// (exit 143).
 // With -mode drain (and no -grace) it takes over by a real drain: the runner
 // already there finishes its running jobs, however long they take, and is
 // never signalled; -wait bounds the wait. A job ends early, as finished, on
@@ -40,6 +41,27 @@ import (
 	"github.com/runnerstate/runnerstate"
 )
 
+// exitLost is the exit code of a runner that stopped because a lock file of
+// its hold was deleted or replaced (RestartLost): 72, EX_OSFILE, "a critical
+// file is missing". Its record is removed only while it still names it.
+const exitLost = 72
+
+// usage is the runner's --help, before its flags.
+const usage = `usage: runner [flags]
+
+Run fake jobs as the one runner of a directory: take it over from a runner
+already there (ask it to restart; signal it only when it is verified and
+does not go), publish a record, and stop when asked.
+
+exit codes: 0 stopped when asked (runnerctl restart, a takeover) or after
+-jobs jobs; 1 error; 2 usage; 72 a lock file was deleted or replaced while
+it ran (it stops at once); 75 refused: a runner it may not signal holds the
+directory, or a newer starter won (runnerstate.ExitBusy); 130 SIGINT
+(Ctrl-C); 143 SIGTERM.
+
+flags:
+`
+
 func main() {
 	if len(os.Args) == 3 && os.Args[1] == jobProcessFlag {
 		os.Exit(jobProcess(os.Args[2]))
@@ -57,6 +79,10 @@ func run() int {
 	killAfter := flag.Duration("kill-after", runnerstate.DefaultKillAfter, "how long after SIGTERM before SIGKILL")
 	noSignal := flag.Bool("no-signal", false, "never signal a runner already there; only ask")
 	wait := flag.Duration("wait", time.Minute, "how long to wait to be admitted")
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), usage)
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("self", os.Getpid())
@@ -127,7 +153,12 @@ func run() int {
 			}()
 			continue
 		case mode := <-restarts:
-			log.Info("restart requested", "mode", mode)
+			if mode == runnerstate.RestartLost {
+				log.Warn("lock file lost; stopping at once", "dir", *dir, "exit", exitLost)
+				exit = exitLost
+			} else {
+				log.Info("restart requested", "mode", mode)
+			}
 			if mode != runnerstate.RestartDrain {
 				stopJobs() // now, or lost: another runner may be admitted beside this one
 			}
@@ -149,14 +180,21 @@ func run() int {
 			log.Info("stopped", "jobs", started)
 			return exit
 		case mode := <-restarts:
-			if mode != runnerstate.RestartDrain {
+			if mode == runnerstate.RestartLost {
+				log.Warn("lock file lost while draining; stopping at once", "dir", *dir, "exit", exitLost)
+				exit = exitLost
+			} else if mode != runnerstate.RestartDrain {
 				log.Info("restart requested while draining", "mode", mode)
+			}
+			if mode != runnerstate.RestartDrain {
 				stopJobs()
 			}
 		case sig := <-sigs:
 			log.Info("signalled while draining; stopping", "signal", sig.String())
 			stopJobs()
-			exit = exitCode(sig)
+			if exit != exitLost {
+				exit = exitCode(sig)
+			}
 		}
 	}
 }

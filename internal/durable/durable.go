@@ -245,6 +245,36 @@ func Remove(dir, name string) error {
 	return SyncAfter("remove", path, dir)
 }
 
+// RemoveIf removes dir/name when mine says its content is the caller's, and
+// never removes another's content, even one written there between the look
+// and the removal: what is at the path is first renamed to a temporary name
+// of this process's, checked there, and removed only when it is mine;
+// anything else goes back to its name unless a newer file took that name
+// meanwhile (then the older one is dropped). It is for a caller that holds
+// no lock that serialises the writers of dir/name. A missing file is not an
+// error. removed says whether it removed the caller's file.
+func RemoveIf(dir, name string, limit int, mine func(data []byte) bool) (removed bool, err error) {
+	path := filepath.Join(dir, name)
+	if data, err := ReadFile(path, limit); err != nil || !mine(data) {
+		return false, nil // cheap look first: nothing of the caller's
+	}
+	tmp := filepath.Join(dir, TempPrefix(name)+WriterTag()+"-"+tempRandom())
+	if err := os.Rename(path, tmp); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, &fs.PathError{Op: "remove", Path: path, Err: Unwrap(err)}
+	}
+	if data, err := ReadFile(tmp, limit); err == nil && mine(data) {
+		os.Remove(tmp)
+		return true, SyncAfter("remove", path, dir)
+	}
+	if err := RenameNoReplace(tmp, path); err != nil {
+		os.Remove(tmp) // a newer file has the name: the one moved aside is older
+	}
+	return false, nil
+}
+
 // SetAside renames dir/name to dir/name+suffix, replacing an older one, so
 // that an unreadable file is kept for a person to look at while its name is
 // free again. It returns the new path.
