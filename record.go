@@ -347,13 +347,17 @@ const maxPID = 1<<31 - 1
 // validPID reports whether pid can name a process.
 func validPID(pid int) bool { return pid > 0 && pid <= maxPID }
 
-// setAside renames an unreadable state file to <name>.corrupt, replacing an
-// older one, and logs it; what names the file in the log ("file", "runner
-// record"). It returns why the file could not be moved, nil when it was.
-// Called only under the runner lock.
+// keepCorrupt is how many set-aside copies of one state file are kept.
+const keepCorrupt = 10
+
+// setAside renames an unreadable state file to a name of its own,
+// <name>.corrupt-<time>, keeping the keepCorrupt newest copies, and logs it;
+// what names the file in the log ("file", "runner record"). It returns why
+// the file could not be moved, nil when it was. Called only under the
+// runner lock.
 func setAside(dir, name, what string, why error) error {
 	path := filepath.Join(dir, name)
-	aside, err := durable.SetAside(dir, name, corruptSuffix)
+	aside, err := durable.SetAside(dir, name, corruptSuffix, keepCorrupt)
 	if aside == "" {
 		warnOnce("aside:"+path, "runnerstate: could not set aside an unreadable "+what, "path", path, "err", why, "rename_err", err)
 		return public(err)
@@ -591,6 +595,9 @@ func reservedName(name string) bool {
 	switch name {
 	case LockName, RecordName, RestartName, gateName, treeLockName, stateLockName, scopeLockName, scopeOwnerName, syncLockName:
 		return true
+	}
+	if strings.HasPrefix(name, RecordName+corruptSuffix) || strings.HasPrefix(name, RestartName+corruptSuffix) {
+		return true // set-aside copies, which a later set-aside may remove
 	}
 	return durable.IsTemp(name)
 }

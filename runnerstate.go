@@ -157,7 +157,7 @@ const (
 	gateName      = "gate.json"   // the takeover gate's waiting starters
 	treeLockName  = "tree.lock"   // the tree lock, the other of a hold's pair, which Inherit hands on
 	stateLockName = ".state.lock" // the state lock, serialising state writes
-	corruptSuffix = ".corrupt"    // an unreadable state file set aside by a fresh holder
+	corruptSuffix = ".corrupt"    // an unreadable state file set aside by a fresh holder: <name>.corrupt-<time>, the 10 newest kept
 )
 
 // ExitBusy is the exit code the examples use when they are refused because
@@ -408,7 +408,7 @@ func tryOwnLock(path string) (*filelock.File, error) {
 // refuse every runner) when they do not exist. On success this process is the
 // one runner of dir: its Identity is written into runner.lock, a stale
 // runner.json left by a previous runner is removed (an unreadable one is set
-// aside as runner.json.corrupt and logged once), and a restart request is
+// aside as runner.json.corrupt-<time> and logged once), and a restart request is
 // retired when it was addressed to another runner or made before this call; a
 // request made while this call ran is kept for this runner.
 //

@@ -42,6 +42,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -275,16 +276,57 @@ func RemoveIf(dir, name string, limit int, mine func(data []byte) bool) (removed
 	return false, nil
 }
 
-// SetAside renames dir/name to dir/name+suffix, replacing an older one, so
-// that an unreadable file is kept for a person to look at while its name is
-// free again. It returns the new path.
-func SetAside(dir, name, suffix string) (string, error) {
+// SetAside renames dir/name to a name of its own that begins with
+// name+suffix, followed by "-" and the time in UTC
+// (runner.json.corrupt-20260102T030405.123456789Z), so that an unreadable
+// file is kept for a person to look at while its name is free again, and
+// no earlier copy is replaced. Of the copies, the keep newest stay: older
+// ones (by the time in the name; a bare name+suffix, from older versions,
+// is the oldest) are removed. It returns the new path.
+func SetAside(dir, name, suffix string, keep int) (string, error) {
 	path := filepath.Join(dir, name)
-	aside := path + suffix
-	if err := replaceFile(path, aside); err != nil {
+	base := path + suffix + "-" + time.Now().UTC().Format("20060102T150405.000000000Z")
+	aside := base
+	err := RenameNoReplace(path, aside)
+	for i := 0; i < 3 && errors.Is(err, fs.ErrExist); i++ {
+		aside = base + "-" + tempRandom() // the same nanosecond: never replace a copy
+		err = RenameNoReplace(path, aside)
+	}
+	if err != nil {
 		return "", &fs.PathError{Op: "rename", Path: path, Err: Unwrap(err)}
 	}
+	pruneAside(dir, name+suffix, keep)
 	return aside, SyncAfter("rename", path, dir)
+}
+
+// pruneAside removes the oldest set-aside copies whose names begin with
+// prefix, beyond the keep newest. Directories are never removed.
+func pruneAside(dir, prefix string, keep int) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return
+	}
+	var copies []string
+	for _, n := range names {
+		if n == prefix || strings.HasPrefix(n, prefix+"-") {
+			copies = append(copies, n)
+		}
+	}
+	if len(copies) <= keep {
+		return
+	}
+	slices.Sort(copies) // the time in the name sorts them; the bare prefix first
+	for _, n := range copies[:len(copies)-keep] {
+		p := filepath.Join(dir, n)
+		if fi, err := os.Lstat(p); err == nil && !fi.IsDir() {
+			os.Remove(p)
+		}
+	}
 }
 
 // Write replaces dir/name with data atomically and durably (see the package
