@@ -92,3 +92,31 @@ func TestSetAsideKeepsEachCopy(t *testing.T) {
 	assert.ErrorContains(t, SaveLines(dir, filepath.Base(copies[0]), []string{"x"}), "managed by runnerstate", "a set-aside copy is reserved")
 	assert.ErrorContains(t, SaveLines(dir, RestartName+corruptSuffix+"-x", []string{"x"}), "managed by runnerstate")
 }
+
+// Case: a refused start writes no files. With a directory (or a symlink)
+// where a lock or gate file belongs, Acquire and Takeover refuse naming it
+// and leave the directory as they found it: no .state.lock, no gate.json,
+// no other lock file.
+func TestRefusedStartWritesNoFiles(t *testing.T) {
+	for _, name := range []string{LockName, treeLockName, stateLockName, gateName} {
+		for _, op := range []string{"Acquire", "Takeover"} {
+			t.Run(name+"/"+op, func(t *testing.T) {
+				dir := tempDir(t)
+				p := filepath.Join(dir, name)
+				require.NoError(t, os.Mkdir(p, 0o755))
+				var err error
+				if op == "Acquire" {
+					_, err = Acquire(dir)
+				} else {
+					_, err = Takeover(background(t), dir, TakeoverOptions{})
+				}
+				require.ErrorIs(t, err, durable.ErrIsDir)
+				assert.ErrorContains(t, err, p)
+				entries, err := os.ReadDir(dir)
+				require.NoError(t, err)
+				require.Len(t, entries, 1, "only the intruder is there")
+				assert.Equal(t, name, entries[0].Name())
+			})
+		}
+	}
+}

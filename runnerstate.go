@@ -278,6 +278,25 @@ func checkDir(op, dir string) error {
 // it is a directory.
 func ensureDir(dir string) error { return public(durable.EnsureDir(dir)) }
 
+// ensureRunnerDir is ensureDir for a runner about to be admitted: it also
+// refuses, before anything is written in dir, a lock or gate file that
+// cannot be one (a directory, a symlink, anything but a regular file), so
+// that a refused start leaves no file behind.
+func ensureRunnerDir(dir string) error {
+	if err := ensureDir(dir); err != nil {
+		return err
+	}
+	for _, name := range []string{LockName, treeLockName, stateLockName, gateName} {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Lstat(p); err == nil {
+			if err := durable.CheckMode(p, fi.Mode()); err != nil {
+				return public(err)
+			}
+		}
+	}
+	return nil
+}
+
 // This process's holds.
 
 // hold is this process's hold on a runner directory, taken by Acquire or
@@ -447,7 +466,7 @@ func Acquire(dir string) (release func(), err error) {
 // acquire is Acquire for a call that began at since: a restart request made
 // since then is kept for the new runner.
 func acquire(dir string, since time.Time) (*hold, error) {
-	if err := ensureDir(dir); err != nil {
+	if err := ensureRunnerDir(dir); err != nil {
 		return nil, err
 	}
 	p, err := tryPair(dir)

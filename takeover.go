@@ -141,7 +141,7 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	if strength(opts.Mode) == 0 {
 		return nil, fmt.Errorf("%w, not %q", ErrBadMode, opts.Mode)
 	}
-	if err := ensureDir(dir); err != nil {
+	if err := ensureRunnerDir(dir); err != nil {
 		return nil, err
 	}
 	if holdOf(dir) != nil {
