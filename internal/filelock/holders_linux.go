@@ -3,7 +3,6 @@ package filelock
 import (
 	"bytes"
 	"errors"
-	"os"
 	"strconv"
 	"sync"
 
@@ -169,11 +168,12 @@ var procBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return 
 
 // readAllInto reads a whole (proc) file into *bp, growing it as needed, and
 // reports whether it came in one pass of the kernel's seq_file: its first
-// read(2) ended short of the page the kernel fills a pass into, by more than
-// any line's length (so at the file's end, not where the next line would not
-// fit). That read is then the whole file, and the read that would return 0 is
-// saved. With oneRecord, the file is one seq_file record (fdinfo), produced
-// whole by the first read, so any short read is its end.
+// read(2) returned all of it, as the read after it (returning 0) shows. A
+// short first read is no proof of the end: a /proc/locks record is a lock
+// with all its blocked waiters, of any length, so a pass can end short of
+// its page by more than any line. With oneRecord, the file is one seq_file
+// record (fdinfo), produced whole by the first read, so any short read is
+// its end, and the read that would return 0 is saved.
 func readAllInto(path string, bp *[]byte, oneRecord bool) (data []byte, onePass bool, err error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -195,11 +195,11 @@ func readAllInto(path string, bp *[]byte, oneRecord bool) (data []byte, onePass 
 			return nil, false, err
 		}
 		if n == 0 {
-			onePass = reads == 0
+			onePass = reads <= 1
 			break
 		}
 		buf = buf[:len(buf)+n]
-		if n < room && (oneRecord || reads == 0 && n < passPage-maxLocksLine) {
+		if n < room && oneRecord {
 			onePass = reads == 0
 			break
 		}
@@ -207,15 +207,6 @@ func readAllInto(path string, bp *[]byte, oneRecord bool) (data []byte, onePass 
 	*bp = buf
 	return buf, onePass, nil
 }
-
-// passPage is what one seq_file pass fills at most: a page (fs/seq_file.c
-// seq_read_iter, for records that fit one).
-var passPage = os.Getpagesize()
-
-// maxLocksLine bounds a /proc/locks line: an ordinal, "-> " for a waiter,
-// the type, mode and access words, a pid, major:minor:inode and a byte
-// range, at most twenty digits each (fs/locks.c lock_get_status).
-const maxLocksLine = 256
 
 // testHookList, when set, is called before every read of the kernel's lock
 // list.
