@@ -217,7 +217,19 @@ func pathError(op, path string, err error) error {
 	if errors.Is(err, syscall.ENOTDIR) {
 		return public(durable.NotDir(path)) // name the file that stands in the way
 	}
+	if d := denied(path, err); d != nil {
+		return d
+	}
 	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: durable.Advise(err)}
+}
+
+// denied is durable.Denied for a permission error on path: an error naming
+// the directory this process may not enter, or nil.
+func denied(path string, err error) error {
+	if !errors.Is(err, fs.ErrPermission) {
+		return nil
+	}
+	return durable.Denied("runnerstate: ", path, durable.Unwrap(err))
 }
 
 // errorf formats an error whose message starts with the package name.
@@ -244,6 +256,9 @@ func public(err error) error {
 	}
 	if errors.Is(pe.Err, syscall.ENOTDIR) {
 		return public(durable.NotDir(pe.Path)) // name the file that stands in the way
+	}
+	if d := denied(pe.Path, pe.Err); d != nil {
+		return d
 	}
 	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: durable.Advise(pe.Err)}
 }
@@ -399,7 +414,7 @@ var withoutTreeLock bool
 func tryPair(dir string) (pair, error) {
 	runner, err := tryRunnerLock(filepath.Join(dir, LockName))
 	if err != nil {
-		return pair{}, err
+		return pair{}, busyIfHeld(dir, err)
 	}
 	if withoutTreeLock {
 		return pair{runner: runner}, nil
@@ -410,6 +425,25 @@ func tryPair(dir string) (pair, error) {
 		return pair{}, err
 	}
 	return pair{runner, tree}, nil
+}
+
+// busyIfHeld answers a lock file this process may not open (another user's)
+// as the probes would: busy when a runner holds dir (errTreeBusy when only
+// tree.lock is held), so that the answer is "a runner runs", not
+// "permission denied"; any other err as it is.
+func busyIfHeld(dir string, err error) error {
+	if !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	switch st := inspectRunner(dir); {
+	case st.err != nil:
+		return err
+	case st.held:
+		return busyError(filepath.Join(dir, LockName), nil)
+	case st.treeHeld:
+		return errTreeBusy
+	}
+	return err
 }
 
 // tryOwnLock is tryExclusive on a lock file private to the runner (0600):
@@ -1245,6 +1279,12 @@ func (st *lockState) confirmedVia(ino filelock.Inode) bool {
 func (st *lockState) probeThenName(path string, ino filelock.Inode) lockState {
 	unprobed := *st
 	st.probe(path)
+	if errors.Is(st.err, fs.ErrPermission) && filelock.ListsHolders() {
+		// Another user's lock file, which this process may not open to
+		// probe: the kernel's list, read again, is the evidence left.
+		unprobed.fromHolders(lookAgain(ino))
+		return unprobed
+	}
 	if st.err != nil || !st.held || !filelock.ListsHolders() {
 		return *st
 	}

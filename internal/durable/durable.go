@@ -38,6 +38,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"io/fs"
 	"os"
@@ -121,6 +122,22 @@ type advisedError struct {
 
 func (e *advisedError) Error() string { return e.err.Error() + "; " + e.advice }
 func (e *advisedError) Unwrap() error { return e.err }
+
+// Denied is the error for path, whose use failed with a permission error
+// (err, which errors.Is still finds): when a directory on the way to path
+// may not be entered by this process, the error names that directory, with
+// its mode and owner, as the cause, rather than path (op is the package's
+// prefix for Op); otherwise nil, and the caller keeps its own error.
+func Denied(op, path string, err error) error {
+	dir := blockedDir(path)
+	if dir == "" {
+		return nil
+	}
+	return &fs.PathError{Op: op + "enter", Path: dir, Err: &advisedError{
+		err:    fmt.Errorf("%w (this process may not enter it%s, so it cannot reach %s)", err, dirDescription(dir), filepath.Base(path)),
+		advice: "run as a user allowed to enter it, or fix its permissions",
+	}}
+}
 
 // refused is the error for a path that is refused for why.
 func refused(path string, why error) error {
