@@ -121,7 +121,8 @@ const maxStateSize = 64 << 20
 
 // Publish writes rec as this runner's runner.json in dir, atomically. It fills
 // rec.PID and rec.Process with this process's identity and rec.StartedAt with
-// the time the lock was taken when it is zero.
+// the time the lock was taken when it is zero. runner.json is 0644: every
+// local user can read it, Meta included, so never put a secret there.
 //
 // A Publish that fails changes nothing but runner.json, and not even that:
 // this process still holds dir (the kernel lock is the authority, and no
