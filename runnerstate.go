@@ -214,7 +214,7 @@ var errBadName = errors.New("is not a plain file name of its own")
 // name so that every message starts with it, and a system error says what to
 // do (durable.Advise).
 func pathError(op, path string, err error) error {
-	if errors.Is(err, syscall.ENOTDIR) {
+	if durable.IsNotDir(err) {
 		return public(durable.NotDir(path)) // name the file that stands in the way
 	}
 	if d := denied(path, err); d != nil {
@@ -254,7 +254,7 @@ func public(err error) error {
 	if strings.HasPrefix(pe.Op, "runnerstate: ") {
 		return err
 	}
-	if errors.Is(pe.Err, syscall.ENOTDIR) {
+	if durable.IsNotDir(pe.Err) {
 		return public(durable.NotDir(pe.Path)) // name the file that stands in the way
 	}
 	if d := denied(pe.Path, pe.Err); d != nil {

@@ -208,6 +208,14 @@ func NotDir(path string) error {
 	}
 }
 
+// IsNotDir reports whether err says a path, or a directory on the way to it,
+// is not a directory (ENOTDIR). Windows answers a missing directory on the
+// way with an error Go also calls ENOTDIR, which is fs.ErrNotExist too:
+// that one is not.
+func IsNotDir(err error) bool {
+	return errors.Is(err, syscall.ENOTDIR) && !errors.Is(err, fs.ErrNotExist)
+}
+
 // notDirAbove is ErrNotDir for a parent of the refused path.
 type notDirAbove string
 
@@ -227,7 +235,7 @@ func EnsureDir(dir string) error {
 		}
 		return nil
 	}
-	if errors.Is(err, syscall.ENOTDIR) {
+	if IsNotDir(err) {
 		return NotDir(dir)
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
