@@ -399,7 +399,8 @@ func (rw *restartWatch) next() (string, restartRequest) {
 		rw.hold = holdOf(rw.dir)
 	}
 	if h := rw.hold; h != nil && !rw.lostSent {
-		if lost, _ := h.lost(); lost {
+		if lost, why := h.lost(); lost {
+			warnOnce(fmt.Sprintf("lost:%s:%d", h.abs, h.acquiredAt.UnixNano()), "runnerstate: this runner lost its lock file; it must stop at once, since a next runner may be admitted beside it", "dir", rw.dir, "why", why)
 			return RestartLost, restartRequest{}
 		}
 		h.heal()

@@ -157,7 +157,7 @@ const (
 	gateName      = "gate.json"   // the takeover gate's waiting starters
 	treeLockName  = "tree.lock"   // the tree lock, the other of a hold's pair, which Inherit hands on
 	stateLockName = ".state.lock" // the state lock, serialising state writes
-	corruptSuffix = ".corrupt"    // an unreadable state file set aside by a fresh holder
+	corruptSuffix = ".corrupt"    // an unreadable state file set aside by a fresh holder: <name>.corrupt-<time>, the 10 newest kept
 )
 
 // ExitBusy is the exit code the examples use when they are refused because
@@ -214,7 +214,22 @@ var errBadName = errors.New("is not a plain file name of its own")
 // name so that every message starts with it, and a system error says what to
 // do (durable.Advise).
 func pathError(op, path string, err error) error {
+	if durable.IsNotDir(err) {
+		return public(durable.NotDir(path)) // name the file that stands in the way
+	}
+	if d := denied(path, err); d != nil {
+		return d
+	}
 	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: durable.Advise(err)}
+}
+
+// denied is durable.Denied for a permission error on path: an error naming
+// the directory this process may not enter, or nil.
+func denied(path string, err error) error {
+	if !errors.Is(err, fs.ErrPermission) {
+		return nil
+	}
+	return durable.Denied("runnerstate: ", path, durable.Unwrap(err))
 }
 
 // errorf formats an error whose message starts with the package name.
@@ -238,6 +253,12 @@ func public(err error) error {
 	}
 	if strings.HasPrefix(pe.Op, "runnerstate: ") {
 		return err
+	}
+	if durable.IsNotDir(pe.Err) {
+		return public(durable.NotDir(pe.Path)) // name the file that stands in the way
+	}
+	if d := denied(pe.Path, pe.Err); d != nil {
+		return d
 	}
 	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: durable.Advise(pe.Err)}
 }
@@ -271,6 +292,25 @@ func checkDir(op, dir string) error {
 // ensureDir creates dir (0755, parents too) when it does not exist and checks
 // it is a directory.
 func ensureDir(dir string) error { return public(durable.EnsureDir(dir)) }
+
+// ensureRunnerDir is ensureDir for a runner about to be admitted: it also
+// refuses, before anything is written in dir, a lock or gate file that
+// cannot be one (a directory, a symlink, anything but a regular file), so
+// that a refused start leaves no file behind.
+func ensureRunnerDir(dir string) error {
+	if err := ensureDir(dir); err != nil {
+		return err
+	}
+	for _, name := range []string{LockName, treeLockName, stateLockName, gateName} {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Lstat(p); err == nil {
+			if err := durable.CheckMode(p, fi.Mode()); err != nil {
+				return public(err)
+			}
+		}
+	}
+	return nil
+}
 
 // This process's holds.
 
@@ -374,7 +414,7 @@ var withoutTreeLock bool
 func tryPair(dir string) (pair, error) {
 	runner, err := tryRunnerLock(filepath.Join(dir, LockName))
 	if err != nil {
-		return pair{}, err
+		return pair{}, busyIfHeld(dir, err)
 	}
 	if withoutTreeLock {
 		return pair{runner: runner}, nil
@@ -385,6 +425,25 @@ func tryPair(dir string) (pair, error) {
 		return pair{}, err
 	}
 	return pair{runner, tree}, nil
+}
+
+// busyIfHeld answers a lock file this process may not open (another user's)
+// as the probes would: busy when a runner holds dir (errTreeBusy when only
+// tree.lock is held), so that the answer is "a runner runs", not
+// "permission denied"; any other err as it is.
+func busyIfHeld(dir string, err error) error {
+	if !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	switch st := inspectRunner(dir); {
+	case st.err != nil:
+		return err
+	case st.held:
+		return busyError(filepath.Join(dir, LockName), nil)
+	case st.treeHeld:
+		return errTreeBusy
+	}
+	return err
 }
 
 // tryOwnLock is tryExclusive on a lock file private to the runner (0600):
@@ -402,7 +461,7 @@ func tryOwnLock(path string) (*filelock.File, error) {
 // refuse every runner) when they do not exist. On success this process is the
 // one runner of dir: its Identity is written into runner.lock, a stale
 // runner.json left by a previous runner is removed (an unreadable one is set
-// aside as runner.json.corrupt and logged once), and a restart request is
+// aside as runner.json.corrupt-<time> and logged once), and a restart request is
 // retired when it was addressed to another runner or made before this call; a
 // request made while this call ran is kept for this runner.
 //
@@ -441,7 +500,7 @@ func Acquire(dir string) (release func(), err error) {
 // acquire is Acquire for a call that began at since: a restart request made
 // since then is kept for the new runner.
 func acquire(dir string, since time.Time) (*hold, error) {
-	if err := ensureDir(dir); err != nil {
+	if err := ensureRunnerDir(dir); err != nil {
 		return nil, err
 	}
 	p, err := tryPair(dir)
@@ -685,7 +744,8 @@ func clearStaleRecord(dir string, self Identity) (int, bool, error) {
 // restart request addressed to this runner, clears the identity in both lock
 // files, closes what Inherit handed out, frees tree.lock, and last
 // runner.lock. A lock file that was replaced under the hold is left as it is
-// (what is at the path now is not this hold's).
+// (what is at the path now is not this hold's); after a lost runner.lock,
+// runner.json is removed only while it still names this process.
 func (h *hold) release() {
 	h.once.Do(func() {
 		holds.Lock()
@@ -698,6 +758,8 @@ func (h *hold) release() {
 			if err := withStateLock(h.dir, h.cleanUp); err != nil {
 				logger().Warn("runnerstate: release could not clean up", "dir", h.dir, "err", err)
 			}
+		} else {
+			removeOwnRecord(h.dir, h.self) // runner.lock was lost: only a record that still names this process
 		}
 		h.mu.Lock()
 		h.released = true
@@ -1183,7 +1245,7 @@ func (st *lockState) readContent(path string) (filelock.Inode, error) {
 		st.err = public(err)
 		return filelock.Inode{}, nil
 	case errors.Is(err, syscall.ENOTDIR):
-		st.err = pathError("refusing", filepath.Dir(path), durable.ErrNotDir)
+		st.err = public(durable.NotDir(filepath.Dir(path)))
 		return filelock.Inode{}, nil
 	case errors.Is(err, fs.ErrPermission):
 		st.reason, st.silent = "cannot read "+path+" (permission denied)", true
@@ -1233,6 +1295,12 @@ func (st *lockState) confirmedVia(ino filelock.Inode) bool {
 func (st *lockState) probeThenName(path string, ino filelock.Inode) lockState {
 	unprobed := *st
 	st.probe(path)
+	if errors.Is(st.err, fs.ErrPermission) && filelock.ListsHolders() {
+		// Another user's lock file, which this process may not open to
+		// probe: the kernel's list, read again, is the evidence left.
+		unprobed.fromHolders(lookAgain(ino))
+		return unprobed
+	}
 	if st.err != nil || !st.held || !filelock.ListsHolders() {
 		return *st
 	}

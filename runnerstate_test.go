@@ -162,7 +162,7 @@ func TestAcquireCorruptRecord(t *testing.T) {
 			release, err := Acquire(dir)
 			require.NoError(t, err)
 			assert.NoFileExists(t, path)
-			aside, err := os.ReadFile(path + corruptSuffix)
+			aside, err := os.ReadFile(setAsideCopy(t, dir, RecordName))
 			require.NoError(t, err, "the unreadable record is set aside, not lost")
 			assert.Equal(t, string(tc.content), string(aside))
 			assert.Contains(t, logs.String(), "set aside an unreadable runner record")
