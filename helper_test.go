@@ -5,6 +5,7 @@ package runnerstate
 import (
 	"log/slog"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"testing"
@@ -144,4 +145,24 @@ func awaitHolder(t testing.TB, what, path string, pid int) {
 		held, err := filelock.ProbeHeld(path)
 		return err == nil && held
 	})
+}
+
+// setAsideCopies are the set-aside copies of dir/name, oldest first.
+func setAsideCopies(t testing.TB, dir, name string) []string {
+	t.Helper()
+	copies, err := filepath.Glob(filepath.Join(dir, name+corruptSuffix+"-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return copies
+}
+
+// setAsideCopy is the one set-aside copy of dir/name, or "" when there is
+// not exactly one.
+func setAsideCopy(t testing.TB, dir, name string) string {
+	t.Helper()
+	if copies := setAsideCopies(t, dir, name); len(copies) == 1 {
+		return copies[0]
+	}
+	return ""
 }

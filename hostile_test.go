@@ -250,7 +250,7 @@ func TestHostileNonRegularStateFiles(t *testing.T) {
 					// Anything else unreadable is set aside, whole.
 					require.NoError(t, err)
 					assert.Equal(t, []string{"fresh"}, rec.Specs)
-					fi, err := os.Lstat(p + corruptSuffix)
+					fi, err := os.Lstat(setAsideCopy(t, dir, RecordName))
 					if assert.NoError(t, err, "set aside") {
 						assert.False(t, fi.Mode().IsRegular(), "the intruder itself was set aside")
 					}
@@ -432,8 +432,9 @@ func TestHostileSymlinkAtEveryPath(t *testing.T) {
 		assert.NotZero(t, fi.Mode()&os.ModeSymlink, "the link itself stays")
 	})
 	t.Run("set-aside path", func(t *testing.T) {
-		// An unreadable record is set aside as runner.json.corrupt: a link
-		// there is replaced, never written through.
+		// An unreadable record is set aside as runner.json.corrupt-<time>,
+		// never over a name that exists: a link at runner.json.corrupt is
+		// never written through.
 		dir := t.TempDir()
 		content := []byte("precious\n")
 		victim := victimWith(t, content)
@@ -718,7 +719,7 @@ func TestHostileHugeFiles(t *testing.T) {
 	assert.NoFileExists(t, filepath.Join(dir, RecordName))
 	assert.NoFileExists(t, filepath.Join(dir, RestartName))
 	for _, name := range []string{RecordName, RestartName} {
-		fi, err := os.Stat(filepath.Join(dir, name+corruptSuffix))
+		fi, err := os.Stat(setAsideCopy(t, dir, name))
 		if assert.NoError(t, err, "%s is set aside, not deleted", name) {
 			assert.Greater(t, fi.Size(), int64(huge), "set aside whole")
 		}

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,6 +89,13 @@ type Record struct {
 	MaxParallel int             `json:"max_parallel,omitempty"`
 	Specs       []string        `json:"specs,omitempty"`
 	Meta        json.RawMessage `json:"meta,omitempty"` // the caller's own payload
+	// LockFD is the number of the descriptor through which the holder
+	// locks runner.lock, in the holder's process; Publish fills it in on
+	// Linux (0 elsewhere). It
+	// lets a probe confirm the holder from /proc/<pid>/fdinfo/<LockFD>
+	// without opening runner.lock (see Running). A hint like the pid: it
+	// proves nothing until the kernel confirms it. 0 when not known.
+	LockFD int `json:"lock_fd,omitempty"`
 }
 
 // ErrNotHolder reports a call that needs the directory's runner lock (Publish)
@@ -121,7 +129,8 @@ const maxStateSize = 64 << 20
 
 // Publish writes rec as this runner's runner.json in dir, atomically. It fills
 // rec.PID and rec.Process with this process's identity and rec.StartedAt with
-// the time the lock was taken when it is zero.
+// the time the lock was taken when it is zero. runner.json is 0644: every
+// local user can read it, Meta included, so never put a secret there.
 //
 // A Publish that fails changes nothing but runner.json, and not even that:
 // this process still holds dir (the kernel lock is the authority, and no
@@ -165,6 +174,10 @@ func publish(dir string, rec Record) error {
 	self := Self()
 	rec.PID = self.PID
 	rec.Process = self
+	rec.LockFD = 0
+	if runtime.GOOS == "linux" { // where /proc/<pid>/fdinfo can confirm it
+		rec.LockFD = int(h.lock.Fd())
+	}
 	if rec.StartedAt.IsZero() {
 		rec.StartedAt = h.acquiredAt
 	}
@@ -347,19 +360,37 @@ const maxPID = 1<<31 - 1
 // validPID reports whether pid can name a process.
 func validPID(pid int) bool { return pid > 0 && pid <= maxPID }
 
-// setAside renames an unreadable state file to <name>.corrupt, replacing an
-// older one, and logs it; what names the file in the log ("file", "runner
-// record"). It returns why the file could not be moved, nil when it was.
-// Called only under the runner lock.
+// keepCorrupt is how many set-aside copies of one state file are kept.
+const keepCorrupt = 10
+
+// setAside renames an unreadable state file to a name of its own,
+// <name>.corrupt-<time>, keeping the keepCorrupt newest copies, and logs it;
+// what names the file in the log ("file", "runner record"). It returns why
+// the file could not be moved, nil when it was. Called only under the
+// runner lock.
 func setAside(dir, name, what string, why error) error {
 	path := filepath.Join(dir, name)
-	aside, err := durable.SetAside(dir, name, corruptSuffix)
+	aside, err := durable.SetAside(dir, name, corruptSuffix, keepCorrupt)
 	if aside == "" {
 		warnOnce("aside:"+path, "runnerstate: could not set aside an unreadable "+what, "path", path, "err", why, "rename_err", err)
 		return public(err)
 	}
 	logger().Warn("runnerstate: set aside an unreadable "+what, "path", path, "aside", aside, "err", why)
 	return nil
+}
+
+// removeOwnRecord removes dir's runner.json when it names self, for a hold
+// that lost its runner.lock: without the lock nothing serialises it with a
+// newer runner, which may already be admitted (when both lock files were
+// removed), so another's record is never removed (durable.RemoveIf).
+func removeOwnRecord(dir string, self Identity) {
+	_, err := durable.RemoveIf(dir, RecordName, maxRecordSize, func(data []byte) bool {
+		rec, err := parseRecord(data)
+		return err == nil && sameProcess(rec.Process, self)
+	})
+	if err != nil {
+		logger().Warn("runnerstate: release could not remove the runner's record", "dir", dir, "err", public(err))
+	}
 }
 
 // jsonLine marshals v as one line of JSON ended by "\n".
@@ -577,6 +608,9 @@ func reservedName(name string) bool {
 	switch name {
 	case LockName, RecordName, RestartName, gateName, treeLockName, stateLockName, scopeLockName, scopeOwnerName, syncLockName:
 		return true
+	}
+	if strings.HasPrefix(name, RecordName+corruptSuffix) || strings.HasPrefix(name, RestartName+corruptSuffix) {
+		return true // set-aside copies, which a later set-aside may remove
 	}
 	return durable.IsTemp(name)
 }

@@ -332,7 +332,7 @@ func WatchRestart(ctx context.Context, dir string) <-chan string {
 type restartWatch struct {
 	dir  string
 	ch   chan string
-	hold *hold // this process's hold on dir when the watch started
+	hold *hold // this process's hold on dir, looked up until there is one
 	w    *dirwatch.Watcher
 
 	last      restartRequest // the request delivered last
@@ -393,8 +393,14 @@ func watchHook(event string) {
 // next is what to offer now, if anything: RestartLost first, once, when the
 // hold lost a lock file; else the pending request when it is new.
 func (rw *restartWatch) next() (string, restartRequest) {
+	if rw.hold == nil {
+		// A watch started before this process's Acquire or Takeover of
+		// dir is that hold's watch as soon as the hold exists.
+		rw.hold = holdOf(rw.dir)
+	}
 	if h := rw.hold; h != nil && !rw.lostSent {
-		if lost, _ := h.lost(); lost {
+		if lost, why := h.lost(); lost {
+			warnOnce(fmt.Sprintf("lost:%s:%d", h.abs, h.acquiredAt.UnixNano()), "runnerstate: this runner lost its lock file; it must stop at once, since a next runner may be admitted beside it", "dir", rw.dir, "why", why)
 			return RestartLost, restartRequest{}
 		}
 		h.heal()

@@ -581,6 +581,12 @@ func roleAcquireLog(dir string) int {
 // (says "publish <error or ok>"), "watch" (a second WatchRestart, whose first
 // delivery is said as "watch2 <mode>"). It runs until stdin closes.
 func roleLostRunner(dir string) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var early <-chan string
+	if os.Getenv(envBehaviour) == "watch-first" {
+		early = WatchRestart(ctx, dir) // before the hold exists
+	}
 	release, err := Acquire(dir)
 	if err != nil {
 		say("error %v", err)
@@ -591,9 +597,10 @@ func roleLostRunner(dir string) int {
 		say("error %v", err)
 		return 1
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	restarts := WatchRestart(ctx, dir)
+	if early != nil {
+		restarts = early
+	}
 	say("acquired")
 	cmds := commands()
 	var second <-chan string

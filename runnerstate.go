@@ -160,7 +160,7 @@ const (
 	gateName      = "gate.json"   // the takeover gate's waiting starters
 	treeLockName  = "tree.lock"   // the tree lock, the other of a hold's pair, which Inherit hands on
 	stateLockName = ".state.lock" // the state lock, serialising state writes
-	corruptSuffix = ".corrupt"    // an unreadable state file set aside by a fresh holder
+	corruptSuffix = ".corrupt"    // an unreadable state file set aside by a fresh holder: <name>.corrupt-<time>, the 10 newest kept
 )
 
 // ExitBusy is the exit code the examples use when they are refused because
@@ -217,7 +217,22 @@ var errBadName = errors.New("is not a plain file name of its own")
 // name so that every message starts with it, and a system error says what to
 // do (durable.Advise).
 func pathError(op, path string, err error) error {
+	if durable.IsNotDir(err) {
+		return public(durable.NotDir(path)) // name the file that stands in the way
+	}
+	if d := denied(path, err); d != nil {
+		return d
+	}
 	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: durable.Advise(err)}
+}
+
+// denied is durable.Denied for a permission error on path: an error naming
+// the directory this process may not enter, or nil.
+func denied(path string, err error) error {
+	if !errors.Is(err, fs.ErrPermission) {
+		return nil
+	}
+	return durable.Denied("runnerstate: ", path, durable.Unwrap(err))
 }
 
 // errorf formats an error whose message starts with the package name.
@@ -241,6 +256,12 @@ func public(err error) error {
 	}
 	if strings.HasPrefix(pe.Op, "runnerstate: ") {
 		return err
+	}
+	if durable.IsNotDir(pe.Err) {
+		return public(durable.NotDir(pe.Path)) // name the file that stands in the way
+	}
+	if d := denied(pe.Path, pe.Err); d != nil {
+		return d
 	}
 	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: durable.Advise(pe.Err)}
 }
@@ -291,6 +312,25 @@ func checkDir(op, dir string) error {
 // ensureDir creates dir (0755, parents too) when it does not exist and checks
 // it is a directory.
 func ensureDir(dir string) error { return public(durable.EnsureDir(dir)) }
+
+// ensureRunnerDir is ensureDir for a runner about to be admitted: it also
+// refuses, before anything is written in dir, a lock or gate file that
+// cannot be one (a directory, a symlink, anything but a regular file), so
+// that a refused start leaves no file behind.
+func ensureRunnerDir(dir string) error {
+	if err := ensureDir(dir); err != nil {
+		return err
+	}
+	for _, name := range []string{LockName, treeLockName, stateLockName, gateName} {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Lstat(p); err == nil {
+			if err := durable.CheckMode(p, fi.Mode()); err != nil {
+				return public(err)
+			}
+		}
+	}
+	return nil
+}
 
 // This process's holds.
 
@@ -394,7 +434,7 @@ var withoutTreeLock bool
 func tryPair(dir string) (pair, error) {
 	runner, err := tryRunnerLock(filepath.Join(dir, LockName))
 	if err != nil {
-		return pair{}, err
+		return pair{}, busyIfHeld(dir, err)
 	}
 	if err := crossCheck(runner); err != nil {
 		runner.Release()
@@ -486,6 +526,25 @@ func heldElsewhere(id Identity, fd int, ours filelock.Inode) (holderPath string,
 	return holderPath, held
 }
 
+// busyIfHeld answers a lock file this process may not open (another user's)
+// as the probes would: busy when a runner holds dir (errTreeBusy when only
+// tree.lock is held), so that the answer is "a runner runs", not
+// "permission denied"; any other err as it is.
+func busyIfHeld(dir string, err error) error {
+	if !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	switch st := inspectRunner(dir); {
+	case st.err != nil:
+		return err
+	case st.held:
+		return busyError(filepath.Join(dir, LockName), nil)
+	case st.treeHeld:
+		return errTreeBusy
+	}
+	return err
+}
+
 // tryOwnLock is tryExclusive on a lock file private to the runner (0600):
 // it answers errTreeBusy when held.
 func tryOwnLock(path string) (*filelock.File, error) {
@@ -501,7 +560,7 @@ func tryOwnLock(path string) (*filelock.File, error) {
 // refuse every runner) when they do not exist. On success this process is the
 // one runner of dir: its Identity is written into runner.lock, a stale
 // runner.json left by a previous runner is removed (an unreadable one is set
-// aside as runner.json.corrupt and logged once), and a restart request is
+// aside as runner.json.corrupt-<time> and logged once), and a restart request is
 // retired when it was addressed to another runner or made before this call; a
 // request made while this call ran is kept for this runner.
 //
@@ -540,7 +599,7 @@ func Acquire(dir string) (release func(), err error) {
 // acquire is Acquire for a call that began at since: a restart request made
 // since then is kept for the new runner.
 func acquire(dir string, since time.Time) (*hold, error) {
-	if err := ensureDir(dir); err != nil {
+	if err := ensureRunnerDir(dir); err != nil {
 		return nil, err
 	}
 	p, err := tryPair(dir)
@@ -784,7 +843,8 @@ func clearStaleRecord(dir string, self Identity) (int, bool, error) {
 // restart request addressed to this runner, clears the identity in both lock
 // files, closes what Inherit handed out, frees tree.lock, and last
 // runner.lock. A lock file that was replaced under the hold is left as it is
-// (what is at the path now is not this hold's).
+// (what is at the path now is not this hold's); after a lost runner.lock,
+// runner.json is removed only while it still names this process.
 func (h *hold) release() {
 	h.once.Do(func() {
 		holds.Lock()
@@ -797,6 +857,8 @@ func (h *hold) release() {
 			if err := withStateLock(h.dir, h.cleanUp); err != nil {
 				logger().Warn("runnerstate: release could not clean up", "dir", h.dir, "err", err)
 			}
+		} else {
+			removeOwnRecord(h.dir, h.self) // runner.lock was lost: only a record that still names this process
 		}
 		h.mu.Lock()
 		h.released = true
@@ -898,8 +960,16 @@ func letGo(l *filelock.File, cleanup func() error) error {
 // process holds the lock, else the pid the kernel names, else 0.
 //
 // Running is a read-only probe: it creates nothing, writes nothing, and never
-// makes a concurrent Acquire fail (on Linux it reads /proc/locks instead of
-// touching the lock). The answer may be stale by the time it is used.
+// makes a concurrent Acquire fail. The answer may be stale by the time it is
+// used. Cost, on Linux: against a holder that published its record (Publish,
+// or Takeover's admission), a stat of runner.lock and a read of runner.json
+// and of the holder's /proc/<pid>/fdinfo/<fd>, whatever else the machine does:
+// it opens no file that carries a lock and makes no flock call, so it never
+// waits behind a process reading /proc/locks (which holds the kernel's lock
+// table still, and every flock call and every close of a locked file waits
+// for it). Where that cannot confirm the holder (no record yet, another
+// user's process, a holder in another PID namespace), it reads runner.lock
+// and the kernel's lock list, and those can wait behind such a reader.
 //
 // Errors: an error naming the path when runner.lock is a symlink or a
 // directory, or cannot be read; a missing dir is simply not running.
@@ -1030,6 +1100,13 @@ func StalePIDs(dir string) []int {
 // that may be the holder (seen from another PID namespace, say) is never
 // listed.
 func stalePIDs(dir string, st lockState) []int {
+	if st.via == viaRecordLock {
+		// runner.json names the verified holder, which wrote its identity
+		// into runner.lock when it took the lock, before any runner.json of
+		// its own: neither file names a predecessor, and runner.lock, which
+		// carries the lock, is left unopened (see confirmFromRecord).
+		return nil
+	}
 	var stale []int
 	named := map[int]Identity{}
 	if lc, err := readFile(filepath.Join(dir, LockName), maxLockContent); err == nil {
@@ -1206,8 +1283,9 @@ type lockState struct {
 type confirmation uint8
 
 const (
-	viaLockFile confirmation = iota // the lock file's identity, held per the kernel
-	viaRecord                       // runner.json's identity, the pid the kernel names
+	viaLockFile   confirmation = iota // the lock file's identity, held per the kernel
+	viaRecord                         // runner.json's identity, the pid the kernel names
+	viaRecordLock                     // runner.json's identity and lock descriptor, per its fdinfo
 )
 
 // warnings are what Status says about a held lock at lockPath.
@@ -1299,7 +1377,7 @@ func (st *lockState) readContent(path string) (filelock.Inode, error) {
 		st.err = public(err)
 		return filelock.Inode{}, nil
 	case errors.Is(err, syscall.ENOTDIR):
-		st.err = pathError("refusing", filepath.Dir(path), durable.ErrNotDir)
+		st.err = public(durable.NotDir(filepath.Dir(path)))
 		return filelock.Inode{}, nil
 	case errors.Is(err, fs.ErrPermission):
 		st.reason, st.silent = "cannot read "+path+" (permission denied)", true
@@ -1349,6 +1427,12 @@ func (st *lockState) confirmedVia(ino filelock.Inode) bool {
 func (st *lockState) probeThenName(path string, ino filelock.Inode) lockState {
 	unprobed := *st
 	st.probe(path)
+	if errors.Is(st.err, fs.ErrPermission) && filelock.ListsHolders() {
+		// Another user's lock file, which this process may not open to
+		// probe: the kernel's list, read again, is the evidence left.
+		unprobed.fromHolders(lookAgain(ino))
+		return unprobed
+	}
 	if st.err != nil || !st.held || !filelock.ListsHolders() {
 		return *st
 	}
@@ -1440,6 +1524,9 @@ func (st *lockState) probeHidden(path string) {
 // its runner.lock and still runs (lostFile); held otherwise, a previous
 // runner's children still live (treeHeld: orphans).
 func inspectRunner(dir string) lockState {
+	if st, ok := confirmFromRecord(dir); ok {
+		return st
+	}
 	st := inspectLock(filepath.Join(dir, LockName))
 	if st.err != nil {
 		return st
@@ -1488,6 +1575,44 @@ func (st *lockState) elsewhere(dir string) {
 	st.held, st.pid, st.verified, st.via, st.otherMount = true, st.holder.PID, true, viaLockFile, true
 	st.notes = append(st.notes, fmt.Sprintf("%s is held by pid %d through another mount (%s): file locks on %s do not exclude between the two, so no runner can be admitted here safely; use one path on a local disk",
 		path, st.holder.PID, holderPath, cmp.Or(fsinfo.TypeOf(dir), "this filesystem")))
+}
+
+// confirmFromRecord is the probe that touches no lock: runner.json names the
+// holder and the descriptor it locks runner.lock through (Record.LockFD),
+// and /proc/<pid>/fdinfo/<fd> shows that process's exclusive lock on the
+// file now at runner.lock, read before its start identity (see
+// liveness.CheckHolder for why that order proves it holds it).
+//
+// It opens no file that carries a lock and makes no flock call: only a stat
+// of runner.lock, a read of runner.json (replaced whole on every write, so
+// never locked) and the one fdinfo file. That matters beside a process that
+// reads /proc/locks (lslocks, a monitoring agent): every such read takes the
+// kernel's lock table for writing, and the close of any descriptor on a file
+// with a flock on it (fs/locks.c locks_remove_flock) waits for it, however
+// many locks the machine holds. ok is false wherever this cannot confirm the
+// holder (no runner.json, or one from a runner not holding now; another
+// user's process; a symlink or a directory at runner.lock), and inspectLock
+// decides as before.
+func confirmFromRecord(dir string) (st lockState, ok bool) {
+	rec, state, _ := readRecord(dir)
+	if state != fileOK || rec.LockFD <= 0 || rec.PID <= 0 || rec.PID != rec.Process.PID {
+		return lockState{}, false
+	}
+	ino, err := filelock.InodeOf(filepath.Join(dir, LockName))
+	if err != nil {
+		return lockState{}, false
+	}
+	v, held, why := liveness.CheckHolder(liveness.Identity(rec.Process), func() bool {
+		return filelock.HeldVia(rec.PID, rec.LockFD, ino) == filelock.Yes
+	})
+	if !held {
+		return lockState{}, false
+	}
+	return lockState{
+		held: true, pid: rec.PID, verified: true, holder: rec.Process, named: true,
+		verdict: v, via: viaRecordLock, fd: rec.LockFD,
+		reason: rec.Process.String() + ": " + v.String() + " (" + why + ")",
+	}, true
 }
 
 // inspectTree looks at tree.lock for a directory whose runner.lock (st) is

@@ -162,7 +162,7 @@ func TestAcquireCorruptRecord(t *testing.T) {
 			release, err := Acquire(dir)
 			require.NoError(t, err)
 			assert.NoFileExists(t, path)
-			aside, err := os.ReadFile(path + corruptSuffix)
+			aside, err := os.ReadFile(setAsideCopy(t, dir, RecordName))
 			require.NoError(t, err, "the unreadable record is set aside, not lost")
 			assert.Equal(t, string(tc.content), string(aside))
 			assert.Contains(t, logs.String(), "set aside an unreadable runner record")
@@ -357,10 +357,14 @@ func TestRunningReportsOnlyVerifiedRecords(t *testing.T) {
 		return
 	}
 
-	// A record rewritten to name another process instance is not reported:
-	// the lock file's identity is the holder's.
+	// A record rewritten to name another process incarnation (the same pid,
+	// other start ticks) is not reported: the lock file's identity is the
+	// holder's. (What the kernel cannot check, the random Instance, is not
+	// evidence: a record whose pid, start ticks, boot and PID namespace are
+	// the verified holder's, and whose lock descriptor the holder's fdinfo
+	// confirms, is the holder's.)
 	forged := rec
-	forged.Process.Instance = "ffffffffffffffffffffffffffffffff"
+	forged.Process.StartTicks++
 	writeJSON(t, filepath.Join(dir, RecordName), forged)
 	rec, ok, err = Running(dir)
 	require.NoError(t, err)

@@ -26,7 +26,10 @@ type TakeoverOptions struct {
 	// RestartNow (the default) or RestartDrain.
 	Mode string
 	// Grace is how long the runner has to stop by itself after the first
-	// request of this takeover, before SIGTERM. Default 5s.
+	// request of this takeover, before SIGTERM. Zero means DefaultGrace
+	// (5s) with RestartNow; with RestartDrain, zero waits for the drain
+	// (the runner's own exit) until ctx ends, and never signals it. A
+	// Grace that is set escalates after it in either mode.
 	Grace time.Duration
 	// KillAfter is how long after SIGTERM before SIGKILL, and how long an
 	// admitted starter waits for the previous runner's process to exit.
@@ -46,12 +49,19 @@ const (
 	DefaultKillAfter = 5 * time.Second
 )
 
+// drainGrace is the Grace of a drain asked with no Grace: it never ends, so
+// the runner is never signalled and the wait ends with ctx.
+const drainGrace time.Duration = -1
+
 func (o TakeoverOptions) withDefaults() TakeoverOptions {
 	if o.Mode == "" {
 		o.Mode = RestartNow
 	}
 	if o.Grace <= 0 {
 		o.Grace = DefaultGrace
+		if o.Mode == RestartDrain {
+			o.Grace = drainGrace
+		}
 	}
 	if o.KillAfter <= 0 {
 		o.KillAfter = DefaultKillAfter
@@ -71,7 +81,9 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 //   - A verified local runner holds the lock: a restart request (opts.Mode) is
 //     left for it; after Grace, counted from the first request of this
 //     takeover (so a stream of newer starters cannot postpone it), it gets
-//     SIGTERM, and after KillAfter more, SIGKILL. Each signal goes through a
+//     SIGTERM, and after KillAfter more, SIGKILL. A drain (opts.Mode
+//     RestartDrain) with no Grace is never escalated: it waits for the
+//     runner to finish its jobs and exit, until ctx ends. Each signal goes through a
 //     pidfd that pins the process, after its identity is verified again, and
 //     each step is taken once however many starters come. The starter is
 //     admitted only once the kernel lock is its own and its record published
@@ -129,7 +141,7 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	if strength(opts.Mode) == 0 {
 		return nil, fmt.Errorf("%w, not %q", ErrBadMode, opts.Mode)
 	}
-	if err := ensureDir(dir); err != nil {
+	if err := ensureRunnerDir(dir); err != nil {
 		return nil, err
 	}
 	if holdOf(dir) != nil {
@@ -399,7 +411,11 @@ func (t *takeover) stepTree(ctx context.Context) (time.Time, error) {
 		return now, st.err
 	case st.lostFile:
 		canSignal := !t.opts.NoSignal && st.verdict == liveness.Alive && t.pin(st.holder)
-		due, next, err := t.decide(ctx, now, attemptOf(st, t.opts.Grace, canSignal, false))
+		grace := t.opts.Grace
+		if grace == drainGrace {
+			grace = DefaultGrace // told RestartLost, it is not draining
+		}
+		due, next, err := t.decide(ctx, now, attemptOf(st, grace, canSignal, false))
 		if err == nil && due != 0 {
 			t.signal(due, filepath.Join(t.dir, treeLockName))
 		}
@@ -519,7 +535,8 @@ func (t *takeover) ask(g *gateState, st lockState) error {
 
 // escalate decides the next step against a holder that may be signalled, in
 // the attempt a: SIGTERM once grace has passed since its first request,
-// SIGKILL once killAfter has passed since the SIGTERM, each once. It returns
+// SIGKILL once killAfter has passed since the SIGTERM, each once (never a
+// SIGTERM when grace is drainGrace). It returns
 // the signal due now (0 when none) and when the next step is due (zero when
 // none is left). It is a pure function of its arguments: the caller records
 // a signal it sends in a (TermAt, KillAt), so that every starter of the
@@ -527,6 +544,8 @@ func (t *takeover) ask(g *gateState, st lockState) error {
 func escalate(a gateAttempt, now time.Time, grace, killAfter time.Duration) (due liveness.Signal, next time.Time) {
 	termDue := a.FirstRequestAt.Add(grace)
 	switch {
+	case a.TermAt.IsZero() && grace == drainGrace:
+		return 0, time.Time{} // a drain with no grace: wait for the runner
 	case a.TermAt.IsZero() && now.Before(termDue):
 		return 0, termDue
 	case a.TermAt.IsZero():

@@ -314,6 +314,12 @@ func TestTakeoverUnverifiableHolderIsNeverSignalled(t *testing.T) {
 	// without an identity.)
 	if lockFileReadable {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, LockName), []byte(strconv.Itoa(old.PID())+"\n"), 0o644))
+		// Nor did its record name the descriptor it locked through.
+		rec, ok, err := Running(dir)
+		require.NoError(t, err)
+		require.True(t, ok)
+		rec.LockFD = 0
+		writeJSON(t, filepath.Join(dir, RecordName), rec)
 	} else {
 		writeJSON(t, filepath.Join(dir, RecordName), Record{PID: old.PID()})
 	}
@@ -534,6 +540,33 @@ func TestEscalate(t *testing.T) {
 		assert.Equal(t, tc.wantSig, sig, tc.name)
 		assert.Equal(t, tc.wantNext, next, tc.name)
 	}
+}
+
+// Case: a drain asked with no Grace waits for the runner and is never
+// escalated, however long it takes; RestartNow keeps DefaultGrace, and a
+// Grace that is set escalates a drain too.
+func TestDrainWithNoGraceWaitsForTheDrain(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	hourLater := t0.Add(time.Hour)
+	for _, tc := range []struct {
+		name    string
+		opts    TakeoverOptions
+		wantSig liveness.Signal
+	}{
+		{"drain, no grace", TakeoverOptions{Mode: RestartDrain}, 0},
+		{"now, no grace", TakeoverOptions{Mode: RestartNow}, liveness.SIGTERM},
+		{"default mode, no grace", TakeoverOptions{}, liveness.SIGTERM},
+		{"drain, explicit grace", TakeoverOptions{Mode: RestartDrain, Grace: time.Minute}, liveness.SIGTERM},
+	} {
+		o := tc.opts.withDefaults()
+		sig, _ := escalate(gateAttempt{FirstRequestAt: t0}, hourLater, o.Grace, o.KillAfter)
+		assert.Equal(t, tc.wantSig, sig, tc.name)
+		if tc.wantSig != 0 {
+			sig, _ = escalate(gateAttempt{FirstRequestAt: t0}, t0.Add(time.Second), o.Grace, o.KillAfter)
+			assert.Zero(t, sig, "%s: not before its grace", tc.name)
+		}
+	}
+	assert.Equal(t, DefaultGrace, TakeoverOptions{}.withDefaults().Grace)
 }
 
 // Case: a superseded starter's error names the directory and the newer

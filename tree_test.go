@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -186,6 +187,19 @@ func startLostRunner(t *testing.T, dir string) *child {
 	c := startChild(t, "lost-runner", dir)
 	c.Expect("acquired")
 	return c
+}
+
+// A WatchRestart started before Acquire in the process that then holds the
+// directory is that hold's watch too: it delivers RestartLost once
+// runner.lock is lost.
+func TestLostLockFileWatchStartedBeforeAcquire(t *testing.T) {
+	dir := t.TempDir()
+	cmd := testharness.Command(dir)
+	cmd.Env = append(os.Environ(), envBehaviour+"=watch-first")
+	holder := startChildCmd(t, cmd, "lost-runner")
+	holder.Expect("acquired")
+	require.NoError(t, os.Remove(filepath.Join(dir, LockName)))
+	holder.Expect("got " + RestartLost)
 }
 
 // Case: runner.lock removed, or renamed over, under a live holder. The

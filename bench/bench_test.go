@@ -199,21 +199,41 @@ func BenchmarkTryLockFilesystemCheck(b *testing.B) {
 // "Is a runner alive here?" with a live, verified holder in another process,
 // while N unrelated flock locks are held elsewhere on the machine: Running
 // confirms the holder from its fdinfo, so its cost must not grow with N.
-// Side by side, what a naive user writes (naiveRunning).
+// The last case adds what makes the kernel's lock table busy: a process
+// reading /proc/locks in a loop (as lslocks or a monitoring agent does) and
+// processes that take a flock and exit, one after another. Running and
+// Status hold no descriptor on a locked file and make no flock call there,
+// so they never wait behind that reader. Side by side, what a naive user
+// writes (naiveRunning).
 
 func BenchmarkRunning(b *testing.B) {
 	dir := b.TempDir()
 	holder := testharness.Start(b, "hold-runner", dir)
 	holder.Expect("ready")
 	defer holder.Stop()
-	for _, n := range []int{0, 1000, 10000} {
-		if n > 0 {
+	held := 0
+	for _, c := range []struct {
+		locks int
+		busy  bool // a /proc/locks reader and lock churn beside the probe
+	}{{0, false}, {1000, false}, {10000, false}, {10000, true}} {
+		n := fmt.Sprint(c.locks)
+		if c.locks > held {
 			locks := testharness.Start(b, "hold-locks", b.TempDir())
-			locks.Send(strconv.Itoa(n))
+			locks.Send(strconv.Itoa(c.locks - held))
 			locks.Expect("ready")
 			defer locks.Stop()
+			held = c.locks
 		}
-		b.Run(fmt.Sprintf("locks=%d/impl=runnerstate-Running", n), func(b *testing.B) {
+		if c.busy {
+			n += "+reader+churn"
+			reader := testharness.Start(b, "read-lock-table", b.TempDir())
+			reader.Expect("ready")
+			defer reader.Stop()
+			churn := testharness.Start(b, "churn-locks", b.TempDir())
+			churn.Expect("ready")
+			defer churn.Stop()
+		}
+		b.Run(fmt.Sprintf("locks=%s/impl=runnerstate-Running", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				rec, ok, err := runnerstate.Running(dir)
@@ -222,7 +242,7 @@ func BenchmarkRunning(b *testing.B) {
 				}
 			}
 		})
-		b.Run(fmt.Sprintf("locks=%d/impl=runnerstate-Status", n), func(b *testing.B) {
+		b.Run(fmt.Sprintf("locks=%s/impl=runnerstate-Status", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				st, err := runnerstate.Status(dir)
@@ -231,7 +251,7 @@ func BenchmarkRunning(b *testing.B) {
 				}
 			}
 		})
-		b.Run(fmt.Sprintf("locks=%d/impl=gopsutil-naive", n), func(b *testing.B) {
+		b.Run(fmt.Sprintf("locks=%s/impl=gopsutil-naive", n), func(b *testing.B) {
 			b.ReportAllocs()
 			falseDead := 0
 			for b.Loop() {

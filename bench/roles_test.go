@@ -45,6 +45,62 @@ var roles = testharness.Roles{
 		}
 		return 0
 	},
+	// read-lock-table: read /proc/locks whole in a loop, as lslocks or a
+	// monitoring agent does, until stdin closes.
+	"read-lock-table": func(string) int {
+		done := make(chan struct{})
+		go func() { drain(); close(done) }()
+		fmt.Println("ready")
+		buf := make([]byte, 1<<20)
+		for {
+			select {
+			case <-done:
+				return 0
+			default:
+			}
+			fd, err := unix.Open("/proc/locks", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fail(err)
+			}
+			for {
+				if n, err := unix.Read(fd, buf); n <= 0 || err != nil {
+					break
+				}
+			}
+			unix.Close(fd)
+		}
+	},
+	// churn-locks: start processes, one after another, that each take a
+	// flock on a file in dir and exit holding it (the kernel drops it), until
+	// stdin closes.
+	"churn-locks": func(dir string) int {
+		done := make(chan struct{})
+		go func() { drain(); close(done) }()
+		fmt.Println("ready")
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return 0
+			default:
+			}
+			cmd := testharness.Command(filepath.Join(dir, strconv.Itoa(i%64)))
+			cmd.Env = append(os.Environ(), testharness.RoleEnv+"=lock-and-exit")
+			if err := cmd.Run(); err != nil {
+				return fail(err)
+			}
+		}
+	},
+	// lock-and-exit: take an exclusive flock on the file and exit holding it.
+	"lock-and-exit": func(path string) int {
+		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return fail(err)
+		}
+		if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+			return fail(err)
+		}
+		return 0
+	},
 	// hold-runner: Acquire and Publish dir, hold until stdin closes.
 	"hold-runner": func(dir string) int {
 		release, err := runnerstate.Acquire(dir)

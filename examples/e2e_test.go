@@ -15,12 +15,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -49,11 +51,12 @@ func newStory(t *testing.T) *story {
 
 func (s *story) env() []string { return append(os.Environ(), "TMPDIR="+s.tmp) }
 
-// start runs the runner with its defaults; it is killed and reaped at the end.
-func (s *story) start(name string) *exec.Cmd {
+// start runs the runner with its defaults and args; it is killed and
+// reaped at the end.
+func (s *story) start(name string, args ...string) *exec.Cmd {
 	log, err := os.Create(filepath.Join(s.logs, name+".log"))
 	require.NoError(s.t, err)
-	cmd := exec.Command(s.runner)
+	cmd := exec.Command(s.runner, args...)
 	cmd.Env = s.env()
 	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(s.t, cmd.Start())
@@ -194,6 +197,42 @@ func TestMainJobStory(t *testing.T) {
 	t.Logf("takeover %v, drain exit %v, now exit %v, admit after kill -9 %v",
 		t1.Sub(t0).Round(time.Millisecond), t2.Sub(t1).Round(time.Millisecond),
 		t4.Sub(t3).Round(time.Millisecond), t6.Sub(t5).Round(time.Millisecond))
+}
+
+// Case: `runner -mode drain` (no -grace) really drains: the runner already
+// there finishes its running job, one longer than DefaultGrace, and is never
+// signalled; then the new runner is admitted. The job ends when the test
+// says so (SIGUSR1), once DefaultGrace has passed since the request.
+func TestRunnerModeDrainDrains(t *testing.T) {
+	s := newStory(t)
+	a := s.start("a", "-job", "1h", "-parallel", "1")
+	s.waitHolder("a", a.Process.Pid)
+	s.waitLog("a", "job started")
+	m := regexp.MustCompile(`msg="job started".* pid=(\d+)`).FindStringSubmatch(s.log("a"))
+	require.NotNil(t, m, s.log("a"))
+	job, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+
+	b := s.start("b", "-mode", "drain")
+	s.waitLog("b", "takeover asked the runner to restart")
+	asked := time.Now()
+	s.waitLog("a", "restart requested")
+	// A drain cut by DefaultGrace would have been signalled by now.
+	for time.Since(asked) < runnerstate.DefaultGrace+time.Second {
+		select {
+		case <-s.exited[a]:
+			t.Fatalf("runner a exited before its job finished; its log:\n%s\nb's:\n%s", s.log("a"), s.log("b"))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	require.NoError(t, syscall.Kill(job, syscall.SIGUSR1), "the job finishes")
+	s.waitGone("a", a)
+	s.waitHolder("b", b.Process.Pid)
+	assert.Equal(t, 0, a.ProcessState.ExitCode())
+	assert.Contains(t, s.log("a"), "job finished", "the drain let the job finish")
+	assert.NotContains(t, s.log("a"), "job cancelled")
+	assert.NotContains(t, s.log("a"), "signalled")
+	assert.NotContains(t, s.log("b"), "signalled the runner", "a drain with no grace never signals")
 }
 
 func TestRunnerctl(t *testing.T) {

@@ -10,7 +10,12 @@
 // runner killed with kill -9 leaves no job running beside its successor.
 // It honours restart requests (runnerctl restart --drain finishes the running
 // jobs and takes no new one; --now stops at once), RestartLost (its lock file
-// was deleted or replaced: it stops at once) and SIGTERM (exit 143).
+// was deleted or replaced: it warns, stops at once and exits 72) and SIGTERM
+// (exit 143).
+// With -mode drain (and no -grace) it takes over by a real drain: the runner
+// already there finishes its running jobs, however long they take, and is
+// never signalled; -wait bounds the wait. A job ends early, as finished, on
+// SIGUSR1 (kill -USR1 <job pid>), to try that without waiting.
 // Refused (a runner it may not signal holds the directory, or a newer starter
 // won), it exits with runnerstate.ExitBusy (75).
 package main
@@ -26,13 +31,36 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/runnerstate/runnerstate"
 )
+
+// exitLost is the exit code of a runner that stopped because a lock file of
+// its hold was deleted or replaced (RestartLost): 72, EX_OSFILE, "a critical
+// file is missing". Its record is removed only while it still names it.
+const exitLost = 72
+
+// usage is the runner's --help, before its flags.
+const usage = `usage: runner [flags]
+
+Run fake jobs as the one runner of a directory: take it over from a runner
+already there (ask it to restart; signal it only when it is verified and
+does not go), publish a record, and stop when asked.
+
+exit codes: 0 stopped when asked (runnerctl restart, a takeover) or after
+-jobs jobs; 1 error; 2 usage; 72 a lock file was deleted or replaced while
+it ran (it stops at once); 75 refused: a runner it may not signal holds the
+directory, or a newer starter won (runnerstate.ExitBusy); 130 SIGINT
+(Ctrl-C); 143 SIGTERM.
+
+flags:
+`
 
 func main() {
 	if len(os.Args) == 3 && os.Args[1] == jobProcessFlag {
@@ -47,10 +75,14 @@ func run() int {
 	parallel := flag.Int("parallel", 2, "how many jobs run at once")
 	jobs := flag.Int("jobs", 0, "stop after this many jobs (0: run until asked to stop)")
 	mode := flag.String("mode", runnerstate.RestartNow, "what to ask a runner already there: now or drain")
-	grace := flag.Duration("grace", runnerstate.DefaultGrace, "how long a runner already there has to stop before SIGTERM")
+	grace := flag.Duration("grace", 0, "how long a runner already there has to stop before SIGTERM (0: 5s with -mode now; with -mode drain, wait for its drain until -wait ends)")
 	killAfter := flag.Duration("kill-after", runnerstate.DefaultKillAfter, "how long after SIGTERM before SIGKILL")
 	noSignal := flag.Bool("no-signal", false, "never signal a runner already there; only ask")
 	wait := flag.Duration("wait", time.Minute, "how long to wait to be admitted")
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), usage)
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("self", os.Getpid())
@@ -121,7 +153,12 @@ func run() int {
 			}()
 			continue
 		case mode := <-restarts:
-			log.Info("restart requested", "mode", mode)
+			if mode == runnerstate.RestartLost {
+				log.Warn("lock file lost; stopping at once", "dir", *dir, "exit", exitLost)
+				exit = exitLost
+			} else {
+				log.Info("restart requested", "mode", mode)
+			}
 			if mode != runnerstate.RestartDrain {
 				stopJobs() // now, or lost: another runner may be admitted beside this one
 			}
@@ -143,14 +180,21 @@ func run() int {
 			log.Info("stopped", "jobs", started)
 			return exit
 		case mode := <-restarts:
-			if mode != runnerstate.RestartDrain {
+			if mode == runnerstate.RestartLost {
+				log.Warn("lock file lost while draining; stopping at once", "dir", *dir, "exit", exitLost)
+				exit = exitLost
+			} else if mode != runnerstate.RestartDrain {
 				log.Info("restart requested while draining", "mode", mode)
+			}
+			if mode != runnerstate.RestartDrain {
 				stopJobs()
 			}
 		case sig := <-sigs:
 			log.Info("signalled while draining; stopping", "signal", sig.String())
 			stopJobs()
-			exit = exitCode(sig)
+			if exit != exitLost {
+				exit = exitCode(sig)
+			}
 		}
 	}
 }
@@ -194,17 +238,67 @@ func exitCode(sig os.Signal) int {
 	return 1
 }
 
-// hint tells a newcomer what to try next, once, on standard error.
+// hint tells a newcomer what to try next, once, on standard error. The
+// directory is quoted for a POSIX shell (shellQuote), so that a line can be
+// pasted as it is.
 func hint(dir string) {
 	flag := ""
 	if dir != filepath.Join(os.TempDir(), "runnerstate-demo") {
-		flag = " --dir " + strconv.Quote(dir)
+		flag = " --dir " + shellQuote(dir)
 	}
-	fmt.Fprintf(os.Stderr, "\nThis runner holds %s. Try, in another terminal:\n"+
-		"  go run ./examples/runnerctl status%s             who runs here, and is it verified\n"+
-		"  go run ./examples/runner%s                       a second runner takes over from this one\n"+
-		"  go run ./examples/runnerctl restart --drain%s    it finishes its jobs, then exits\n"+
-		"Stop it with Ctrl-C.\n\n", strconv.Quote(dir), flag, flag, flag)
+	fmt.Fprintf(os.Stderr, "\nThis runner holds %s. Try, in another terminal (each command line pastes as it is):\n"+
+		"  who runs here, and is it verified:\n    go run ./examples/runnerctl status%s\n"+
+		"  a second runner takes over from this one:\n    go run ./examples/runner%s\n"+
+		"  it finishes its jobs, then exits:\n    go run ./examples/runnerctl restart --drain%s\n"+
+		"Stop it with Ctrl-C.\n\n", shellQuote(dir), flag, flag, flag)
+}
+
+// shellQuote quotes s as one word for a POSIX shell: as it is when it is
+// made of characters no shell treats specially; in single quotes otherwise
+// (a ' inside closes the quotes, is escaped with \, and opens them
+// again); and, when s holds a control character or bytes
+// that are not UTF-8, which a terminal would act on or a paste would break,
+// as $'...' with escapes (bash, zsh, ksh and POSIX.1-2024 sh read it).
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-+,:@%=") == "" {
+		return s
+	}
+	plain := utf8.ValidString(s)
+	for _, r := range s {
+		if !unicode.IsPrint(r) && r != ' ' {
+			plain = false
+		}
+	}
+	if plain {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	var b strings.Builder
+	b.WriteString("$'")
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\' || r == '\'':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '!': // never a history expansion, in any shell's mood
+			b.WriteString(`\x21`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case !unicode.IsPrint(r) && r != ' ':
+			for _, c := range []byte(s[i : i+n]) {
+				fmt.Fprintf(&b, `\x%02x`, c)
+			}
+		default:
+			b.WriteRune(r)
+		}
+		i += n
+	}
+	b.WriteString("'")
+	return b.String()
 }
 
 // runJob runs one fake job, for d, as a process of the runner's tree
@@ -242,6 +336,8 @@ func runJob(ctx context.Context, log *slog.Logger, dir string, n int, d time.Dur
 const jobProcessFlag = "-job-process"
 
 // jobProcess is a job's process: it works (sleeps) for d, or until SIGTERM.
+// A finishSignal (SIGUSR1 on Unix: kill -USR1 <job pid>) ends it early as
+// finished, to try a drain without waiting for a long job.
 func jobProcess(d string) int {
 	dur, err := time.ParseDuration(d)
 	if err != nil {
@@ -250,8 +346,14 @@ func jobProcess(d string) int {
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	finish := make(chan os.Signal, 1)
+	if finishSignal != nil {
+		signal.Notify(finish, finishSignal)
+	}
 	select {
 	case <-time.After(dur):
+		return 0
+	case <-finish:
 		return 0
 	case sig := <-sigs:
 		return exitCode(sig)

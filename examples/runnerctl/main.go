@@ -23,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -76,7 +77,7 @@ type command struct {
 var commands = map[string]command{
 	"status": {
 		synopsis: "status [--dir DIR] [--json]\n\nShow who runs the directory: the holder of its kernel lock, whether its\nidentity is verified, the pending restart request, waiting starters, stale\npids, orphans of a previous runner's tree, and warnings.",
-		exits:    "0 a runner holds the directory; 3 no runner does; 75 no runner does, but\norphans of a previous runner's tree keep it busy; 4 cannot tell (the\ndirectory cannot be read, or its filesystem's locks do not exclude); 2 usage.",
+		exits:    "0 a runner holds the directory; 3 no runner does (also when there is no\nsuch directory: the text says so); 75 no runner does, but orphans of a\nprevious runner's tree keep it busy; 4 cannot tell (the directory cannot\nbe read, or its filesystem's locks do not exclude); 2 usage.",
 		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {
 			asJSON := fs.Bool("json", false, "print the report as JSON (the field names are stable)")
 			return func(dir string, stdout, stderr io.Writer) int { return status(dir, *asJSON, stdout, stderr) }
@@ -199,9 +200,12 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("dir", printable(r.Dir))
-	if code == exitUnknown {
+	switch _, err := os.Stat(dir); {
+	case code == exitUnknown:
 		row("runner", "cannot tell: this filesystem's locks do not exclude (see warnings)")
-	} else {
+	case errors.Is(err, fs.ErrNotExist) && !r.Held:
+		row("runner", "none: no such directory (is --dir mistyped?)")
+	default:
 		row("runner", runnerWords(r))
 	}
 	if r.Filesystem != "" {

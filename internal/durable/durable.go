@@ -38,13 +38,16 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/liveness"
@@ -120,6 +123,22 @@ type advisedError struct {
 func (e *advisedError) Error() string { return e.err.Error() + "; " + e.advice }
 func (e *advisedError) Unwrap() error { return e.err }
 
+// Denied is the error for path, whose use failed with a permission error
+// (err, which errors.Is still finds): when a directory on the way to path
+// may not be entered by this process, the error names that directory, with
+// its mode and owner, as the cause, rather than path (op is the package's
+// prefix for Op); otherwise nil, and the caller keeps its own error.
+func Denied(op, path string, err error) error {
+	dir := blockedDir(path)
+	if dir == "" {
+		return nil
+	}
+	return &fs.PathError{Op: op + "enter", Path: dir, Err: &advisedError{
+		err:    fmt.Errorf("%w (this process may not enter it%s, so it cannot reach %s)", err, dirDescription(dir), filepath.Base(path)),
+		advice: "run as a user allowed to enter it, or fix its permissions",
+	}}
+}
+
 // refused is the error for a path that is refused for why.
 func refused(path string, why error) error {
 	return &fs.PathError{Op: "refusing", Path: path, Err: why}
@@ -168,8 +187,46 @@ func DecodeObject(data []byte, v any) error {
 	return json.Unmarshal(data, v)
 }
 
+// NotDir is the refusal of path when it, or a directory on the way to it,
+// is not a directory (the system said ENOTDIR): it names the first of them
+// that exists and is not a directory, so that a file standing where a
+// parent directory belongs is named, not the path below it. Its error is an
+// *fs.PathError naming path that satisfies errors.Is(err, ErrNotDir).
+func NotDir(path string) error {
+	for p := filepath.Clean(path); ; {
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			if p == filepath.Clean(path) {
+				return refused(path, ErrNotDir)
+			}
+			return refused(path, notDirAbove(p))
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return refused(path, ErrNotDir)
+		}
+		p = parent
+	}
+}
+
+// IsNotDir reports whether err says a path, or a directory on the way to it,
+// is not a directory (ENOTDIR). Windows answers a missing directory on the
+// way with an error Go also calls ENOTDIR, which is fs.ErrNotExist too:
+// that one is not.
+func IsNotDir(err error) bool {
+	return errors.Is(err, syscall.ENOTDIR) && !errors.Is(err, fs.ErrNotExist)
+}
+
+// notDirAbove is ErrNotDir for a parent of the refused path.
+type notDirAbove string
+
+func (e notDirAbove) Error() string {
+	return "its parent " + string(e) + " is not a directory; move " + string(e) + " away, or name another path"
+}
+
+func (e notDirAbove) Is(target error) bool { return target == ErrNotDir }
+
 // EnsureDir creates dir (0755, parents too) when it does not exist, and
-// refuses a dir that is not a directory.
+// refuses a dir that is not a directory, or one below a file (NotDir).
 func EnsureDir(dir string) error {
 	fi, err := os.Stat(dir)
 	if err == nil {
@@ -177,6 +234,9 @@ func EnsureDir(dir string) error {
 			return refused(dir, ErrNotDir)
 		}
 		return nil
+	}
+	if IsNotDir(err) {
+		return NotDir(dir)
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return &fs.PathError{Op: "stat", Path: dir, Err: Unwrap(err)}
@@ -211,16 +271,87 @@ func Remove(dir, name string) error {
 	return SyncAfter("remove", path, dir)
 }
 
-// SetAside renames dir/name to dir/name+suffix, replacing an older one, so
-// that an unreadable file is kept for a person to look at while its name is
-// free again. It returns the new path.
-func SetAside(dir, name, suffix string) (string, error) {
+// RemoveIf removes dir/name when mine says its content is the caller's, and
+// never removes another's content, even one written there between the look
+// and the removal: what is at the path is first renamed to a temporary name
+// of this process's, checked there, and removed only when it is mine;
+// anything else goes back to its name unless a newer file took that name
+// meanwhile (then the older one is dropped). It is for a caller that holds
+// no lock that serialises the writers of dir/name. A missing file is not an
+// error. removed says whether it removed the caller's file.
+func RemoveIf(dir, name string, limit int, mine func(data []byte) bool) (removed bool, err error) {
 	path := filepath.Join(dir, name)
-	aside := path + suffix
-	if err := replaceFile(path, aside); err != nil {
+	if data, err := ReadFile(path, limit); err != nil || !mine(data) {
+		return false, nil // cheap look first: nothing of the caller's
+	}
+	tmp := filepath.Join(dir, TempPrefix(name)+WriterTag()+"-"+tempRandom())
+	if err := os.Rename(path, tmp); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, &fs.PathError{Op: "remove", Path: path, Err: Unwrap(err)}
+	}
+	if data, err := ReadFile(tmp, limit); err == nil && mine(data) {
+		os.Remove(tmp)
+		return true, SyncAfter("remove", path, dir)
+	}
+	if err := RenameNoReplace(tmp, path); err != nil {
+		os.Remove(tmp) // a newer file has the name: the one moved aside is older
+	}
+	return false, nil
+}
+
+// SetAside renames dir/name to a name of its own that begins with
+// name+suffix, followed by "-" and the time in UTC
+// (runner.json.corrupt-20260102T030405.123456789Z), so that an unreadable
+// file is kept for a person to look at while its name is free again, and
+// no earlier copy is replaced. Of the copies, the keep newest stay: older
+// ones (by the time in the name; a bare name+suffix, from older versions,
+// is the oldest) are removed. It returns the new path.
+func SetAside(dir, name, suffix string, keep int) (string, error) {
+	path := filepath.Join(dir, name)
+	base := path + suffix + "-" + time.Now().UTC().Format("20060102T150405.000000000Z")
+	aside := base
+	err := RenameNoReplace(path, aside)
+	for i := 0; i < 3 && errors.Is(err, fs.ErrExist); i++ {
+		aside = base + "-" + tempRandom() // the same nanosecond: never replace a copy
+		err = RenameNoReplace(path, aside)
+	}
+	if err != nil {
 		return "", &fs.PathError{Op: "rename", Path: path, Err: Unwrap(err)}
 	}
+	pruneAside(dir, name+suffix, keep)
 	return aside, SyncAfter("rename", path, dir)
+}
+
+// pruneAside removes the oldest set-aside copies whose names begin with
+// prefix, beyond the keep newest. Directories are never removed.
+func pruneAside(dir, prefix string, keep int) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return
+	}
+	var copies []string
+	for _, n := range names {
+		if n == prefix || strings.HasPrefix(n, prefix+"-") {
+			copies = append(copies, n)
+		}
+	}
+	if len(copies) <= keep {
+		return
+	}
+	slices.Sort(copies) // the time in the name sorts them; the bare prefix first
+	for _, n := range copies[:len(copies)-keep] {
+		p := filepath.Join(dir, n)
+		if fi, err := os.Lstat(p); err == nil && !fi.IsDir() {
+			os.Remove(p)
+		}
+	}
 }
 
 // Write replaces dir/name with data atomically and durably (see the package

@@ -17,6 +17,11 @@ const oNoFollow = 0
 // Advise); these systems' errors are not known here: "".
 func Advice(error) string { return "" }
 
+// blockedDir: these systems have no search bit to tell.
+func blockedDir(string) string { return "" }
+
+func dirDescription(string) string { return "" }
+
 // ReadFile reads up to max bytes of the regular file at path, refusing a
 // symlink, a directory or another non-regular file (by an Lstat first). A
 // missing file, or a missing directory on the way to it, is an error

@@ -4,8 +4,10 @@ package durable
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -195,4 +197,36 @@ func KeyOf(dir string) (Key, error) {
 		return Key{}, &fs.PathError{Op: "stat", Path: dir, Err: err}
 	}
 	return Key{dev: uint64(st.Dev), ino: uint64(st.Ino)}, nil
+}
+
+// blockedDir returns the directory on the way to path (path itself
+// excluded) that this process may not enter, the one nearest the root, or
+// "" when it may enter every one, or cannot tell.
+func blockedDir(path string) string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return ""
+	}
+	var dirs []string
+	for d := filepath.Dir(abs); ; d = filepath.Dir(d) {
+		dirs = append(dirs, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if unix.Faccessat(unix.AT_FDCWD, dirs[i], unix.X_OK, unix.AT_EACCESS) == unix.EACCES {
+			return dirs[i]
+		}
+	}
+	return ""
+}
+
+// dirDescription says who may enter dir: its mode and owner.
+func dirDescription(dir string) string {
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) != nil {
+		return ""
+	}
+	return fmt.Sprintf(": %v, owner uid %d, group gid %d; this process is uid %d", fs.FileMode(st.Mode&0o777)|fs.ModeDir, st.Uid, st.Gid, os.Geteuid())
 }

@@ -3,7 +3,6 @@ package filelock
 import (
 	"bytes"
 	"errors"
-	"os"
 	"strconv"
 	"sync"
 
@@ -26,7 +25,14 @@ const procLocks = "/proc/locks"
 // the next entry into the part already read, out of view. So an entry that is
 // listed was held, but "none listed" is the truth only when the whole table
 // came in one pass (readAllInto), as it does while it fits in a page (about
-// fifty locks machine-wide).
+// fifty locks machine-wide). A pass also ends early, well short of its page,
+// when the next record does not fit what is left: a lock is printed with its
+// blocked waiters, a line each, as one record. So a first read counts as the
+// whole table only when the next read, a pass from where it ended, finds
+// nothing more. What that leaves: a long record that ended the first pass,
+// and, before the second, the release of enough of the locks already read to
+// bring the table within them; then the second read finds nothing, and a
+// lock listed after that record is missed.
 //
 // /proc/locks names a lock by "major:minor:inode" of the superblock's device.
 // On btrfs subvolumes and overlayfs stat(2) reports another device number, so
@@ -169,11 +175,12 @@ var procBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return 
 
 // readAllInto reads a whole (proc) file into *bp, growing it as needed, and
 // reports whether it came in one pass of the kernel's seq_file: its first
-// read(2) ended short of the page the kernel fills a pass into, by more than
-// any line's length (so at the file's end, not where the next line would not
-// fit). That read is then the whole file, and the read that would return 0 is
-// saved. With oneRecord, the file is one seq_file record (fdinfo), produced
-// whole by the first read, so any short read is its end.
+// read(2) returned data and the second, a new pass resuming where the first
+// ended, returned nothing. (A first read short of the page proves nothing
+// alone: a pass also ends where the next record does not fit, and a record
+// of /proc/locks can be many lines long; see Holders.) With oneRecord, the
+// file is one seq_file record (fdinfo), produced whole by the first read, so
+// any short read is its end, and the read that would return 0 is saved.
 func readAllInto(path string, bp *[]byte, oneRecord bool) (data []byte, onePass bool, err error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -195,11 +202,11 @@ func readAllInto(path string, bp *[]byte, oneRecord bool) (data []byte, onePass 
 			return nil, false, err
 		}
 		if n == 0 {
-			onePass = reads == 0
+			onePass = reads <= 1
 			break
 		}
 		buf = buf[:len(buf)+n]
-		if n < room && (oneRecord || reads == 0 && n < passPage-maxLocksLine) {
+		if n < room && oneRecord {
 			onePass = reads == 0
 			break
 		}
@@ -207,15 +214,6 @@ func readAllInto(path string, bp *[]byte, oneRecord bool) (data []byte, onePass 
 	*bp = buf
 	return buf, onePass, nil
 }
-
-// passPage is what one seq_file pass fills at most: a page (fs/seq_file.c
-// seq_read_iter, for records that fit one).
-var passPage = os.Getpagesize()
-
-// maxLocksLine bounds a /proc/locks line: an ordinal, "-> " for a waiter,
-// the type, mode and access words, a pid, major:minor:inode and a byte
-// range, at most twenty digits each (fs/locks.c lock_get_status).
-const maxLocksLine = 256
 
 // testHookList, when set, is called before every read of the kernel's lock
 // list.

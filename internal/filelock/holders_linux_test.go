@@ -52,9 +52,9 @@ func FuzzParseLocksLine(f *testing.F) {
 
 // TestHoldersOfNeverMissesSilently holds a lock taken before a thousand
 // others (so listed after them, pages into /proc/locks) while eighty more are
-// taken and released in turn, ahead of it: passes of the table then skip
-// entries. HoldersOf may then fail to list the lock, but only with known
-// false.
+// taken and released in turn, ahead of it, and another reader reads the
+// table in a loop: passes of the table then skip entries. HoldersOf may then
+// fail to list the lock, but only with known false.
 func TestHoldersOfNeverMissesSilently(t *testing.T) {
 	dir := t.TempDir()
 	// On one CPU, all the locks are in one of the kernel's per-CPU lists, in
@@ -98,6 +98,25 @@ func TestHoldersOfNeverMissesSilently(t *testing.T) {
 			}
 		})
 	}
+	// And another reader of the whole table, as lslocks or a monitoring
+	// agent is: each of its passes holds the table still.
+	wg.Go(func() {
+		buf := make([]byte, 128<<10)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			f, err := os.Open(procLocks)
+			if err != nil {
+				return
+			}
+			for n, err := f.Read(buf); n > 0 && err == nil; n, err = f.Read(buf) {
+			}
+			f.Close()
+		}
+	})
 	defer func() { close(quit); wg.Wait() }()
 	unknown, reads := 0, 0
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); reads++ {
@@ -110,6 +129,70 @@ func TestHoldersOfNeverMissesSilently(t *testing.T) {
 		}
 	}
 	t.Logf("%d reads: %d not known (a pass skipped the entry)", reads, unknown)
+}
+
+// TestHoldersOfLongRecordEndsAPassEarly lists, ahead of a held lock, a lock
+// with forty blocked waiters: /proc/locks prints a lock and its waiters as
+// one record of forty-one lines, which does not fit what is left of the
+// kernel's page, so the first read(2) ends well short of a page although the
+// table goes on. That short read is not the whole table, and HoldersOf must
+// not call "no holder" known from it.
+func TestHoldersOfLongRecordEndsAPassEarly(t *testing.T) {
+	dir := t.TempDir()
+	unpin := onCPU0(t) // one per-CPU list, newest lock first
+	held := lockedFile(t, filepath.Join(dir, "held"))
+	var blocker *os.File
+	for i := range 200 {
+		f := lockedFile(t, filepath.Join(dir, fmt.Sprint("other", i)))
+		if i == 140 { // about sixty records from the head of the list
+			blocker = f
+		}
+	}
+	unpin()
+	var wg sync.WaitGroup
+	t.Cleanup(func() { blocker.Close(); wg.Wait() }) // each waiter in turn gets the lock and lets go
+	for range 40 {
+		w, err := os.Open(blocker.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			defer w.Close()
+			unix.Flock(int(w.Fd()), unix.LOCK_EX) // until each before it lets go
+		})
+	}
+	bino, err := InodeOf(blocker.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiters := fmt.Sprintf(":%d ", bino.Ino)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		data, err := os.ReadFile(procLocks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for line := range strings.Lines(string(data)) {
+			if strings.Contains(line, "->") && strings.Contains(line, waiters) {
+				n++
+			}
+		}
+		if n == 40 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of 40 waiters are listed as blocked on %s", n, blocker.Name())
+		}
+		runtime.Gosched()
+	}
+	ino, err := InodeOf(held.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	holders, known := HoldersOf(ino)
+	if len(holders) == 0 && known {
+		t.Fatalf("HoldersOf listed no holder of %s and called that known, while this process held it", held.Name())
+	}
 }
 
 // lockedFile creates path and takes an exclusive flock on it, until the test
