@@ -459,8 +459,8 @@ func tryPair(dir string) (pair, error) {
 // a descriptor that is closed, carries no lock, or is open on a file of this
 // very filesystem, which the kernel would have excluded) admits.
 func crossCheck(l *filelock.File) error {
-	if !filelock.CarriesContent {
-		return nil
+	if !filelock.CarriesContent || l.Empty() {
+		return nil // released cleanly: nobody is named
 	}
 	data, err := l.ReadContent(maxLockContent)
 	if err != nil || len(data) == 0 {

@@ -37,3 +37,6 @@ func SetFlockFault(error) (restore func()) { return func() {} }
 
 // WouldBlockErrno is nil: no system call here answers EWOULDBLOCK for a lock.
 var WouldBlockErrno error
+
+// Empty is true: a lock file carries no content here.
+func (f *File) Empty() bool { return true }

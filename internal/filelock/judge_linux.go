@@ -59,12 +59,14 @@ func (f *File) fstat(st *fileStat) error {
 // AtPath (stated) the mount's cached judgment answers without a syscall;
 // otherwise, or where the kernel gives no unique mount ID, one fstatfs(2).
 func (f *File) judge(stated bool) error {
+	var local bool
 	var err error
 	if m := f.mount.Load(); stated && m != 0 {
-		err = fsinfo.JudgeMount(m, f.fd, f.path)
+		local, err = fsinfo.JudgeMount(m, f.fd, f.path)
 	} else {
-		err = fsinfo.Judge(f.fd, f.path)
+		local, err = fsinfo.Judge(f.fd, f.path)
 	}
+	f.local.Store(local)
 	if err != nil {
 		return refusedFS(f.path, err)
 	}

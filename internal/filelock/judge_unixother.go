@@ -25,7 +25,9 @@ func (f *File) fstat(st *fileStat) error {
 // judge refuses a lock on a filesystem whose locks do not exclude: one
 // fstatfs(2) (macOS: its f_fstypename).
 func (f *File) judge(bool) error {
-	if err := fsinfo.Judge(f.fd, f.path); err != nil {
+	local, err := fsinfo.Judge(f.fd, f.path)
+	f.local.Store(local)
+	if err != nil {
 		return refusedFS(f.path, err)
 	}
 	return nil

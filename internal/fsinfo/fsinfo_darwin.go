@@ -7,22 +7,25 @@ import (
 )
 
 // Judge judges the filesystem of the open file fd, at path file (its
-// directory is what the hook and the error name), by its f_fstypename: one fstatfs(2). nil when
-// its locks exclude or it cannot be told; an *Error otherwise.
-func Judge(fd int, file string) error {
+// directory is what the hook and the error name), by its f_fstypename: one
+// fstatfs(2). err is nil when its locks exclude, its type is trusted, or it
+// cannot be told; an *Error otherwise. local says its own kind excludes (a
+// trusted type does not make it so).
+func Judge(fd int, file string) (local bool, err error) {
 	if off.Load() {
-		return nil
+		return false, nil
 	}
 	if hook.Load() != nil {
 		if a, ok := hooked(filepath.Dir(file)); ok {
-			return verdict(filepath.Dir(file), a)
+			return a.Excludes, verdict(filepath.Dir(file), a)
 		}
 	}
 	var st unix.Statfs_t
 	if err := unix.Fstatfs(fd, &st); err != nil {
-		return nil
+		return false, nil
 	}
-	return verdict(filepath.Dir(file), DarwinType(unix.ByteSliceToString(st.Fstypename[:])))
+	a := DarwinType(unix.ByteSliceToString(st.Fstypename[:]))
+	return a.Excludes, verdict(filepath.Dir(file), a)
 }
 
 // JudgeDir is Judge for the directory dir itself, before any file is

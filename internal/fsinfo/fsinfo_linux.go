@@ -11,16 +11,19 @@ import (
 )
 
 // Judge judges the filesystem of the open file fd, at path file (its
-// directory is what the hook and the error name): one fstatfs(2). nil when its locks exclude, or
-// when it cannot be told (the lock itself then says what it can); an
-// *Error otherwise.
-func Judge(fd int, file string) error {
+// directory is what the hook and the error name): one fstatfs(2). err is nil
+// when its locks exclude, when its type is trusted, or when it cannot be
+// told (the lock itself then says what it can); an *Error otherwise. local
+// says the filesystem's own kind (its magic number, or the hook's answer)
+// excludes, which a trusted type does not make it: only there is what this
+// process sees of the file (its length) never stale.
+func Judge(fd int, file string) (local bool, err error) {
 	if off.Load() {
-		return nil
+		return false, nil
 	}
 	if hook.Load() != nil {
 		if a, ok := hooked(filepath.Dir(file)); ok {
-			return verdict(filepath.Dir(file), a)
+			return a.Excludes, verdict(filepath.Dir(file), a)
 		}
 	}
 	var st unix.Statfs_t
@@ -30,14 +33,14 @@ func Judge(fd int, file string) error {
 			break
 		}
 		if err != unix.EINTR {
-			return nil
+			return false, nil
 		}
 	}
 	excludes, name := LinuxMagic(int64(st.Type))
 	if excludes {
-		return nil
+		return true, nil
 	}
-	return verdict(filepath.Dir(file), Answer{Type: typeName(fd, "", int64(st.Type), name)})
+	return false, verdict(filepath.Dir(file), Answer{Type: typeName(fd, "", int64(st.Type), name)})
 }
 
 // JudgeMount is Judge for an open file whose mount's unique ID (statx's
@@ -46,9 +49,9 @@ func Judge(fd int, file string) error {
 // fstatfs(2) (and, for a filesystem that does not exclude, the mountinfo
 // read). A trusted type is looked up on every call, so that Trust applies
 // at once.
-func JudgeMount(mount uint64, fd int, file string) error {
+func JudgeMount(mount uint64, fd int, file string) (local bool, err error) {
 	if off.Load() {
-		return nil
+		return false, nil
 	}
 	if hook.Load() != nil {
 		return Judge(fd, file)
@@ -56,9 +59,9 @@ func JudgeMount(mount uint64, fd int, file string) error {
 	if m := mounts.Load(); m != nil {
 		if a, ok := (*m)[mount]; ok {
 			if a.Excludes {
-				return nil
+				return true, nil
 			}
-			return verdict(filepath.Dir(file), a)
+			return false, verdict(filepath.Dir(file), a)
 		}
 	}
 	var st unix.Statfs_t
@@ -68,7 +71,7 @@ func JudgeMount(mount uint64, fd int, file string) error {
 			break
 		}
 		if err != unix.EINTR {
-			return nil
+			return false, nil
 		}
 	}
 	a := Answer{Excludes: true}
@@ -77,9 +80,9 @@ func JudgeMount(mount uint64, fd int, file string) error {
 	}
 	remember(mount, a)
 	if a.Excludes {
-		return nil
+		return true, nil
 	}
-	return verdict(filepath.Dir(file), a)
+	return false, verdict(filepath.Dir(file), a)
 }
 
 // mounts is the judgment of each mount JudgeMount met, by unique mount ID:

@@ -4,5 +4,6 @@ package fsinfo
 
 import "path/filepath"
 
-// Judge is JudgeDir on this system, which judges no filesystem.
-func Judge(_ int, file string) error { return JudgeDir(filepath.Dir(file)) }
+// Judge is JudgeDir on this system, which judges no filesystem: local is
+// false, as nothing is known of it.
+func Judge(_ int, file string) (local bool, err error) { return false, JudgeDir(filepath.Dir(file)) }
