@@ -88,6 +88,9 @@
 //     RestartLost, and nothing in the directory can keep the next one out.
 //   - Only processes that hold one of the locks are ever signalled; a job
 //     that left the tree is the runner's to stop.
+//   - A network filesystem whose type was trusted (TrustFilesystem,
+//     RUNNERSTATE_TRUST_FS) excludes nothing between two machines: each
+//     kernel sees only its own locks. Use the etcd module there.
 //   - Lock, AcquireScope and the sync mark are one lock file each: deleting
 //     or replacing it while held lets the next caller lock a new file
 //     beside the holder, and nothing tells the holder. Keep such files out
