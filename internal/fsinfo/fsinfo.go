@@ -51,6 +51,7 @@ type Error struct {
 	HolderPath string
 }
 
+// Error says which filesystem's locks do not exclude, and how that is known.
 func (e *Error) Error() string {
 	if e.Holder > 0 {
 		return "file locks on " + e.Dir + " (" + e.Type + ") do not exclude: another process holds the same lock through another mount"
