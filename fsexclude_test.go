@@ -72,6 +72,9 @@ func assertRefusedEverywhere(t *testing.T, dir, typ string) {
 	refused("RequestRestart", RequestRestart(dir, RestartDrain))
 	refused("AppendLine", AppendLine(dir, "jobs.log", "one"))
 	refused("SaveLines", SaveLines(dir, "jobs.log", []string{"one"}))
+	refused("MigrateFile", MigrateFile(dir, "old.log", "jobs.log"))
+	_, err = Standby(ctx, dir, StandbyOptions{})
+	refused("Standby", err)
 
 	logged := captureLog(t)
 	release, err := SyncRunning(ctx, dir)

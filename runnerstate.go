@@ -976,6 +976,10 @@ func letGo(l *filelock.File, cleanup func() error) error {
 //
 // Errors: an error naming the path when runner.lock is a symlink or a
 // directory, or cannot be read; a missing dir is simply not running.
+// ErrLockingUnsupported on a filesystem whose locks do not exclude (see
+// ErrLockingUnsupported), where a free lock proves nothing; a runner that
+// holds runner.lock through another mount of the same file is reported
+// running.
 func Running(dir string) (Record, bool, error) {
 	if err := checkDir("Running", dir); err != nil {
 		return Record{}, false, err
@@ -1179,6 +1183,10 @@ type Report struct {
 //
 // Errors: an error naming the path when dir exists but cannot be read, or
 // runner.lock is a symlink or a directory. A missing dir reports not held.
+// On a filesystem whose locks do not exclude (see ErrLockingUnsupported)
+// there is no error: the report says not held, with the verdict of the
+// identity runner.lock names ("unverifiable" when none) and a warning naming
+// the filesystem; Filesystem is set wherever it can be read.
 func Status(dir string) (Report, error) {
 	r := Report{Dir: dir, Waiting: []Identity{}, Stale: []int{}, Orphans: []int{}, Warnings: []string{}}
 	if err := checkDir("Status", dir); err != nil {

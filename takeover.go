@@ -806,10 +806,14 @@ type StandbyResult struct {
 //
 // Errors: when ctx ends first, a *BusyError naming the owner and wrapping
 // ctx's error; an error naming the path when runner.lock is a symlink or a
-// directory.
+// directory; ErrLockingUnsupported, at once, on a filesystem whose locks do
+// not exclude (see ErrLockingUnsupported), where a free lock proves nothing.
 func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResult, error) {
 	if err := checkDir("Standby", dir); err != nil {
 		return StandbyResult{}, err
+	}
+	if err := filelock.Judge(filepath.Join(dir, LockName)); err != nil {
+		return StandbyResult{}, public(err) // a lock that cannot exclude never says the owner is gone
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second
