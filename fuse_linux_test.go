@@ -90,6 +90,12 @@ func TestFuseViewsCrossCheck(t *testing.T) {
 			refused("ClearStale", err)
 			assert.Contains(t, logged.String(), "does not exclude")
 
+			sctx, scancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			res, err := Standby(sctx, dir, StandbyOptions{})
+			scancel()
+			assert.False(t, res.Resumed, "Standby never resumes beside the runner")
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+
 			rec, running, err := Running(dir)
 			require.NoError(t, err)
 			assert.True(t, running, "Running never says no runner")
