@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -161,7 +162,7 @@ func TestHookJudges(t *testing.T) {
 	assert.Equal(t, "nfs4", fe.Type)
 	assert.Equal(t, "nfs", fe.Dir)
 	assert.Equal(t, "nfs4", TypeOf("nfs"))
-	assert.NoError(t, JudgeDir(t.TempDir()), "a directory the hook does not answer for is judged for real")
+	assert.NoError(t, JudgeDir(testharness.TempDir(t)), "a directory the hook does not answer for is judged for real")
 	defer Trust("nfs4")()
 	assert.NoError(t, JudgeDir("nfs"))
 }
