@@ -166,3 +166,17 @@ func TestHookJudges(t *testing.T) {
 	defer Trust("nfs4")()
 	assert.NoError(t, JudgeDir("nfs"))
 }
+
+// FuzzParseMountinfo: any mountinfo text, however broken, gives a type or
+// "" and never panics; a line for the device gives its type back.
+func FuzzParseMountinfo(f *testing.F) {
+	f.Add([]byte("42 27 0:39 / /tmp/a rw - fuse.bindfs /tmp/r rw\n"), uint32(0), uint32(39))
+	f.Add([]byte("1 2 3:4 / / - \\\n- -\n"), uint32(3), uint32(4))
+	f.Add([]byte(" - \\04"), uint32(0), uint32(0))
+	f.Fuzz(func(t *testing.T, data []byte, major, minor uint32) {
+		typ := ParseMountinfo(data, major, minor)
+		if len(typ) > len(data) {
+			t.Fatalf("type %q longer than the input", typ)
+		}
+	})
+}
