@@ -42,6 +42,10 @@
 //	runner.json   the Record the holder published (Publish); removed on release.
 //	restart.json  a pending restart request (RequestRestart).
 //	gate.json     the takeover gate: waiting starters (Takeover, Status).
+//	start.lock    serialises Start's attempts; held only while one begins.
+//	start.json    Start's current attempt: the process it started, and
+//	              its exit status once it died before it was ready.
+//	runner.log    a runner Start started: its stdout and stderr, appended.
 //	.state.lock   the state lock (below).
 //
 // A scope directory (AcquireScope) holds scope.lock and scope.owner.json; a
@@ -978,6 +982,10 @@ type Report struct {
 	Stale    []int      `json:"stale"`    // pids named in files that are not the live holder
 	Orphans  []int      `json:"orphans"`  // processes of a gone runner's tree that still hold its tree lock
 	Warnings []string   `json:"warnings"` // anything odd: corrupt files, foreign holders
+	// Starting is the process a Start is starting, while it lives and is
+	// not yet ready (its Instance is empty: it is read before the process
+	// picks one). Omitted when no start is in progress.
+	Starting Identity `json:"starting,omitzero"`
 }
 
 // Status reports dir's state: whether a runner holds the lock and who it is,
@@ -1034,6 +1042,7 @@ func Status(dir string) (Report, error) {
 	if recState == fileCorrupt {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%s cannot be read and is ignored: %v", filepath.Join(dir, RecordName), recErr))
 	}
+	r.Starting = startingOf(dir, r.Holder)
 	r.Stale = append(r.Stale, stalePIDs(dir, st)...)
 	switch req, state, err := readRestartState(dir); {
 	case state == fileOK && !req.void():
