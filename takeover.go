@@ -1598,6 +1598,9 @@ func settleStart(dir string, a startAttempt, ls *localStart, c *spawn.Child) {
 	ctx, cancel := context.WithTimeout(context.Background(), stateLockWait)
 	defer cancel()
 	l, err := waitLock(ctx, filepath.Join(dir, startLockName), filelock.Exclusive, 0o600)
+	if isNotExist(err) {
+		return // the directory is gone, and its attempt with it
+	}
 	if err != nil {
 		logger().Warn("runnerstate: could not record that the runner started has exited", "dir", dir, "pid", c.PID, "err", err)
 		return
