@@ -1782,9 +1782,9 @@ func notifyReady(dir string) {
 	readiness.Lock()
 	if f := readiness.f; f != nil && sameDirPath(dir, readiness.forDir) {
 		readiness.f = nil
-		if err := spawn.SignalReady(f); err != nil {
-			logger().Warn("runnerstate: could not tell the starter this runner is ready; it looks at the directory instead", "dir", dir, "err", err)
-		}
+		// An error is the starter gone, or done already (it saw the
+		// record first): it looks at the directory in any case.
+		spawn.SignalReady(f)
 	}
 	readiness.Unlock()
 	sdReady.Do(func() {
