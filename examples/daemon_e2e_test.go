@@ -68,20 +68,22 @@ func TestDaemonStory(t *testing.T) {
 
 	// Two terminals at once: one server is started, both talk to it.
 	var wg sync.WaitGroup
-	pings := make([]string, 2)
+	pings, starts := make([]string, 2), make([]string, 2)
 	for i := range pings {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			stdout, stderr, err := run("ping")
 			assert.NoError(t, err, stderr)
-			pings[i] = stdout
+			pings[i], starts[i] = stdout, stderr
 		}()
 	}
 	wg.Wait()
+	assert.Equal(t, 1, strings.Count(strings.Join(starts, ""), "started the runner"), "one of them started the server: %q", starts)
 	first := lastLine(pings[0])
 	require.Equal(t, first, lastLine(pings[1]), "both pings reached the same server")
 	assert.Contains(t, pings[0], "pong from pid "+first+": runner serving, total 0")
+	waitLog(serverLog, "serve: serving", 1)
 	assert.Equal(t, 1, strings.Count(readLog(serverLog), "serve: serving"), "one server started:\n%s", readLog(serverLog))
 
 	// The foreground borrows the runner role; the server's runner stands by
