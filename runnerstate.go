@@ -11,6 +11,8 @@
 //   - Takeover and standby: Takeover with TakeoverOptions (DefaultGrace,
 //     DefaultKillAfter), ErrSuperseded; Standby with StandbyOptions and
 //     StandbyResult.
+//   - Starting a runner from a client: Start with StartOptions; StartError,
+//     ErrStartFailed; Record.Ready and Report.Starting.
 //   - Restart requests: RequestRestart, RestartRequested, ClearRestart,
 //     WatchRestart; RestartDrain, RestartNow; ErrBadMode.
 //   - Records and state files: Identity and Self, Record and Publish,

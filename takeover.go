@@ -1267,6 +1267,13 @@ const startPoll = 10 * time.Millisecond
 //     one's record. If Accept refuses that one too, a *StartError with
 //     ExitCode -1 (the new runner is left running); it never loops.
 //
+// Platforms: Linux is first-class and tested. macOS detaches the same way
+// (setsid) and is built and vetted, not run here. On Windows the process
+// gets a new process group without a console (CREATE_NEW_PROCESS_GROUP,
+// DETACHED_PROCESS), and no readiness descriptor (os/exec cannot pass one
+// there): Start looks at the directory every 10 ms; it is built and vetted,
+// not verified here.
+//
 // Errors: an error naming what is wrong, before anything but dir is
 // created, for a nil cmd, a cmd already started, a stream that is not an
 // *os.File, a dir that is a file or cannot be created, a command that does
