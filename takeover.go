@@ -1485,6 +1485,22 @@ var errAgain = errors.New("look again")
 func (s *starter) run(ctx context.Context) (Record, error) {
 	lockPath := filepath.Join(s.dir, startLockName)
 	for {
+		// An attempt in progress is waited for without start.lock, which
+		// only a caller about to start one needs: a crowd of callers then
+		// never queues on it.
+		if a, have := readAttempt(s.dir); have && a.inProgress() && !s.spawned {
+			if rec, _, ready, err := probeStart(s.dir); err != nil {
+				return Record{}, err
+			} else if ready && s.accept(rec) {
+				return rec, nil
+			} else if !(ready && a.startedBy(rec)) {
+				rec, err := s.await(ctx, a)
+				if err != errAgain {
+					return rec, err
+				}
+				continue
+			}
+		}
 		l, err := waitLock(ctx, lockPath, filelock.Exclusive, 0o600)
 		if err != nil {
 			if ctx.Err() != nil {
