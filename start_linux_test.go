@@ -25,6 +25,7 @@ import (
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
 
@@ -45,6 +46,7 @@ func init() {
 	roles["start-caller"] = roleStartCaller
 	roles["notify-runner"] = roleNotifyRunner
 	roles["unpublished-holder"] = roleUnpublishedHolder
+	roles["chaos-start-caller"] = roleChaosStartCaller
 }
 
 // unpublished-holder: Acquire dir and never Publish; say "acquired", hold
@@ -78,6 +80,7 @@ func roleStartedRunner(dir string) int {
 		return 1
 	}
 	fmt.Println("started", os.Getpid())
+	startWitness("spawned", os.Getenv("RUNNERSTATE_START_ATTEMPT"), Self())
 	if report := os.Getenv(envStartReport); report != "" {
 		writeStartReport(report)
 	}
@@ -115,6 +118,9 @@ func roleStartedRunner(dir string) int {
 		if m := os.Getenv(envStartMeta); m != "" {
 			rec.Meta, _ = json.Marshal(m)
 		}
+		// Stamped before: Start may return the record the instant it is
+		// in place, before Publish has returned.
+		startWitness("publishing", monoNow(), Self())
 		if err := Publish(dir, rec); err != nil {
 			fmt.Fprintln(os.Stderr, "publish:", err)
 			return 1
@@ -196,18 +202,44 @@ func stopStarted(t *testing.T, dir string) {
 				p.Close()
 			}
 		}
-		abs, _ := filepath.Abs(dir)
-		eventually(t, "the started processes are reaped", func() bool {
-			localStarts.Lock()
-			defer localStarts.Unlock()
-			for k := range localStarts.m {
-				if k.dir == abs {
-					return false
-				}
-			}
-			return true
-		})
+		eventually(t, "the started processes are reaped", func() bool { return reaped(dir) })
 	})
+}
+
+// reaped reports whether every process this process started in dir has
+// been reaped.
+func reaped(dir string) bool {
+	abs, _ := filepath.Abs(dir)
+	localStarts.Lock()
+	defer localStarts.Unlock()
+	for k := range localStarts.m {
+		if k.dir == abs {
+			return false
+		}
+	}
+	return true
+}
+
+// The package reaps what it started: once the runner exits, no zombie, no
+// descriptor and no goroutine is left (the reaper, internal/spawn.reap, and
+// the readiness reader, internal/spawn.awaitReady, live only while it does).
+func TestStartLeavesNoZombieNorLeak(t *testing.T) {
+	captureLog(t)
+	dir := startDir(t)
+	cycle := func() int {
+		rec, err := Start(background(t), dir, startedRunner(dir, "ready"), StartOptions{})
+		require.NoError(t, err)
+		require.NoError(t, RequestRestart(dir, RestartNow))
+		eventually(t, "the runner is reaped", func() bool { return reaped(dir) })
+		return rec.PID
+	}
+	cycle() // warm up what a process opens once (its inotify instance)
+	before := openFDs(t)
+	pid := cycle()
+	_, err := liveness.Lookup(pid)
+	assert.ErrorIs(t, err, liveness.ErrNoProcess, "no zombie is left")
+	assert.Empty(t, leakedFDs(before, openFDs(t)), "descriptors left open")
+	goleak.VerifyNone(t)
 }
 
 // spawnedIDs are the identities of the started-runners that ran in dir.
@@ -746,3 +778,158 @@ func roleNotifyRunner(dir string) int {
 }
 
 func slogText(b *testharness.LogBuffer) *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
+
+// Chaos for the starters: callers in several processes call Start in a
+// loop while a killer SIGKILLs the ready runner and the one being started,
+// at random. Every started runner writes "spawned <attempt> <identity>" and
+// "published <ns> <identity>" (CLOCK_MONOTONIC) into a witness file,
+// O_APPEND, and every caller "returned <ns> <identity>" for each record
+// Start gave it. The checker proves: never two processes started for one
+// attempt; never a record returned that its holder had not published, ready,
+// before the return.
+func TestStartChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos takes seconds")
+	}
+	captureLog(t)
+	dir := startDir(t)
+	witness := filepath.Join(tempDir(t), "witness")
+	callers := make([]*child, 4)
+	for i := range callers {
+		cmd := testharness.Command(dir)
+		cmd.Env = append(os.Environ(), envStartMode+"=chaos", envStartWitness+"="+witness)
+		callers[i] = startChildCmd(t, cmd, "chaos-start-caller")
+		callers[i].Expect("calling")
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	kills := 0
+	for time.Now().Before(deadline) {
+		time.Sleep(time.Duration(20+time.Now().UnixNano()%60) * time.Millisecond)
+		var target Identity
+		if rec, ok, _ := Running(dir); ok && rec.Process.PID != 0 {
+			target = rec.Process
+		} else if a, ok := readAttempt(dir); ok && a.pending() {
+			target = a.Child
+		}
+		if p, _, _ := liveness.Pin(liveness.Identity(target)); p != nil {
+			if p.Signal(liveness.SIGKILL) == nil {
+				kills++
+			}
+			p.Close()
+		}
+	}
+	returned := 0
+	for _, c := range callers {
+		c.CloseStdin()
+		n, err := strconv.Atoi(c.Expect("done"))
+		require.NoError(t, err)
+		returned += n
+	}
+	data, err := os.ReadFile(witness)
+	require.NoError(t, err)
+	spawned := map[string]Identity{}
+	published := map[string]int64{} // identity key -> first publish
+	key := func(id Identity) string { return fmt.Sprintf("%d/%d", id.PID, id.StartTicks) }
+	var returns []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		kind, rest, _ := strings.Cut(line, " ")
+		stamp, idJSON, _ := strings.Cut(rest, " ")
+		var id Identity
+		require.NoError(t, json.Unmarshal([]byte(idJSON), &id), line)
+		switch kind {
+		case "spawned":
+			prev, dup := spawned[stamp]
+			assert.False(t, dup, "attempt %s started two processes: %v and %v", stamp, prev, id)
+			spawned[stamp] = id
+		case "publishing":
+			ns, _ := strconv.ParseInt(stamp, 10, 64)
+			if _, ok := published[key(id)]; !ok {
+				published[key(id)] = ns
+			}
+		case "returned":
+			returns = append(returns, line)
+		}
+	}
+	for _, line := range returns {
+		_, rest, _ := strings.Cut(line, " ")
+		stamp, idJSON, _ := strings.Cut(rest, " ")
+		var id Identity
+		json.Unmarshal([]byte(idJSON), &id)
+		ns, _ := strconv.ParseInt(stamp, 10, 64)
+		p, ok := published[key(id)]
+		assert.True(t, ok && p <= ns, "Start returned %v, which had not published before: %s", id, line)
+	}
+	t.Logf("%d attempts, %d published runners, %d records returned (%d witnessed), %d kills", len(spawned), len(published), returned, len(returns), kills)
+	assert.Equal(t, returned, len(returns))
+	assert.NotZero(t, returned)
+	assert.NotZero(t, kills)
+}
+
+const envStartWitness = "RS_TEST_WITNESS"
+
+// startWitness appends one line to the witness file, in one write.
+func startWitness(kind string, stamp any, id Identity) {
+	path := os.Getenv(envStartWitness)
+	if path == "" {
+		return
+	}
+	data, _ := json.Marshal(id)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(f, "%s %v %s\n", kind, stamp, data)
+	f.Close()
+}
+
+func monoNow() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// chaos-start-caller: say "calling", then call Start on dir in a loop from
+// two goroutines until stdin closes, witnessing every record returned;
+// then say "done <n>" (records returned).
+func roleChaosStartCaller(dir string) int {
+	say("calling")
+	stop := make(chan struct{})
+	go func() {
+		for range commands() {
+		}
+		close(stop)
+	}()
+	var mu sync.Mutex
+	n := 0
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				rec, err := Start(ctx, dir, startedRunner(dir, "chaos", envStartWitness+"="+os.Getenv(envStartWitness)), StartOptions{})
+				now := monoNow()
+				cancel()
+				if err == nil {
+					if !rec.Ready {
+						fmt.Fprintln(os.Stderr, "a record that is not ready")
+						os.Exit(1)
+					}
+					startWitness("returned", now, rec.Process)
+					mu.Lock()
+					n++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	say("done %d", n)
+	return 0
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1204,6 +1205,10 @@ const (
 	logName       = "runner.log" // a started runner's output, by default
 )
 
+// startAttemptEnv names, in a started runner's environment, the attempt
+// that started it (start.json's seq): a hint for its logs and tests.
+const startAttemptEnv = "RUNNERSTATE_START_ATTEMPT"
+
 // maxLogTail bounds a StartError's LogTail.
 const maxLogTail = 4 << 10
 
@@ -1239,11 +1244,11 @@ const startPoll = 10 * time.Millisecond
 //     passes descriptors to its own children through ExtraFiles, which this
 //     does not affect. Start sets cmd.Env (cmd.Env, or this process's, with
 //     NOTIFY_SOCKET removed, so that a runner started by a service never
-//     speaks for its unit, and RUNNERSTATE_READY_FD and
-//     RUNNERSTATE_READY_FOR added), cmd.ExtraFiles (the readiness
-//     descriptor appended), cmd.SysProcAttr (Setsid set; Setpgid, Setctty
-//     and Foreground cleared; the caller's other fields kept) and a nil
-//     cmd.Stdout and cmd.Stderr. The caller must not call cmd.Wait: the
+//     speaks for its unit, and RUNNERSTATE_READY_FD, RUNNERSTATE_READY_FOR
+//     and RUNNERSTATE_START_ATTEMPT, the attempt's number, added),
+//     cmd.ExtraFiles (the readiness descriptor appended), cmd.SysProcAttr
+//     (Setsid set; Setpgid, Setctty and Foreground cleared; the caller's
+//     other fields kept) and a nil cmd.Stdout and cmd.Stderr. The caller must not call cmd.Wait: the
 //     package reaps the process, in one goroutine per started process while
 //     it lives (internal/spawn.reap), and reads its readiness descriptor in
 //     another until it is ready or gone (internal/spawn.awaitReady); no
@@ -1580,7 +1585,8 @@ func (s *starter) spawn(seq uint64) (startAttempt, error) {
 	ls := &localStart{}
 	key := localKey{s.abs, seq}
 	started := make(chan struct{})
-	child, err := spawn.Start(s.cmd, nil, out, s.abs, func(c *spawn.Child) {
+	env := []string{startAttemptEnv + "=" + strconv.FormatUint(seq, 10)}
+	child, err := spawn.Start(s.cmd, env, out, s.abs, func(c *spawn.Child) {
 		<-started
 		settleStart(s.dir, a, ls, c)
 		localStarts.Lock()
