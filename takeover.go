@@ -1254,7 +1254,9 @@ const startPoll = 10 * time.Millisecond
 //     another until it is ready or gone (internal/spawn.awaitReady); no
 //     zombie is left.
 //   - The started process takes dir itself, with Takeover (or Acquire) and
-//     Publish, like any runner: Start lends it no lock. Its Publish writes
+//     Publish, like any runner: Start lends it no lock. cmd runs the runner
+//     itself (a shell may exec it): a command that forks the runner and
+//     exits has exited before it was ready. Its Publish writes
 //     the readiness descriptor, and Start returns within milliseconds; other
 //     callers wake on a directory watch, and where there is none they look
 //     every 10 ms. There is no start-up timeout: ctx is the only bound. A
