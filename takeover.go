@@ -1196,7 +1196,7 @@ func (e *StartError) Unwrap() error { return e.Err }
 
 // errRefusedToo is a StartError's Err when Accept refused the runner Start
 // itself started.
-var errRefusedToo = errors.New("Accept refused the runner this call started too; it is left running")
+var errRefusedToo = errors.New("the runner this call started is refused by Accept too; it is left running")
 
 // The start files of a runner directory.
 const (
