@@ -933,3 +933,30 @@ func roleChaosStartCaller(dir string) int {
 	say("done %d", n)
 	return 0
 }
+
+// 3. Each waiter applies its own Accept to the record the shared attempt
+// produced: one that refuses it makes its own attempt, which replaces it.
+func TestStart3WaiterRefusesTheSharedRecord(t *testing.T) {
+	captureLog(t)
+	dir := startDir(t)
+	metaIs := func(v string) func(Record) bool {
+		return func(r Record) bool { return string(r.Meta) == strconv.Quote(v) }
+	}
+	v1 := make(chan error, 1)
+	go func() {
+		_, err := Start(background(t), dir, startedRunner(dir, "slow", envStartMeta+"=v1"), StartOptions{Accept: metaIs("v1")})
+		v1 <- err
+	}()
+	eventually(t, "the v1 attempt is under way", func() bool { a, ok := readAttempt(dir); return ok && a.pending() })
+	v2 := make(chan Record, 1)
+	go func() {
+		rec, err := Start(background(t), dir, startedRunner(dir, "ready", envStartMeta+"=v2"), StartOptions{Accept: metaIs("v2")})
+		assert.NoError(t, err)
+		v2 <- rec
+	}()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
+	require.NoError(t, <-v1)
+	rec := <-v2
+	assert.Equal(t, `"v2"`, string(rec.Meta), "the waiter that refused v1 started its own")
+	assert.Len(t, spawns(t, dir), 2)
+}
