@@ -992,7 +992,8 @@ type Report struct {
 
 // Status reports dir's state: whether a runner holds the lock and who it is,
 // the pending restart request, the starters waiting to take over, the stale
-// pids the files still name, the orphans of a previous runner's tree, and
+// pids the files still name, the orphans of a previous runner's tree, the
+// process a Start is starting (Starting, read from start.json), and
 // warnings about anything odd. Like Running it creates nothing, modifies
 // nothing and never makes an Acquire fail. Naming orphans scans every
 // process's descriptors (only while a tree lock is held without a runner).
