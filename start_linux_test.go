@@ -206,20 +206,6 @@ func stopStarted(t *testing.T, dir string) {
 	})
 }
 
-// reaped reports whether every process this process started in dir has
-// been reaped.
-func reaped(dir string) bool {
-	abs, _ := filepath.Abs(dir)
-	localStarts.Lock()
-	defer localStarts.Unlock()
-	for k := range localStarts.m {
-		if k.dir == abs {
-			return false
-		}
-	}
-	return true
-}
-
 // The package reaps what it started: once the runner exits, no zombie, no
 // descriptor and no goroutine is left (the reaper, internal/spawn.reap, and
 // the readiness reader, internal/spawn.awaitReady, live only while it does).

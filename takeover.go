@@ -1278,8 +1278,10 @@ const startPoll = 10 * time.Millisecond
 // (setsid) and is built and vetted, not run here. On Windows the process
 // gets a new process group without a console (CREATE_NEW_PROCESS_GROUP,
 // DETACHED_PROCESS), and no readiness descriptor (os/exec cannot pass one
-// there): Start looks at the directory every 10 ms; it is built and vetted,
-// not verified here.
+// there): Start looks at the directory every 10 ms. Under Wine 8 a start,
+// its readiness, its reaping and a death before ready are tested
+// (TestStartPortable); that the process survives its console's closing is
+// not verified, there being no Windows machine or console here.
 //
 // Errors: an error naming what is wrong, before anything but dir is
 // created, for a nil cmd, a cmd already started, a stream that is not an
