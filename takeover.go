@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1717,10 +1718,12 @@ func (s *starter) await(ctx context.Context, a startAttempt) (Record, error) {
 	timer := time.NewTimer(poll)
 	defer timer.Stop()
 	var goneAt time.Time
+	woke := time.Now()
 	for {
-		rec, _, ready, err := probeStart(s.dir)
-		if err != nil {
-			return Record{}, err
+		l := s.lookAfter(woke)
+		rec, ready := l.rec, l.ready
+		if l.err != nil {
+			return Record{}, l.err
 		}
 		if ready && a.startedBy(rec) {
 			if local != nil {
@@ -1737,7 +1740,7 @@ func (s *starter) await(ctx context.Context, a startAttempt) (Record, error) {
 		if ready && s.accept(rec) {
 			return rec, nil
 		}
-		if cur, ok := readAttempt(s.dir); ok && cur.Seq != a.Seq {
+		if cur, ok := l.att, l.haveAtt; ok && cur.Seq != a.Seq {
 			return Record{}, errAgain
 		} else if ok && cur.Failed {
 			return Record{}, cur.failure(s.abs)
@@ -1763,7 +1766,49 @@ func (s *starter) await(ctx context.Context, a startAttempt) (Record, error) {
 			exited, goneAt, poll = nil, time.Now(), startPoll
 		case <-timer.C:
 		}
+		woke = time.Now()
 	}
+}
+
+// startLook is what a caller waiting on an attempt looks at: Running's
+// answer and the attempt record.
+type startLook struct {
+	rec         Record
+	held, ready bool
+	err         error
+	att         startAttempt
+	haveAtt     bool
+}
+
+// lookShare is the last look at one directory taken by a waiter of this
+// process, which every waiter woken before it began may use: a crowd of
+// callers in one process woken by one change looks once, not once each.
+type lookShare struct {
+	mu sync.Mutex
+	at time.Time // when the look began
+	l  startLook
+}
+
+var startLooks sync.Map // absolute dir -> *lookShare
+
+// lookAfter returns a look at the directory that began after woke: a
+// concurrent waiter's, or its own.
+func (s *starter) lookAfter(woke time.Time) startLook {
+	v, _ := startLooks.LoadOrStore(s.abs, &lookShare{})
+	sh := v.(*lookShare)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !sh.at.After(woke) {
+		at := time.Now()
+		var l startLook
+		l.rec, l.held, l.ready, l.err = probeStart(s.dir)
+		l.att, l.haveAtt = readAttempt(s.dir)
+		sh.at, sh.l = at, l
+	}
+	l := sh.l
+	l.rec.Specs = slices.Clone(l.rec.Specs)
+	l.rec.Meta = slices.Clone(l.rec.Meta)
+	return l
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

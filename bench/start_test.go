@@ -127,14 +127,17 @@ func readStamps(b *testing.B, dir string) []int64 {
 	return nil
 }
 
-// stopRunner asks dir's runner to go and waits until the directory is free.
+// stopRunner asks dir's runner to go and waits until the directory is free
+// and the starter has recorded its exit in start.json (its reaper writes
+// there once the runner has exited: the directory can be removed then).
 func stopRunner(b *testing.B, dir string) {
 	if err := runnerstate.RequestRestart(dir, runnerstate.RestartNow); err != nil {
 		b.Fatal(err)
 	}
 	deadline := time.Now().Add(testharness.Wait)
 	for {
-		if _, ok, _ := runnerstate.Running(dir); !ok {
+		attempt, _ := os.ReadFile(filepath.Join(dir, "start.json"))
+		if _, ok, _ := runnerstate.Running(dir); !ok && strings.Contains(string(attempt), `"ended"`) {
 			return
 		}
 		if time.Now().After(deadline) {
