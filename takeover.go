@@ -1494,6 +1494,8 @@ var errAgain = errors.New("look again")
 
 func (s *starter) run(ctx context.Context) (Record, error) {
 	lockPath := filepath.Join(s.dir, startLockName)
+	w := dirwatch.New(s.dir)
+	defer w.Close()
 	for {
 		// An attempt in progress is waited for without start.lock, which
 		// only a caller about to start one needs: a crowd of callers then
@@ -1511,12 +1513,18 @@ func (s *starter) run(ctx context.Context) (Record, error) {
 				continue
 			}
 		}
-		l, err := waitLock(ctx, lockPath, filelock.Exclusive, 0o600)
-		if err != nil {
-			if ctx.Err() != nil {
-				return Record{}, &StartError{Dir: s.abs, ExitCode: -1, Err: ctx.Err()}
+		// start.lock busy: another caller is deciding or starting. Rather
+		// than queue behind every other caller's probe, wait for what it
+		// records (or look again in 10 ms), and take the attempt it made.
+		l, err := filelock.TryLock(lockPath, filelock.Exclusive, 0o600)
+		if errors.Is(err, filelock.ErrWouldBlock) {
+			if err := w.Wait(ctx, startPoll, nil); err != nil {
+				return Record{}, &StartError{Dir: s.abs, ExitCode: -1, Err: err}
 			}
-			return Record{}, err
+			continue
+		}
+		if err != nil {
+			return Record{}, public(err)
 		}
 		rec, held, ready, err := probeStart(s.dir)
 		if err != nil {
