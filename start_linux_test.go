@@ -375,14 +375,20 @@ func TestStart3OneSpawnPerAttempt(t *testing.T) {
 	})
 	t.Run("failed", func(t *testing.T) {
 		dir := startDir(t)
-		callers := startCallers(t, dir, "die:7", 3)
 		var se *StartError
 		errs := make(chan error, 1)
 		go func() {
 			_, err := Start(background(t), dir, startedRunner(dir, "die:7"), StartOptions{})
 			errs <- err
 		}()
-		eventually(t, "the runner is started", func() bool { lines, _ := LoadLines(dir, spawnsName); return len(lines) > 0 })
+		eventually(t, "this process started the runner", func() bool { return !reaped(dir) })
+		callers := startCallers(t, dir, "die:7", 3)
+		// Each caller waits on the attempt (it has the runner pinned, or
+		// is probing it) before the runner may die: a caller that came
+		// after its death would rightly make an attempt of its own.
+		for _, c := range callers {
+			eventually(t, "a caller waits on the attempt", func() bool { return hasPidfd(c.PID()) })
+		}
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
 		err := <-errs
 		require.ErrorAs(t, err, &se)
@@ -403,6 +409,18 @@ func TestStart3OneSpawnPerAttempt(t *testing.T) {
 		assert.NotEqual(t, pids[0], strconv.Itoa(se.PID), "a new attempt")
 		eventually(t, "the new attempt's process runs", func() bool { return len(spawnedIDs(dir)) == 2 })
 	})
+}
+
+// hasPidfd reports whether process pid has a pidfd open: a caller of Start
+// that waits on an attempt has its process pinned.
+func hasPidfd(pid int) bool {
+	entries, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	for _, e := range entries {
+		if target, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + e.Name()); target == "anon_inode:[pidfd]" {
+			return true
+		}
+	}
+	return false
 }
 
 // startCallers starts n start-caller processes on dir and waits until each
@@ -787,10 +805,16 @@ func TestStartChaos(t *testing.T) {
 		callers[i] = startChildCmd(t, cmd, "chaos-start-caller")
 		callers[i].Expect("calling")
 	}
-	deadline := time.Now().Add(3 * time.Second)
+	// Three seconds of it, and longer on a slow machine until records were
+	// returned between kills (never past childWait).
+	begin := time.Now()
 	kills := 0
-	for time.Now().Before(deadline) {
-		time.Sleep(time.Duration(20+time.Now().UnixNano()%60) * time.Millisecond)
+	witnessed := func() bool {
+		data, _ := os.ReadFile(witness)
+		return strings.Count(string(data), "returned ") > 0
+	}
+	for time.Since(begin) < 3*time.Second || (kills < 3 || !witnessed()) && time.Since(begin) < childWait {
+		time.Sleep(time.Duration(20+time.Now().UnixNano()%120) * time.Millisecond)
 		var target Identity
 		if rec, ok, _ := Running(dir); ok && rec.Process.PID != 0 {
 			target = rec.Process
