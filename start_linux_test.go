@@ -970,3 +970,21 @@ func TestStart3WaiterRefusesTheSharedRecord(t *testing.T) {
 	assert.Equal(t, `"v2"`, string(rec.Meta), "the waiter that refused v1 started its own")
 	assert.Len(t, spawns(t, dir), 2)
 }
+
+// 10. Start's own files refused where they cannot be trusted: a symlink at
+// start.lock or start.json is an error naming it, and nothing is started.
+func TestStart10SymlinkedStartFilesRefused(t *testing.T) {
+	captureLog(t)
+	for _, name := range []string{startLockName, startName} {
+		t.Run(name, func(t *testing.T) {
+			dir := startDir(t)
+			target := filepath.Join(tempDir(t), "elsewhere")
+			require.NoError(t, os.WriteFile(target, nil, 0o644))
+			require.NoError(t, os.Symlink(target, filepath.Join(dir, name)))
+			_, err := Start(background(t), dir, startedRunner(dir, "ready"), StartOptions{})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), filepath.Join(dir, name))
+			assert.Empty(t, spawns(t, dir))
+		})
+	}
+}

@@ -1288,7 +1288,8 @@ const startPoll = 10 * time.Millisecond
 // created, for a nil cmd, a cmd already started, a stream that is not an
 // *os.File, a dir that is a file or cannot be created, a command that does
 // not exist or is not in PATH, a Log that is a symlink or not a regular
-// file; a *StartError (errors.Is ErrStartFailed) as above; the errors of
+// file; an error naming it for a start.lock or start.json that is a
+// symlink, a directory or another non-regular file; a *StartError (errors.Is ErrStartFailed) as above; the errors of
 // Running for an unusable runner.lock. Touches start.lock, start.json and
 // the log in dir; reads what Running reads.
 func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (Record, error) {
@@ -1392,12 +1393,23 @@ type startAttempt struct {
 
 // readAttempt reads start.json; a missing or unreadable one is no attempt.
 func readAttempt(dir string) (startAttempt, bool) {
-	a, state, _ := readState(filepath.Join(dir, startName), func(data []byte) (startAttempt, error) {
+	a, ok, _ := readAttemptErr(dir)
+	return a, ok
+}
+
+// readAttemptErr is readAttempt that also says when start.json's path is
+// unusable (a symlink, a directory, another non-regular file): no attempt
+// can be recorded there until it is moved away.
+func readAttemptErr(dir string) (startAttempt, bool, error) {
+	a, state, err := readState(filepath.Join(dir, startName), func(data []byte) (startAttempt, error) {
 		var a startAttempt
 		err := durable.DecodeObject(data, &a)
 		return a, err
 	})
-	return a, state == fileOK && a.Seq > 0
+	if state == fileCorrupt && unusablePath(err) {
+		return startAttempt{}, false, err
+	}
+	return a, state == fileOK && a.Seq > 0, nil
 }
 
 // writeAttempt replaces start.json; the caller holds start.lock. It is not
@@ -1535,7 +1547,11 @@ func (s *starter) run(ctx context.Context) (Record, error) {
 			l.Release()
 			return rec, nil
 		}
-		a, have := readAttempt(s.dir)
+		a, have, err := readAttemptErr(s.dir)
+		if err != nil {
+			l.Release()
+			return Record{}, err
+		}
 		switch {
 		case have && ready && a.startedBy(rec) && s.spawned:
 			l.Release()
