@@ -1508,22 +1508,26 @@ func (s *starter) run(ctx context.Context) (Record, error) {
 	lockPath := filepath.Join(s.dir, startLockName)
 	w := dirwatch.New(s.dir)
 	defer w.Close()
+	woke := time.Now()
 	for {
-		// An attempt in progress is waited for without start.lock, which
-		// only a caller about to start one needs: a crowd of callers then
-		// never queues on it.
-		if a, have := readAttempt(s.dir); have && a.inProgress() && !s.spawned {
-			if rec, _, ready, err := probeStart(s.dir); err != nil {
-				return Record{}, err
-			} else if ready && s.accept(rec) {
-				return rec, nil
-			} else if !(ready && a.startedBy(rec)) {
-				rec, err := s.await(ctx, a)
-				if err != errAgain {
-					return rec, err
-				}
-				continue
+		// A ready runner, or an attempt in progress, is seen without
+		// start.lock, which only a caller about to start one needs: a
+		// crowd of callers never queues on it, and sees a runner ready
+		// even while the caller that started it still holds it.
+		look := s.lookAfter(woke)
+		if look.err != nil {
+			return Record{}, look.err
+		}
+		if look.ready && s.accept(look.rec) {
+			return look.rec, nil
+		}
+		if a := look.att; look.haveAtt && a.inProgress() && !s.spawned && !(look.ready && a.startedBy(look.rec)) {
+			rec, err := s.await(ctx, a)
+			if err != errAgain {
+				return rec, err
 			}
+			woke = time.Now()
+			continue
 		}
 		// start.lock busy: another caller is deciding or starting. Rather
 		// than queue behind every other caller's probe, wait for what it
@@ -1533,6 +1537,7 @@ func (s *starter) run(ctx context.Context) (Record, error) {
 			if err := w.Wait(ctx, startPoll, nil); err != nil {
 				return Record{}, &StartError{Dir: s.abs, ExitCode: -1, Err: err}
 			}
+			woke = time.Now()
 			continue
 		}
 		if err != nil {
