@@ -75,6 +75,8 @@ func assertRefusedEverywhere(t *testing.T, dir, typ string) {
 	refused("MigrateFile", MigrateFile(dir, "old.log", "jobs.log"))
 	_, err = Standby(ctx, dir, StandbyOptions{})
 	refused("Standby", err)
+	_, err = Start(ctx, dir, testharness.Command(dir), StartOptions{})
+	refused("Start", err)
 
 	logged := captureLog(t)
 	release, err := SyncRunning(ctx, dir)

@@ -89,12 +89,18 @@ type Record struct {
 	MaxParallel int             `json:"max_parallel,omitempty"`
 	Specs       []string        `json:"specs,omitempty"`
 	Meta        json.RawMessage `json:"meta,omitempty"` // the caller's own payload
+	// Ready is true once the runner has published its record (Publish
+	// always writes true): it is what Start waits for. The record a
+	// Takeover writes at admission, before the runner's first Publish, has
+	// false. A record read without the field (an older runner's) counts
+	// as ready.
+	Ready bool `json:"ready"`
 	// LockFD is the number of the descriptor through which the holder
 	// locks runner.lock, in the holder's process; Publish fills it in on
-	// Linux (0 elsewhere). It
-	// lets a probe confirm the holder from /proc/<pid>/fdinfo/<LockFD>
-	// without opening runner.lock (see Running). A hint like the pid: it
-	// proves nothing until the kernel confirms it. 0 when not known.
+	// Linux (0 elsewhere). It lets a probe confirm the holder from
+	// /proc/<pid>/fdinfo/<LockFD> without opening runner.lock (see
+	// Running). A hint like the pid: it proves nothing until the kernel
+	// confirms it.
 	LockFD int `json:"lock_fd,omitempty"`
 }
 
@@ -129,8 +135,14 @@ const maxStateSize = 64 << 20
 
 // Publish writes rec as this runner's runner.json in dir, atomically. It fills
 // rec.PID and rec.Process with this process's identity and rec.StartedAt with
-// the time the lock was taken when it is zero. runner.json is 0644: every
-// local user can read it, Meta included, so never put a secret there.
+// the time the lock was taken when it is zero, and sets rec.Ready: the
+// runner is ready, and a Start waiting for it returns. The first Publish of
+// the process that succeeds also tells a service manager the runner is ready
+// (READY=1 and MAINPID over $NOTIFY_SOCKET, when set; a failure to send is
+// logged once and never fails Publish), and the process that started this
+// one through Start (through the descriptor Start passed it). runner.json is
+// 0644: every local user can read it, Meta included, so never put a secret
+// there.
 //
 // A Publish that fails changes nothing but runner.json, and not even that:
 // this process still holds dir (the kernel lock is the authority, and no
@@ -151,7 +163,11 @@ func Publish(dir string, rec Record) error {
 	if err := checkDir("Publish", dir); err != nil {
 		return err
 	}
+	rec.Ready = true
 	err := publish(dir, rec)
+	if err == nil || errors.Is(err, ErrNotDurable) {
+		notifyReady(dir)
+	}
 	if err != nil && !errors.Is(err, ErrNotHolder) && !errors.Is(err, ErrNotDurable) {
 		return fmt.Errorf("%w; this process still holds %s, and %s keeps its previous content: call Publish again once that is fixed, or release", err, dir, RecordName)
 	}
@@ -310,6 +326,7 @@ func parseRecord(data []byte) (Record, error) {
 	if rec.Process.PID != 0 && rec.Process.PID != rec.PID {
 		return Record{}, fmt.Errorf("pid %d disagrees with its process identity's pid %d", rec.PID, rec.Process.PID)
 	}
+	rec.Ready = readyOf(data, rec.Ready)
 	return rec, nil
 }
 
@@ -606,7 +623,7 @@ func checkStateName(dir, name string) error {
 
 func reservedName(name string) bool {
 	switch name {
-	case LockName, RecordName, RestartName, gateName, treeLockName, stateLockName, scopeLockName, scopeOwnerName, syncLockName:
+	case LockName, RecordName, RestartName, gateName, treeLockName, stateLockName, scopeLockName, scopeOwnerName, syncLockName, startLockName, startName, logName:
 		return true
 	}
 	if strings.HasPrefix(name, RecordName+corruptSuffix) || strings.HasPrefix(name, RestartName+corruptSuffix) {
@@ -655,3 +672,19 @@ func withStateLockCtx(ctx context.Context, dir string, fn func() error) error {
 // stateLockWait bounds the wait for a directory's state lock, which is only
 // ever held for one small file write.
 const stateLockWait = 30 * time.Second
+
+// readyOf is the Ready of a runner.json whose bytes are data and whose
+// decoded Ready is decoded: a record without the field was written by an
+// older runner, which published it as its ready record, and counts as ready.
+func readyOf(data []byte, decoded bool) bool {
+	if decoded {
+		return true
+	}
+	var probe struct {
+		Ready *bool `json:"ready"`
+	}
+	if json.Unmarshal(data, &probe) != nil {
+		return false
+	}
+	return probe.Ready == nil
+}

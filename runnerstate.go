@@ -11,6 +11,8 @@
 //   - Takeover and standby: Takeover with TakeoverOptions (DefaultGrace,
 //     DefaultKillAfter), ErrSuperseded; Standby with StandbyOptions and
 //     StandbyResult.
+//   - Starting a runner from a client: Start with StartOptions; StartError,
+//     ErrStartFailed; Record.Ready and Report.Starting.
 //   - Restart requests: RequestRestart, RestartRequested, ClearRestart,
 //     WatchRestart; RestartDrain, RestartNow; ErrBadMode.
 //   - Records and state files: Identity and Self, Record and Publish,
@@ -42,6 +44,10 @@
 //	runner.json   the Record the holder published (Publish); removed on release.
 //	restart.json  a pending restart request (RequestRestart).
 //	gate.json     the takeover gate: waiting starters (Takeover, Status).
+//	start.lock    serialises Start's attempts; held only while one begins.
+//	start.json    Start's current attempt: the process it started, and
+//	              its exit status once it died before it was ready.
+//	runner.log    a runner Start started: its stdout and stderr, appended.
 //	.state.lock   the state lock (below).
 //
 // A scope directory (AcquireScope) holds scope.lock and scope.owner.json; a
@@ -1168,11 +1174,16 @@ type Report struct {
 	// names it (ext4, tmpfs, fuse.bindfs, nfs4...; macOS f_fstypename), or
 	// omitted when it cannot be read.
 	Filesystem string `json:"filesystem,omitempty"`
+	// Starting is the process a Start is starting, while it lives and is
+	// not yet ready (its Instance is empty: it is read before the process
+	// picks one). Omitted when no start is in progress.
+	Starting Identity `json:"starting,omitzero"`
 }
 
 // Status reports dir's state: whether a runner holds the lock and who it is,
 // the pending restart request, the starters waiting to take over, the stale
-// pids the files still name, the orphans of a previous runner's tree, and
+// pids the files still name, the orphans of a previous runner's tree, the
+// process a Start is starting (Starting, read from start.json), and
 // warnings about anything odd. Like Running it creates nothing, modifies
 // nothing and never makes an Acquire fail. Naming orphans scans every
 // process's descriptors (only while a tree lock is held without a runner).
@@ -1235,6 +1246,7 @@ func Status(dir string) (Report, error) {
 	if recState == fileCorrupt {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%s cannot be read and is ignored: %v", filepath.Join(dir, RecordName), recErr))
 	}
+	r.Starting = startingOf(dir, r.Holder)
 	r.Stale = append(r.Stale, stalePIDs(dir, st)...)
 	switch req, state, err := readRestartState(dir); {
 	case state == fileOK && !req.void():

@@ -1,18 +1,27 @@
 package runnerstate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/sdnotify"
+	"github.com/runnerstate/runnerstate/internal/spawn"
 )
 
 // ErrSuperseded is Takeover's answer to a starter when a newer starter came
@@ -1134,4 +1143,805 @@ func waitingStarters(dir string) ([]Identity, string) {
 		}
 	}
 	return ids, warn
+}
+
+// The detached starter: Start.
+//
+// A client makes sure the runner of a directory runs and is ready with
+// Start, which starts it detached when none runs. Attempts are serialised by
+// start.lock and described by start.json (the attempt record: the process
+// started, where its output goes, and, once it died before it was ready,
+// its exit status and log tail), so that every concurrent caller, in any
+// process, shares one attempt and learns its outcome.
+
+// StartOptions says which ready runner will do, and where a started
+// runner's output goes. The zero value accepts any ready runner and appends
+// its output to <dir>/runner.log.
+type StartOptions struct {
+	// Accept reports whether the ready runner found in dir will do (for
+	// example, its Meta names this client's version). nil accepts any ready
+	// runner. A ready runner that Accept refuses is replaced: Start starts
+	// cmd, and the new runner's own Takeover asks the old one to go.
+	Accept func(Record) bool
+	// Log is the file the started process's stdout and stderr are appended to
+	// when cmd.Stdout and cmd.Stderr are nil. Default: <dir>/runner.log (0600).
+	// It is never opened through a symlink, and must be a regular file.
+	Log string
+	// Logger receives what Start did; nil means the package's logger
+	// (SetLogger).
+	Logger *slog.Logger
+}
+
+// ErrStartFailed is matched (errors.Is) by every *StartError: the runner
+// Start started did not become ready.
+var ErrStartFailed = errors.New("runnerstate: the runner started did not become ready")
+
+// StartError is Start's answer when the runner it started, or whose start it
+// waited for, did not become ready: it could not be started, it exited
+// first, the caller's context ended first, or Accept refused it too.
+type StartError struct {
+	Dir      string // the runner directory, absolute
+	PID      int    // the process Start started (0 if it could not be started)
+	ExitCode int    // its exit status; 128+n when signal n ended it; -1 when it had not exited, or when this caller could not learn the status
+	Log      string // the file its output went to ("" when the caller set cmd.Stdout/Stderr)
+	LogTail  string // the last lines written to that file since this attempt began, at most 4 KiB
+	Err      error  // why: the exec error, the exit error, or ctx.Err()
+}
+
+// Error names the directory, the pid, the exit status and the log file.
+func (e *StartError) Error() string {
+	var b strings.Builder
+	b.WriteString("runnerstate: start the runner of ")
+	b.WriteString(e.Dir)
+	switch {
+	case e.PID == 0:
+		b.WriteString(": the command could not be started")
+	case e.ExitCode >= 0:
+		fmt.Fprintf(&b, ": pid %d exited with status %d before it was ready", e.PID, e.ExitCode)
+	default:
+		fmt.Fprintf(&b, ": pid %d is not ready", e.PID)
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	if e.Log != "" {
+		b.WriteString("; its output is in ")
+		b.WriteString(e.Log)
+	}
+	return b.String()
+}
+
+// Is reports true for ErrStartFailed.
+func (e *StartError) Is(target error) bool { return target == ErrStartFailed }
+
+// Unwrap returns Err.
+func (e *StartError) Unwrap() error { return e.Err }
+
+// errRefusedToo is a StartError's Err when Accept refused the runner Start
+// itself started.
+var errRefusedToo = errors.New("the runner this call started is refused by Accept too; it is left running")
+
+// The start files of a runner directory.
+const (
+	startLockName = "start.lock" // serialises Start's attempts
+	startName     = "start.json" // the current attempt
+	logName       = "runner.log" // a started runner's output, by default
+)
+
+// startAttemptEnv names, in a started runner's environment, the attempt
+// that started it (start.json's seq): a hint for its logs and tests.
+const startAttemptEnv = "RUNNERSTATE_START_ATTEMPT"
+
+// maxLogTail bounds a StartError's LogTail.
+const maxLogTail = 4 << 10
+
+// startPoll is how often Start looks where nothing notifies it.
+const startPoll = 10 * time.Millisecond
+
+// Start returns the record of a ready runner in dir that opts.Accept
+// accepts, starting cmd, detached, when there is none. Ready means: the
+// kernel lock on runner.lock is held, its holder is verified, and
+// runner.json names that holder with Ready true (its first Publish). A
+// runner admitted but not yet ready is starting: Start waits for it and
+// starts nothing.
+//
+//   - Fast path: a ready runner that Accept accepts is returned at about the
+//     cost of Running; nothing is locked or written.
+//   - Otherwise Start takes start.lock in dir (briefly: it never stalls
+//     Acquire, Takeover, Running or Status), probes again, and only then
+//     starts cmd, recording the attempt in start.json. Concurrent Starts
+//     from any number of processes share one attempt: exactly one process
+//     is started, and each caller gets its outcome, the same ready record
+//     or a *StartError naming the same pid. A later call, after a failed
+//     attempt ended, makes a new one. A cmd that cannot be started at all
+//     (an exec error) is the caller's own failure: a waiter then makes its
+//     own attempt. Each waiter applies its own Accept; a record it refuses
+//     is replaced by its own attempt.
+//   - The started process runs detached: in a session of its own (setsid;
+//     on Windows a new process group without a console), stdin from the
+//     null device, stdout and stderr appended to opts.Log unless cmd sets
+//     them (then they must be *os.File), and none of the caller's
+//     descriptors but cmd.ExtraFiles and one readiness descriptor. To that
+//     end, before starting cmd, Start marks every descriptor of the calling
+//     process above stderr close-on-exec, under syscall.ForkLock: a caller
+//     passes descriptors to its own children through ExtraFiles, which this
+//     does not affect. Start sets cmd.Env (cmd.Env, or this process's, with
+//     NOTIFY_SOCKET removed, so that a runner started by a service never
+//     speaks for its unit, and RUNNERSTATE_READY_FD, RUNNERSTATE_READY_FOR
+//     and RUNNERSTATE_START_ATTEMPT, the attempt's number, added),
+//     cmd.ExtraFiles (the readiness descriptor appended), cmd.SysProcAttr
+//     (Setsid set; Setpgid, Setctty and Foreground cleared; the caller's
+//     other fields kept) and a nil cmd.Stdout and cmd.Stderr. The caller must not call cmd.Wait: the
+//     package reaps the process, in one goroutine per started process while
+//     it lives (internal/spawn.reap), and reads its readiness descriptor in
+//     another until it is ready or gone (internal/spawn.awaitReady); no
+//     zombie is left.
+//   - The started process takes dir itself, with Takeover (or Acquire) and
+//     Publish, like any runner: Start lends it no lock. cmd runs the runner
+//     itself (a shell may exec it): a command that forks the runner and
+//     exits has exited before it was ready. Its Publish writes
+//     the readiness descriptor, and Start returns within milliseconds; other
+//     callers wake on a directory watch, and where there is none they look
+//     every 10 ms. There is no start-up timeout: ctx is the only bound. A
+//     holder that is held but cannot be verified, or never publishes, is
+//     starting: Start waits for it until ctx ends.
+//   - A started process that exits before it is ready: a *StartError with
+//     its exit status and the tail of its log, at once; nothing is left
+//     held in dir (start.lock and the log stay).
+//   - ctx ends first: a *StartError wrapping ctx.Err() and naming the pid;
+//     the process is left running (it may just be slow), and a later Start
+//     waits for it rather than starting another. A ctx already ended gets
+//     the fast path, then that error.
+//   - Accept refuses the ready runner: Start starts cmd, the new runner
+//     replaces the old through the takeover gate, and Start returns the new
+//     one's record. If Accept refuses that one too, a *StartError with
+//     ExitCode -1 (the new runner is left running); it never loops.
+//
+// Platforms: Linux is first-class and tested. macOS detaches the same way
+// (setsid) and is built and vetted, not run here. On Windows the process
+// gets a new process group without a console (CREATE_NEW_PROCESS_GROUP,
+// DETACHED_PROCESS), and no readiness descriptor (os/exec cannot pass one
+// there): Start looks at the directory every 10 ms. Under Wine 8 a start,
+// its readiness, its reaping and a death before ready are tested
+// (TestStartPortable); that the process survives its console's closing is
+// not verified, there being no Windows machine or console here.
+//
+// Errors: an error naming what is wrong, before anything but dir is
+// created, for a nil cmd, a cmd already started, a stream that is not an
+// *os.File, a dir that is a file or cannot be created, a command that does
+// not exist or is not in PATH, a Log that is a symlink or not a regular
+// file; an error naming it for a start.lock or start.json that is a
+// symlink, a directory or another non-regular file; a *StartError (errors.Is ErrStartFailed) as above; the errors of
+// Running for an unusable runner.lock; ErrLockingUnsupported, before
+// anything is started or created, on a filesystem whose locks do not
+// exclude. Touches start.lock, start.json and the log in dir; reads what
+// Running reads.
+func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (Record, error) {
+	since := time.Now()
+	if err := checkDir("Start", dir); err != nil {
+		return Record{}, err
+	}
+	if cmd == nil {
+		return Record{}, errorf("Start %s: the command is nil; pass the exec.Cmd that runs the runner", dir)
+	}
+	if cmd.Process != nil {
+		return Record{}, errorf("Start %s: the command %s has been started already; pass a new exec.Cmd", dir, cmd.Path)
+	}
+	accept := opts.Accept
+	if accept == nil {
+		accept = func(Record) bool { return true }
+	}
+	if err := filelock.Judge(filepath.Join(dir, LockName)); err != nil {
+		return Record{}, public(err) // nothing started, nothing created
+	}
+	if rec, _, ready, err := probeStart(dir); err != nil {
+		return Record{}, err
+	} else if ready && accept(rec) {
+		return rec, nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return Record{}, pathError("Start", dir, err)
+	}
+	if ctx.Err() != nil {
+		return Record{}, &StartError{Dir: abs, ExitCode: -1, Err: ctx.Err()}
+	}
+	if err := checkStartInput(dir, cmd, opts); err != nil {
+		return Record{}, err
+	}
+	if err := ensureDir(dir); err != nil {
+		return Record{}, err
+	}
+	if err := filelock.Judge(filepath.Join(dir, LockName)); err != nil {
+		return Record{}, public(err) // dir was just made: judged before anything is created in it
+	}
+	if opts.Logger == nil {
+		opts.Logger = logger()
+	}
+	if opts.Log == "" && cmd.Stdout == nil && cmd.Stderr == nil {
+		opts.Log = filepath.Join(abs, logName)
+	} else if cmd.Stdout != nil && cmd.Stderr != nil {
+		opts.Log = ""
+	}
+	s := &starter{dir: dir, abs: abs, cmd: cmd, opts: opts, accept: accept, since: since}
+	return s.run(ctx)
+}
+
+// checkStartInput refuses what Start can tell is wrong before it creates
+// anything: a dir that is a file, a command that cannot be found, a stream
+// that is not a file, a log that is not a regular file.
+func checkStartInput(dir string, cmd *exec.Cmd, opts StartOptions) error {
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return pathError("Start", dir, durable.ErrNotDir)
+	}
+	if cmd.Err != nil {
+		return errorf("Start %s: the command cannot be run: %w", dir, cmd.Err)
+	}
+	if cmd.Path == "" {
+		return errorf("Start %s: the command has no path; build it with exec.Command", dir)
+	}
+	if strings.ContainsRune(cmd.Path, filepath.Separator) || strings.ContainsRune(cmd.Path, '/') {
+		fi, err := os.Stat(cmd.Path)
+		if err != nil {
+			return errorf("Start %s: the command %s cannot be run: %w", dir, cmd.Path, err)
+		}
+		if fi.IsDir() {
+			return errorf("Start %s: the command %s is a directory", dir, cmd.Path)
+		}
+	} else if _, err := exec.LookPath(cmd.Path); err != nil {
+		return errorf("Start %s: the command %s is not in PATH: %w", dir, cmd.Path, err)
+	}
+	for name, s := range map[string]any{"stdin": cmd.Stdin, "stdout": cmd.Stdout, "stderr": cmd.Stderr} {
+		if _, ok := s.(*os.File); s != nil && !ok {
+			return errorf("Start %s: the command's %s %v", dir, name, spawn.ErrStream)
+		}
+	}
+	if opts.Log != "" {
+		if fi, err := os.Lstat(opts.Log); err == nil {
+			if err := durable.CheckMode(opts.Log, fi.Mode()); err != nil {
+				return public(err)
+			}
+		}
+	}
+	return nil
+}
+
+// startAttempt is the content of start.json: one attempt of Start.
+type startAttempt struct {
+	Seq      uint64    `json:"seq"`
+	By       Identity  `json:"by"`              // the caller that started it
+	Child    Identity  `json:"child"`           // the process started (Instance empty)
+	Began    time.Time `json:"began"`           // when it was started
+	Log      string    `json:"log,omitempty"`   // where its output goes
+	LogFrom  int64     `json:"log_from"`        // the log's size when it began
+	Failed   bool      `json:"failed,omitzero"` // it exited before it was ready
+	ExitCode int       `json:"exit_code"`
+	Err      string    `json:"err,omitempty"`
+	LogTail  string    `json:"log_tail,omitempty"`
+	Ended    time.Time `json:"ended,omitzero"`
+}
+
+// readAttempt reads start.json; a missing or unreadable one is no attempt.
+func readAttempt(dir string) (startAttempt, bool) {
+	a, ok, _ := readAttemptErr(dir)
+	return a, ok
+}
+
+// readAttemptErr is readAttempt that also says when start.json's path is
+// unusable (a symlink, a directory, another non-regular file): no attempt
+// can be recorded there until it is moved away.
+func readAttemptErr(dir string) (startAttempt, bool, error) {
+	a, state, err := readState(filepath.Join(dir, startName), func(data []byte) (startAttempt, error) {
+		var a startAttempt
+		err := durable.DecodeObject(data, &a)
+		return a, err
+	})
+	if state == fileCorrupt && unusablePath(err) {
+		return startAttempt{}, false, err
+	}
+	return a, state == fileOK && a.Seq > 0, nil
+}
+
+// writeAttempt replaces start.json; the caller holds start.lock. It is not
+// synced: an attempt describes live processes, which a power loss ends.
+func writeAttempt(dir string, a startAttempt) error {
+	data, err := jsonLine(a)
+	if err != nil {
+		return err
+	}
+	return public(durable.WriteVolatile(dir, startName, data))
+}
+
+// pending reports whether a is in progress: its process lives and it has
+// not failed. (Whether it is ready is the caller's to see.)
+func (a startAttempt) pending() bool {
+	if a.Failed || a.Child.PID <= 0 {
+		return false
+	}
+	v, _ := liveness.Check(liveness.Identity(a.Child))
+	return v == liveness.Alive
+}
+
+// inProgress reports whether a has not ended: its process lives, or it has
+// exited and the caller that started it, still alive, is about to record
+// how (its reaper writes Ended, and Failed when it was not ready).
+func (a startAttempt) inProgress() bool {
+	if a.Failed || !a.Ended.IsZero() || a.Child.PID <= 0 {
+		return false
+	}
+	return a.pending() || verifiedAlive(a.By)
+}
+
+// startedBy reports whether rec is the record of a's process.
+func (a startAttempt) startedBy(rec Record) bool {
+	return a.Child.PID > 0 && sameProcess(rec.Process, a.Child)
+}
+
+// failure is a's outcome as a *StartError.
+func (a startAttempt) failure(dir string) *StartError {
+	e := &StartError{Dir: dir, PID: a.Child.PID, ExitCode: a.ExitCode, Log: a.Log, LogTail: a.LogTail}
+	if a.Err != "" {
+		e.Err = errors.New(a.Err)
+	}
+	return e
+}
+
+// startingOf is the process of dir's attempt in progress, for Status: alive,
+// not failed, and not (yet) the ready holder rec.
+func startingOf(dir string, rec Record) Identity {
+	a, ok := readAttempt(dir)
+	if !ok || !a.pending() || (rec.Ready && a.startedBy(rec)) {
+		return Identity{}
+	}
+	return a.Child
+}
+
+// localStarts are the attempts this process started and whose process
+// still lives, by directory and sequence, so that its other callers learn
+// the exit status too.
+var localStarts = struct {
+	sync.Mutex
+	m map[localKey]*localStart
+}{m: map[localKey]*localStart{}}
+
+type localKey struct {
+	dir string
+	seq uint64
+}
+
+// localStart is a process this process started.
+type localStart struct {
+	child *spawn.Child
+	ready atomic.Bool // seen ready (its descriptor, or its record)
+}
+
+func localChild(abs string, seq uint64) *localStart {
+	localStarts.Lock()
+	defer localStarts.Unlock()
+	return localStarts.m[localKey{abs, seq}]
+}
+
+// starter is one Start call.
+type starter struct {
+	dir, abs string
+	cmd      *exec.Cmd
+	opts     StartOptions
+	accept   func(Record) bool
+	since    time.Time
+	spawned  bool // this call started cmd: it never starts another
+}
+
+// errAgain says a wait ended in a state Start must look at again.
+var errAgain = errors.New("look again")
+
+func (s *starter) run(ctx context.Context) (Record, error) {
+	lockPath := filepath.Join(s.dir, startLockName)
+	w := dirwatch.New(s.dir)
+	defer w.Close()
+	woke := time.Now()
+	for {
+		// A ready runner, or an attempt in progress, is seen without
+		// start.lock, which only a caller about to start one needs: a
+		// crowd of callers never queues on it, and sees a runner ready
+		// even while the caller that started it still holds it.
+		look := s.lookAfter(woke)
+		if look.err != nil {
+			return Record{}, look.err
+		}
+		if look.ready && s.accept(look.rec) {
+			return look.rec, nil
+		}
+		if a := look.att; look.haveAtt && a.inProgress() && !s.spawned && !(look.ready && a.startedBy(look.rec)) {
+			rec, err := s.await(ctx, a)
+			if err != errAgain {
+				return rec, err
+			}
+			woke = time.Now()
+			continue
+		}
+		// start.lock busy: another caller is deciding or starting. Rather
+		// than queue behind every other caller's probe, wait for what it
+		// records (or look again in 10 ms), and take the attempt it made.
+		l, err := filelock.TryLock(lockPath, filelock.Exclusive, 0o600)
+		if errors.Is(err, filelock.ErrWouldBlock) {
+			if err := w.Wait(ctx, startPoll, nil); err != nil {
+				return Record{}, &StartError{Dir: s.abs, ExitCode: -1, Err: err}
+			}
+			woke = time.Now()
+			continue
+		}
+		if err != nil {
+			return Record{}, public(err)
+		}
+		rec, held, ready, err := probeStart(s.dir)
+		if err != nil {
+			l.Release()
+			return Record{}, err
+		}
+		if ready && s.accept(rec) {
+			l.Release()
+			return rec, nil
+		}
+		a, have, err := readAttemptErr(s.dir)
+		if err != nil {
+			l.Release()
+			return Record{}, err
+		}
+		switch {
+		case have && ready && a.startedBy(rec) && s.spawned:
+			l.Release()
+			return Record{}, s.refused(a)
+		case have && a.inProgress() && !(ready && a.startedBy(rec)):
+			l.Release()
+			rec, err = s.await(ctx, a)
+		case have && a.Failed && a.Ended.After(s.since):
+			// It failed while this call waited for start.lock.
+			l.Release()
+			return Record{}, a.failure(s.abs)
+		case held && !ready:
+			// Held, not ready, and nothing this package started: a
+			// runner being admitted, or one that cannot be verified.
+			// Wait for it, start nothing.
+			l.Release()
+			rec, err = s.awaitHolder(ctx, rec.PID)
+		case s.spawned:
+			l.Release()
+			return Record{}, &StartError{Dir: s.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, Err: errors.New("the runner this call started is gone, and no attempt is recorded for it")}
+		default:
+			a, err = s.spawn(a.Seq + 1)
+			l.Release()
+			if err != nil {
+				return Record{}, err
+			}
+			rec, err = s.await(ctx, a)
+		}
+		if err != errAgain {
+			return rec, err
+		}
+	}
+}
+
+// probeStart is Running's answer: the record, whether the lock is held, and
+// whether the holder is ready (a verified holder whose record says Ready).
+func probeStart(dir string) (rec Record, held, ready bool, err error) {
+	rec, held, err = Running(dir)
+	return rec, held, held && rec.Ready && rec.Process.PID != 0, err
+}
+
+// refused is the answer when Accept refused the runner this call started.
+func (s *starter) refused(a startAttempt) error {
+	return &StartError{Dir: s.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, Err: errRefusedToo}
+}
+
+// spawn starts cmd as attempt seq, holding start.lock, and records it.
+func (s *starter) spawn(seq uint64) (startAttempt, error) {
+	a := startAttempt{Seq: seq, By: Self(), Log: s.opts.Log, Began: time.Now(), ExitCode: -1}
+	var out *os.File
+	if s.opts.Log != "" {
+		f, size, err := spawn.OpenLog(s.opts.Log)
+		if err != nil {
+			return a, public(err)
+		}
+		defer f.Close()
+		out, a.LogFrom = f, size
+	}
+	s.spawned = true
+	ls := &localStart{}
+	key := localKey{s.abs, seq}
+	started := make(chan struct{})
+	env := []string{startAttemptEnv + "=" + strconv.FormatUint(seq, 10)}
+	child, err := spawn.Start(s.cmd, env, out, s.abs, func(c *spawn.Child) {
+		<-started
+		settleStart(s.dir, a, ls, c)
+		localStarts.Lock()
+		delete(localStarts.m, key)
+		localStarts.Unlock()
+	})
+	if err != nil {
+		close(started)
+		return a, &StartError{Dir: s.abs, ExitCode: -1, Log: s.opts.Log, Err: err}
+	}
+	ls.child = child
+	a.Child = Identity{PID: child.PID}
+	if id, err := liveness.Lookup(child.PID); err == nil {
+		a.Child = Identity(id)
+	}
+	localStarts.Lock()
+	localStarts.m[key] = ls
+	localStarts.Unlock()
+	if err := writeAttempt(s.dir, a); err != nil {
+		s.opts.Logger.Warn("runnerstate: could not record the start attempt; other callers may not see it", "dir", s.dir, "path", filepath.Join(s.dir, startName), "err", err)
+	}
+	close(started)
+	s.opts.Logger.Info("runnerstate: started the runner", "dir", s.dir, "pid", child.PID, "log", s.opts.Log)
+	return a, nil
+}
+
+// settleStart records, in start.json, that attempt a's process exited:
+// when, and, when it exited before it was ready, its exit status and log
+// tail, for the callers that wait on it. Called by the reaper once the
+// process has exited.
+func settleStart(dir string, a startAttempt, ls *localStart, c *spawn.Child) {
+	wasReady := ls.ready.Load()
+	select {
+	case <-c.Ready():
+		wasReady = true
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), stateLockWait)
+	defer cancel()
+	l, err := waitLock(ctx, filepath.Join(dir, startLockName), filelock.Exclusive, 0o600)
+	if isNotExist(err) {
+		return // the directory is gone, and its attempt with it
+	}
+	if err != nil {
+		logger().Warn("runnerstate: could not record that the runner started has exited", "dir", dir, "pid", c.PID, "err", err)
+		return
+	}
+	defer l.Release()
+	cur, ok := readAttempt(dir)
+	if !ok || cur.Seq != a.Seq || cur.Failed || !cur.Ended.IsZero() {
+		return
+	}
+	cur.Ended = time.Now()
+	if !wasReady {
+		cur.Failed, cur.ExitCode = true, c.ExitCode()
+		if err := c.WaitErr(); err != nil {
+			cur.Err = err.Error()
+		} else {
+			cur.Err = "exited before it was ready"
+		}
+		cur.LogTail = logTail(cur.Log, cur.LogFrom)
+	}
+	if err := writeAttempt(dir, cur); err != nil {
+		logger().Warn("runnerstate: could not record that the runner started has exited", "dir", dir, "pid", c.PID, "err", err)
+	}
+}
+
+// logTail is the last lines written to the log at path from offset on, at
+// most maxLogTail bytes; "" when there is no log or it cannot be read.
+func logTail(path string, from int64) string {
+	if path == "" {
+		return ""
+	}
+	data, err := readFile(path, maxStateSize)
+	if err != nil || int64(len(data)) <= from {
+		return ""
+	}
+	data = data[from:]
+	if len(data) > maxLogTail {
+		data = data[len(data)-maxLogTail:]
+		if i := bytes.IndexByte(data, '\n'); i >= 0 && i < len(data)-1 {
+			data = data[i+1:]
+		}
+	}
+	return string(data)
+}
+
+// exitFailure is the failure of attempt a, whose process exited before it
+// was ready, as this process learned it.
+func (s *starter) exitFailure(a startAttempt, code int, err error) *StartError {
+	if err == nil {
+		err = errors.New("exited before it was ready")
+	}
+	return &StartError{Dir: s.abs, PID: a.Child.PID, ExitCode: code, Log: a.Log, LogTail: logTail(a.Log, a.LogFrom), Err: err}
+}
+
+// outcomeWait bounds how long a caller that saw the process of another
+// process's attempt exit waits for that starter to record the exit status,
+// while the starter lives.
+const outcomeWait = 2 * time.Second
+
+// await waits on attempt a: until its process is ready (or another ready
+// runner that Accept accepts appears), it exited first, or ctx ends.
+// errAgain when the state changed under it (a newer attempt, or a ready
+// process of a's that Accept refuses: the caller's own attempt replaces it).
+func (s *starter) await(ctx context.Context, a startAttempt) (Record, error) {
+	var exited, readyCh <-chan struct{}
+	local := localChild(s.abs, a.Seq)
+	if local != nil {
+		exited, readyCh = local.child.Exited(), local.child.Ready()
+	} else if p, _, _ := liveness.Pin(liveness.Identity(a.Child)); p != nil {
+		ew := watchExit(ctx, p, nil)
+		defer ew.stop()
+		exited = ew.exited()
+	} else {
+		exited = closedChan
+	}
+	w := dirwatch.New(s.dir)
+	defer w.Close()
+	poll := startPoll
+	if w.Changed() != nil {
+		poll = w.Interval()
+	}
+	timer := time.NewTimer(poll)
+	defer timer.Stop()
+	var goneAt time.Time
+	woke := time.Now()
+	for {
+		l := s.lookAfter(woke)
+		rec, ready := l.rec, l.ready
+		if l.err != nil {
+			return Record{}, l.err
+		}
+		if ready && a.startedBy(rec) {
+			if local != nil {
+				local.ready.Store(true)
+			}
+			switch {
+			case s.accept(rec):
+				return rec, nil
+			case s.spawned:
+				return Record{}, s.refused(a)
+			}
+			return Record{}, errAgain
+		}
+		if ready && s.accept(rec) {
+			return rec, nil
+		}
+		if cur, ok := l.att, l.haveAtt; ok && cur.Seq != a.Seq {
+			return Record{}, errAgain
+		} else if ok && cur.Failed {
+			return Record{}, cur.failure(s.abs)
+		} else if ok && !cur.Ended.IsZero() {
+			return Record{}, errAgain // it was ready, and has exited since
+		}
+		if !goneAt.IsZero() {
+			switch {
+			case local != nil:
+				return Record{}, s.exitFailure(a, local.child.ExitCode(), local.child.WaitErr())
+			case time.Since(goneAt) > outcomeWait || !verifiedAlive(a.By):
+				return Record{}, s.exitFailure(a, -1, nil)
+			}
+		}
+		timer.Reset(poll)
+		select {
+		case <-ctx.Done():
+			return Record{}, &StartError{Dir: s.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, Err: ctx.Err()}
+		case <-w.Changed():
+		case <-readyCh:
+			readyCh = nil
+		case <-exited:
+			exited, goneAt, poll = nil, time.Now(), startPoll
+		case <-timer.C:
+		}
+		woke = time.Now()
+	}
+}
+
+// startLook is what a caller waiting on an attempt looks at: Running's
+// answer and the attempt record.
+type startLook struct {
+	rec         Record
+	held, ready bool
+	err         error
+	att         startAttempt
+	haveAtt     bool
+}
+
+// lookShare is the last look at one directory taken by a waiter of this
+// process, which every waiter woken before it began may use: a crowd of
+// callers in one process woken by one change looks once, not once each.
+type lookShare struct {
+	mu sync.Mutex
+	at time.Time // when the look began
+	l  startLook
+}
+
+var startLooks sync.Map // absolute dir -> *lookShare
+
+// lookAfter returns a look at the directory that began after woke: a
+// concurrent waiter's, or its own.
+func (s *starter) lookAfter(woke time.Time) startLook {
+	v, _ := startLooks.LoadOrStore(s.abs, &lookShare{})
+	sh := v.(*lookShare)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !sh.at.After(woke) {
+		at := time.Now()
+		var l startLook
+		l.rec, l.held, l.ready, l.err = probeStart(s.dir)
+		l.att, l.haveAtt = readAttempt(s.dir)
+		sh.at, sh.l = at, l
+	}
+	l := sh.l
+	l.rec.Specs = slices.Clone(l.rec.Specs)
+	l.rec.Meta = slices.Clone(l.rec.Meta)
+	return l
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// verifiedAlive reports whether id is verified alive.
+func verifiedAlive(id Identity) bool {
+	v, _ := liveness.Check(liveness.Identity(id))
+	return v == liveness.Alive || v == liveness.Self
+}
+
+// awaitHolder waits while dir is held by a runner that is not ready and was
+// not started by an attempt: until it is ready, the lock is free, an
+// attempt appears, or ctx ends (a *StartError naming pid, the holder).
+func (s *starter) awaitHolder(ctx context.Context, pid int) (Record, error) {
+	w := dirwatch.New(s.dir)
+	defer w.Close()
+	for {
+		if err := w.Wait(ctx, startPoll, nil); err != nil {
+			return Record{}, &StartError{Dir: s.abs, PID: pid, ExitCode: -1, Err: err}
+		}
+		_, held, ready, err := probeStart(s.dir)
+		if err != nil {
+			return Record{}, err
+		}
+		if a, ok := readAttempt(s.dir); ready || !held || (ok && a.pending()) {
+			return Record{}, errAgain
+		}
+	}
+}
+
+// The readiness a process started by Start owes its starter: the descriptor
+// it was given, taken from the environment when the package is loaded (so
+// that no process it starts inherits it), and written on the first Publish
+// of the directory it was started for.
+var readiness struct {
+	sync.Mutex
+	f      *os.File
+	forDir string
+}
+
+func init() { readiness.f, readiness.forDir = spawn.TakeReadiness() }
+
+// sdReady sends the service manager's READY=1 once per process.
+var sdReady sync.Once
+
+// notifyReady tells whoever waits for this runner of dir that it is ready:
+// the process that started it through Start, and a service manager.
+func notifyReady(dir string) {
+	readiness.Lock()
+	if f := readiness.f; f != nil && sameDirPath(dir, readiness.forDir) {
+		readiness.f = nil
+		// An error is the starter gone, or done already (it saw the
+		// record first): it looks at the directory in any case.
+		spawn.SignalReady(f)
+	}
+	readiness.Unlock()
+	sdReady.Do(func() {
+		sock := sdnotify.Socket()
+		if sock == "" {
+			return
+		}
+		if err := sdnotify.Send(sock, sdnotify.Ready(os.Getpid())); err != nil {
+			logger().Warn("runnerstate: could not tell the service manager this runner is ready", "socket", sock, "err", err)
+		}
+	})
+}
+
+// sameDirPath reports whether dir is the directory at path.
+func sameDirPath(dir, path string) bool {
+	if abs, err := filepath.Abs(dir); err == nil && abs == path {
+		return true
+	}
+	a, err1 := durable.KeyOf(dir)
+	b, err2 := durable.KeyOf(path)
+	return err1 == nil && err2 == nil && a == b
 }

@@ -4,6 +4,7 @@
 //	runnerctl restart --drain|--now    ask the runner to restart
 //	runnerctl clear-stale              clear a dead runner's leftovers
 //	runnerctl wait [--timeout 30s]     wait until no runner holds the directory
+//	runnerctl start -- CMD ARGS...     make sure a runner is ready, starting CMD detached
 //
 // Every command takes --dir (default $TMPDIR/runnerstate-demo, the demo
 // runner's) and --help. Exit codes follow the conventions operators already
@@ -13,7 +14,9 @@
 // (orphans of its tree) still keep the directory busy; a refusal because a
 // runner holds the directory is 75
 // (EX_TEMPFAIL, runnerstate.ExitBusy), as flock(1) -E lets one choose; 2 is
-// a usage error and 1 any other error.
+// a usage error and 1 any other error; start exits 0 when a runner is
+// ready and 1 when the one it started did not become ready (its log tail
+// is printed).
 package main
 
 import (
@@ -25,6 +28,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -57,11 +61,14 @@ commands:
   restart --drain|--now    ask the runner to restart
   clear-stale              clear a dead runner's leftovers
   wait [--timeout D]       wait until no runner holds the directory
+  start [--timeout D] [--json] -- CMD [ARGS...]
+                           make sure a runner is ready, starting CMD when none is
 
 every command takes --dir DIR (default $TMPDIR/runnerstate-demo) and --help
 ("runnerctl <command> --help" lists its flags and exit codes).
 
-exit codes: 0 done (status: a runner runs); 1 error; 2 usage;
+exit codes: 0 done (status: a runner runs; start: a runner is ready); 1 error
+(start: the runner started did not become ready); 2 usage;
 3 no runner (status, restart); 4 status cannot tell; 75 the directory is
 busy: a runner holds it (clear-stale, wait), or orphans of a previous
 runner's tree do (status).
@@ -72,6 +79,7 @@ type command struct {
 	synopsis string
 	exits    string
 	flags    func(fs *flag.FlagSet) func(dir string, stdout, stderr io.Writer) int
+	rest     bool // takes arguments after its flags (start's command)
 }
 
 var commands = map[string]command{
@@ -115,6 +123,22 @@ var commands = map[string]command{
 		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {
 			timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 			return func(dir string, stdout, stderr io.Writer) int { return wait(dir, *timeout, stdout, stderr) }
+		},
+	},
+	"start": {
+		synopsis: "start [--dir DIR] [--timeout D] [--json] -- CMD [ARGS...]\n\nMake sure a runner of the directory runs and is ready: when none is, start\nCMD detached (its output appended to DIR/runner.log) and wait until it has\npublished its record; concurrent starts share one attempt. Print the ready\nrunner's record.",
+		exits:    "0 a runner is ready; 1 the runner started did not become ready (its log\ntail is printed), or another error; 2 usage.",
+		rest:     true,
+		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {
+			timeout := fs.Duration("timeout", time.Minute, "give up waiting after this long (0: no limit); the runner is left to finish")
+			asJSON := fs.Bool("json", false, "print the record as JSON")
+			return func(dir string, stdout, stderr io.Writer) int {
+				if fs.NArg() == 0 {
+					fmt.Fprintln(stderr, "runnerctl start: name the command to start after --: runnerctl start --dir DIR -- CMD [ARGS...]")
+					return exitUsage
+				}
+				return start(dir, *timeout, *asJSON, fs.Args(), stdout, stderr)
+			}
 		},
 	},
 }
@@ -161,7 +185,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "usage: runnerctl %s (runnerctl %s --help for more)\n", synopsis, name)
 		return exitUsage
 	}
-	if fs.NArg() > 0 {
+	if fs.NArg() > 0 && !c.rest {
 		fmt.Fprintf(stderr, "runnerctl %s: unexpected argument %s\n", name, printable(fs.Arg(0)))
 		return exitUsage
 	}
@@ -210,6 +234,12 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 	}
 	if r.Filesystem != "" {
 		row("filesystem", printable(r.Filesystem))
+	}
+	if r.Held && r.Verified && r.Holder.Process.PID != 0 {
+		row("ready", readyWords(r.Holder.Ready))
+	}
+	if r.Starting.PID != 0 {
+		row("starting", printable(r.Starting.String())+" (started by runnerctl start or runnerstate.Start, not yet ready)")
 	}
 	if r.Held && r.Verified && !r.Holder.StartedAt.IsZero() {
 		row("started", fmt.Sprintf("%s (%s ago)", r.Holder.StartedAt.Format(time.RFC3339), time.Since(r.Holder.StartedAt).Round(time.Second)))
@@ -364,4 +394,55 @@ func printable(s string) string {
 		}
 	}
 	return s
+}
+
+func readyWords(ready bool) string {
+	if ready {
+		return "yes (it has published its record)"
+	}
+	return "not yet (admitted, its record not yet published)"
+}
+
+// start makes sure a runner of dir is ready, starting argv when none is.
+func start(dir string, timeout time.Duration, asJSON bool, argv []string, stdout, stderr io.Writer) int {
+	ctx := context.Background()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	rec, err := runnerstate.Start(ctx, dir, exec.Command(argv[0], argv[1:]...), runnerstate.StartOptions{})
+	var se *runnerstate.StartError
+	switch {
+	case errors.As(err, &se):
+		fail(stderr, err)
+		if se.LogTail != "" {
+			fmt.Fprintf(stderr, "last lines of %s:\n", printable(se.Log))
+			for _, line := range strings.Split(strings.TrimSuffix(se.LogTail, "\n"), "\n") {
+				fmt.Fprintln(stderr, printable(line))
+			}
+		}
+		return exitError
+	case err != nil:
+		fail(stderr, err)
+		return exitError
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rec); err != nil {
+			fail(stderr, err)
+			return exitError
+		}
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("ready", printable(rec.Process.String()))
+	row("started", rec.StartedAt.Format(time.RFC3339))
+	if len(rec.Meta) > 0 {
+		row("meta", printable(string(rec.Meta)))
+	}
+	tw.Flush()
+	return exitOK
 }

@@ -1,0 +1,343 @@
+// Command daemon is one binary that is both a client and its server, as
+// Bazel, gpg-agent and tmux are, built on runnerstate:
+//
+//	daemon ping    start "daemon serve" when no server is ready (runnerstate.Start),
+//	               then talk to it at the unix socket its record's Meta names
+//	daemon serve   own the server stack, answer on the socket, and run the runner
+//	daemon add N   add N to the total in the foreground, borrowing the runner role
+//
+// The server owns two directories under --dir (default
+// $TMPDIR/runnerstate-daemon): stack/, the server stack, which one serve at
+// a time owns (a second serve stands by until the first goes), and runner/,
+// the runner role, which its runner holds while no foreground command
+// borrows it. "add" takes the runner role with Takeover and NoSignal: the
+// server's runner is asked (a restart request), never signalled, lets the
+// role go and stands by (Standby) until the foreground work is done, then
+// takes it back. The server's output goes to stack/runner.log.
+//
+// ping prints the server's pid on its last line and exits 0 after a round
+// trip; 1 when the server could not be started (printing its log tail) or
+// did not answer; 2 for a usage error. serve exits 0 when asked to stop
+// (SIGTERM, SIGINT, or a restart request on its stack:
+// runnerctl restart --now --dir DIR/stack).
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/runnerstate/runnerstate"
+)
+
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+const usage = `usage: daemon <command> [--dir DIR]
+
+commands:
+  ping     start the server when none is ready, and ask it how it is
+  serve    be the server (ping starts it detached)
+  add N    add N to the total in the foreground, borrowing the runner role
+
+every command takes --dir DIR (default $TMPDIR/runnerstate-daemon).
+exit codes: 0 done; 1 the server could not be started or did not answer
+(ping prints its log tail), or another error; 2 usage.
+`
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		w := stderr
+		if len(args) > 0 {
+			w = stdout
+		}
+		fmt.Fprint(w, usage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	name, args := args[0], args[1:]
+	fs := flag.NewFlagSet("daemon "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", filepath.Join(os.TempDir(), "runnerstate-daemon"), "the daemon's directory")
+	wait := fs.Duration("timeout", time.Minute, "how long ping waits for the server to be ready, and add for the runner role")
+	// Flags may come before or after the command's argument (add N).
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return exitOK
+			}
+			return exitUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		rest, args = append(rest, fs.Arg(0)), fs.Args()[1:]
+	}
+	d := daemon{stack: filepath.Join(*dir, "stack"), role: filepath.Join(*dir, "runner"), wait: *wait, stdout: stdout, stderr: stderr}
+	switch {
+	case name == "ping" && len(rest) == 0:
+		return d.ping()
+	case name == "serve" && len(rest) == 0:
+		return d.serve()
+	case name == "add" && len(rest) == 1:
+		n, err := strconv.Atoi(rest[0])
+		if err != nil {
+			fmt.Fprintf(stderr, "daemon add: %q is not a whole number\n", rest[0])
+			return exitUsage
+		}
+		return d.add(n)
+	}
+	fmt.Fprint(stderr, usage)
+	return exitUsage
+}
+
+type daemon struct {
+	stack, role    string // the server stack's directory, and the runner role's
+	wait           time.Duration
+	stdout, stderr io.Writer
+}
+
+// meta is what the server publishes in its record: where to reach it.
+type meta struct {
+	Socket string `json:"socket"`
+}
+
+// ping makes sure a server is ready, starting one when none is, and asks it
+// how it is.
+func (d daemon) ping() int {
+	ctx, cancel := context.WithTimeout(context.Background(), d.wait)
+	defer cancel()
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(d.stderr, "daemon ping:", err)
+		return exitError
+	}
+	cmd := exec.Command(self, "serve", "--dir", filepath.Dir(d.stack))
+	rec, err := runnerstate.Start(ctx, d.stack, cmd, runnerstate.StartOptions{
+		Accept: func(r runnerstate.Record) bool {
+			var m meta
+			return json.Unmarshal(r.Meta, &m) == nil && m.Socket != ""
+		},
+	})
+	var se *runnerstate.StartError
+	if errors.As(err, &se) {
+		fmt.Fprintln(d.stderr, "daemon ping:", err)
+		if se.LogTail != "" {
+			fmt.Fprintf(d.stderr, "last lines of %s:\n%s", se.Log, se.LogTail)
+		}
+		return exitError
+	}
+	if err != nil {
+		fmt.Fprintln(d.stderr, "daemon ping:", err)
+		return exitError
+	}
+	var m meta
+	json.Unmarshal(rec.Meta, &m)
+	answer, err := roundTrip(ctx, m.Socket, "ping")
+	if err != nil {
+		fmt.Fprintf(d.stderr, "daemon ping: the server (pid %d) did not answer at %s: %v\n", rec.PID, m.Socket, err)
+		return exitError
+	}
+	fmt.Fprintln(d.stdout, answer)
+	fmt.Fprintln(d.stdout, rec.PID)
+	return exitOK
+}
+
+// roundTrip sends one line to the server at socket and returns its answer.
+func roundTrip(ctx context.Context, socket, line string) (string, error) {
+	var dialer net.Dialer
+	conn, err := dialer.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(deadline)
+	}
+	if _, err := fmt.Fprintln(conn, line); err != nil {
+		return "", err
+	}
+	answer, err := bufio.NewReader(conn).ReadString('\n')
+	return strings.TrimSpace(answer), err
+}
+
+// serve owns the stack: it stands by while another server owns it, takes
+// it, answers on its socket, and runs the runner until it is asked to stop.
+func (d daemon) serve() int {
+	log := slog.New(slog.NewTextHandler(d.stderr, nil)).With("server", os.Getpid())
+	runnerstate.SetLogger(log)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	var release func()
+	for release == nil {
+		if _, err := runnerstate.Standby(ctx, d.stack, runnerstate.StandbyOptions{Logger: log}); err != nil {
+			log.Info("serve: stopped while standing by", "err", err)
+			return exitOK
+		}
+		r, err := runnerstate.Takeover(ctx, d.stack, runnerstate.TakeoverOptions{NoSignal: true, Logger: log})
+		switch {
+		case errors.Is(err, runnerstate.ErrSuperseded), errors.Is(err, runnerstate.ErrBusy) && ctx.Err() == nil:
+			continue // a newer server won, or another came first: stand by again
+		case err != nil:
+			log.Error("serve: could not take the stack", "err", err)
+			return exitError
+		}
+		release = r
+	}
+	defer release()
+	socket := filepath.Join(d.stack, "daemon.sock")
+	os.Remove(socket) // a previous server's, which only the stack's holder may remove
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		log.Error("serve: could not listen", "socket", socket, "err", err)
+		return exitError
+	}
+	defer ln.Close()
+	r := &runnerRole{tried: make(chan struct{}), stopped: make(chan struct{})}
+	go r.run(ctx, d.role, log)
+	select { // publish once the runner has its role, or knows who has it
+	case <-r.tried:
+	case <-ctx.Done():
+	}
+	go func() { <-ctx.Done(); ln.Close() }()
+	go d.answer(ln, r)
+	m, _ := json.Marshal(meta{Socket: socket})
+	if err := runnerstate.Publish(d.stack, runnerstate.Record{Meta: m}); err != nil {
+		log.Error("serve: could not publish", "err", err)
+		return exitError
+	}
+	log.Info("serve: serving", "socket", socket)
+	select {
+	case <-ctx.Done():
+	case mode := <-runnerstate.WatchRestart(ctx, d.stack):
+		log.Info("serve: asked to stop", "mode", mode)
+	}
+	stop()
+	<-r.done()
+	return exitOK
+}
+
+// answer answers each connection's lines: "ping" gets
+// "pong from pid P: runner serving|standing by, total T".
+func (d daemon) answer(ln net.Listener, r *runnerRole) {
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			sc := bufio.NewScanner(conn)
+			for sc.Scan() {
+				if sc.Text() != "ping" {
+					fmt.Fprintln(conn, "unknown request")
+					continue
+				}
+				state := "standing by"
+				if r.holding.Load() {
+					state = "serving"
+				}
+				fmt.Fprintf(conn, "pong from pid %d: runner %s, total %d\n", os.Getpid(), state, total(d.role))
+			}
+		}()
+	}
+}
+
+// runnerRole is the server's runner: it holds the runner role while no
+// foreground command borrows it.
+type runnerRole struct {
+	holding atomic.Bool
+	tried   chan struct{} // closed after its first attempt at the role
+	stopped chan struct{}
+}
+
+func (r *runnerRole) done() <-chan struct{} { return r.stopped }
+
+// run holds the role; when a foreground command asks for it, lets it go,
+// stands by until the foreground is done, and takes it back.
+func (r *runnerRole) run(ctx context.Context, dir string, log *slog.Logger) {
+	defer close(r.stopped)
+	first := true
+	for ctx.Err() == nil {
+		var release func()
+		if first {
+			release, _ = runnerstate.Acquire(dir) // busy: a foreground command has the role
+			first = false
+			close(r.tried)
+		}
+		if release == nil {
+			if _, err := runnerstate.Standby(ctx, dir, runnerstate.StandbyOptions{Logger: log}); err != nil {
+				return
+			}
+			var err error
+			if release, err = runnerstate.Takeover(ctx, dir, runnerstate.TakeoverOptions{NoSignal: true, Logger: log}); err != nil {
+				continue // a foreground command came first, or ctx ended
+			}
+		}
+		r.holding.Store(true)
+		log.Info("runner: holding the runner role", "dir", dir)
+		select {
+		case <-ctx.Done():
+		case <-runnerstate.WatchRestart(ctx, dir):
+			log.Info("runner: a foreground command asked for the runner role; standing by until it is done", "dir", dir)
+		}
+		r.holding.Store(false)
+		release()
+	}
+}
+
+// add borrows the runner role in the foreground and adds n to the total.
+func (d daemon) add(n int) int {
+	// The takeover's steps (it asks the server's runner, never signals it)
+	// are the server's to log, not this command's.
+	runnerstate.SetLogger(slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	ctx, cancel := context.WithTimeout(context.Background(), d.wait)
+	defer cancel()
+	release, err := runnerstate.Takeover(ctx, d.role, runnerstate.TakeoverOptions{NoSignal: true})
+	if err != nil {
+		fmt.Fprintln(d.stderr, "daemon add:", err)
+		return exitError
+	}
+	defer release()
+	t := total(d.role) + n
+	if err := runnerstate.SaveLines(d.role, "total", []string{strconv.Itoa(t)}); err != nil {
+		fmt.Fprintln(d.stderr, "daemon add:", err)
+		return exitError
+	}
+	fmt.Fprintf(d.stdout, "added %d in the foreground (pid %d, holding the runner role): total %d\n", n, os.Getpid(), t)
+	return exitOK
+}
+
+// total is the sum the runner role keeps.
+func total(dir string) int {
+	lines, _ := runnerstate.LoadLines(dir, "total")
+	if len(lines) == 0 {
+		return 0
+	}
+	t, _ := strconv.Atoi(lines[0])
+	return t
+}

@@ -1,0 +1,239 @@
+// Package spawn starts a process detached from its starter, reaps it in the
+// background, and passes it a readiness descriptor: a pipe the started
+// process writes one byte to (and closes) when it is ready, which its
+// starter reads.
+//
+// Detached means: a session of its own (setsid(2) on Unix; on Windows a new
+// process group without a console), stdin from the null device, stdout and
+// stderr to files the caller gives (never a pipe back to the starter), and
+// none of the starter's descriptors but cmd.ExtraFiles and the readiness
+// descriptor. It outlives the starter, the starter's terminal and the
+// starter's process group.
+//
+// Each started process is reaped by one goroutine, reap, that lives while
+// the process does, and its readiness descriptor is read by another,
+// awaitReady, that lives until the process is ready or has exited (tests
+// that check for leaked goroutines ignore both, by name).
+package spawn
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The variables a started process finds in its environment: the number of
+// its readiness descriptor, and what it is ready for (the starter's word,
+// here a directory).
+const (
+	ReadyFDEnv  = "RUNNERSTATE_READY_FD"
+	ReadyForEnv = "RUNNERSTATE_READY_FOR"
+)
+
+// NotifySocketEnv is the service manager's socket variable, which a started
+// process never inherits: it would speak for its starter's unit.
+const NotifySocketEnv = "NOTIFY_SOCKET"
+
+// Child is a process Start started.
+type Child struct {
+	PID int
+
+	ready  chan struct{} // closed when the process said it is ready
+	exited chan struct{} // closed once the process has exited and been reaped
+
+	mu       sync.Mutex
+	exitCode int
+	waitErr  error
+	readDone chan struct{} // closed when awaitReady returned; nil without a readiness descriptor
+	readyR   *os.File
+}
+
+// Ready is closed when the process wrote its readiness descriptor.
+func (c *Child) Ready() <-chan struct{} { return c.ready }
+
+// Exited is closed once the process has exited and been reaped.
+func (c *Child) Exited() <-chan struct{} { return c.exited }
+
+// ExitCode is the process's exit status once Exited is closed: its exit
+// code, or 128+n when signal n ended it; -1 before.
+func (c *Child) ExitCode() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.exitCode
+}
+
+// WaitErr is what waiting for the process returned (an *exec.ExitError for
+// a non-zero status), once Exited is closed.
+func (c *Child) WaitErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waitErr
+}
+
+// ErrStream refuses a standard stream that is not an *os.File: a pipe back
+// to the starter (an io.Writer copied by a goroutine) would tie the started
+// process to it.
+var ErrStream = errors.New("must be nil or an *os.File: a pipe back to the starter would tie the started process to it")
+
+// Start starts cmd detached (see the package doc), with env added to its
+// environment (cmd.Env, or this process's when nil) after removing
+// NOTIFY_SOCKET and any variable of the readiness descriptor, and out as
+// its stdout and stderr where cmd leaves them nil. readyFor names what the
+// process is to say it is ready for (ReadyForEnv); "" passes no readiness
+// descriptor. Where descriptors cannot be passed (Windows), none is.
+//
+// It changes cmd: Env, ExtraFiles (the readiness descriptor appended),
+// SysProcAttr (Setsid set, Setpgid, Setctty and Foreground cleared on Unix;
+// CREATE_NEW_PROCESS_GROUP and DETACHED_PROCESS added on Windows), Stdout
+// and Stderr when nil. Before starting it, it marks every descriptor of
+// this process above stderr close-on-exec, under syscall.ForkLock, so that
+// the process inherits none that was opened without it.
+//
+// onExit, when not nil, is called by reap once the process has exited and
+// its status is recorded, before Exited is closed.
+//
+// Errors: ErrStream (wrapped, naming the stream) for a stream that is not
+// an *os.File; errors.ErrUnsupported where processes cannot be started;
+// otherwise cmd.Start's error.
+func Start(cmd *exec.Cmd, env []string, out *os.File, readyFor string, onExit func(*Child)) (*Child, error) {
+	for name, s := range map[string]any{"stdin": cmd.Stdin, "stdout": cmd.Stdout, "stderr": cmd.Stderr} {
+		if s == nil {
+			continue
+		}
+		if _, ok := s.(*os.File); !ok {
+			return nil, fmt.Errorf("the command's %s %w", name, ErrStream)
+		}
+	}
+	if cmd.Stdout == nil && out != nil {
+		cmd.Stdout = out
+	}
+	if cmd.Stderr == nil && out != nil {
+		cmd.Stderr = out
+	}
+	var readyR, readyW *os.File
+	if readyFor != "" && canPassFiles {
+		var err error
+		if readyR, readyW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		env = append(env, ReadyFDEnv+"="+strconv.Itoa(3+len(cmd.ExtraFiles)), ReadyForEnv+"="+readyFor)
+		cmd.ExtraFiles = append(cmd.ExtraFiles, readyW)
+	}
+	cmd.Env = append(cleanEnv(cmd.Env), env...)
+	if err := detach(cmd); err != nil {
+		closeAll(readyR, readyW)
+		return nil, err
+	}
+	markCloseOnExec()
+	err := cmd.Start()
+	closeAll(readyW)
+	if err != nil {
+		closeAll(readyR)
+		return nil, err
+	}
+	c := &Child{PID: cmd.Process.Pid, ready: make(chan struct{}), exited: make(chan struct{}), exitCode: -1, readyR: readyR}
+	if readyR != nil {
+		c.readDone = make(chan struct{})
+		go awaitReady(c, readyR)
+	}
+	go reap(c, cmd, onExit)
+	return c, nil
+}
+
+// cleanEnv is env (this process's when nil) without NOTIFY_SOCKET and the
+// readiness variables.
+func cleanEnv(env []string) []string {
+	if env == nil {
+		env = os.Environ()
+	}
+	out := make([]string, 0, len(env)+2)
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case NotifySocketEnv, ReadyFDEnv, ReadyForEnv:
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// awaitReady reads c's readiness descriptor until the process writes it (it
+// is ready), closes it, or exits (reap ends the read then).
+func awaitReady(c *Child, r *os.File) {
+	defer close(c.readDone)
+	defer r.Close()
+	var b [1]byte
+	if n, _ := r.Read(b[:]); n > 0 {
+		close(c.ready)
+	}
+}
+
+// readLinger is how long reap lets awaitReady go on reading after the
+// process exited: a byte it wrote just before is already in the pipe, and
+// only a process it started that kept the descriptor holds the read longer.
+const readLinger = 5 * time.Millisecond
+
+// reap waits for c's process to exit, records its status and calls onExit.
+func reap(c *Child, cmd *exec.Cmd, onExit func(*Child)) {
+	err := cmd.Wait()
+	code := -1
+	if cmd.ProcessState != nil {
+		code = exitCode(cmd.ProcessState)
+	}
+	if c.readDone != nil {
+		if c.readyR.SetReadDeadline(time.Now().Add(readLinger)) != nil {
+			c.readyR.Close() // not pollable: end the read at once
+		}
+		<-c.readDone
+	}
+	c.mu.Lock()
+	c.exitCode, c.waitErr = code, err
+	c.mu.Unlock()
+	if onExit != nil {
+		onExit(c)
+	}
+	close(c.exited)
+}
+
+// TakeReadiness returns the readiness descriptor this process was given by
+// its starter and what it is ready for, and removes both variables from
+// the environment so that no process this one starts mistakes one of its
+// own descriptors for it. The descriptor is made close-on-exec. It returns
+// nil, "" when there is none, or when the number names no pipe.
+func TakeReadiness() (*os.File, string) {
+	fdStr, ok := os.LookupEnv(ReadyFDEnv)
+	if !ok {
+		return nil, ""
+	}
+	readyFor := os.Getenv(ReadyForEnv)
+	os.Unsetenv(ReadyFDEnv)
+	os.Unsetenv(ReadyForEnv)
+	fd, err := strconv.Atoi(fdStr)
+	if err != nil || fd < 3 {
+		return nil, ""
+	}
+	return readinessFile(fd), readyFor
+}
+
+// SignalReady writes one byte to f, the readiness descriptor, and closes it.
+func SignalReady(f *os.File) error {
+	_, err := f.Write([]byte{'1'})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
