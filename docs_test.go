@@ -4,9 +4,11 @@ package runnerstate
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -220,4 +222,36 @@ func anchors(doc string) []string {
 		out = append(out, a)
 	}
 	return out
+}
+
+// TestREADMEQuickStartCompiles: the README's quick start is a program that
+// builds against this package as it is (go build with an overlay that
+// places it in the module, so nothing is written in the tree).
+func TestREADMEQuickStartCompiles(t *testing.T) {
+	gotool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command here: ", err)
+	}
+	data, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	_, qs, ok := strings.Cut(string(data), "\n## Quick start\n")
+	require.True(t, ok, "the README has a quick start")
+	_, code, ok := strings.Cut(qs, "\n```go\n")
+	require.True(t, ok, "the quick start opens with a Go block")
+	code, _, ok = strings.Cut(code, "\n```\n")
+	require.True(t, ok, "the Go block ends")
+	require.Contains(t, code, "package main")
+
+	root, err := filepath.Abs(".")
+	require.NoError(t, err)
+	tmp := t.TempDir()
+	src := filepath.Join(tmp, "main.go")
+	require.NoError(t, os.WriteFile(src, []byte(code+"\n"), 0o644))
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(root, "internal", "readmequickstart", "main.go"): src}})
+	require.NoError(t, err)
+	ov := filepath.Join(tmp, "overlay.json")
+	require.NoError(t, os.WriteFile(ov, overlay, 0o644))
+	cmd := exec.Command(gotool, "build", "-overlay", ov, "-o", filepath.Join(tmp, "quickstart"), "./internal/readmequickstart")
+	out, err := cmd.CombinedOutput()
+	assert.NoError(t, err, "the README's quick start does not build:\n%s", out)
 }
