@@ -401,7 +401,7 @@ func (p pair) release() {
 // lost still holds its pair's other lock.
 var errTreeBusy = errors.New("tree lock is held")
 
-// withoutTreeLock makes a hold one lock, runner.lock alone, as it was before
+// withoutTreeLock makes a hold one lock, runner.lock alone, without
 // tree.lock: set only by BenchmarkAcquire, to price the second lock.
 var withoutTreeLock bool
 

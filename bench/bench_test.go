@@ -147,7 +147,7 @@ func BenchmarkTryLock(b *testing.B) {
 // same run: TryLock and unlock with the check and without it
 // (fsinfo.Skip), one cycle of each per iteration, each timed on its own so
 // that a noisy machine weighs on both alike; and a third, the bare
-// open+flock+close the v0.2 bound is stated against. It reports their
+// open+flock+close TryLock's bound is stated against. It reports their
 // medians (check-ns, none-ns, bare-ns) and the ratios of the medians
 // (check/none, check/bare).
 func BenchmarkTryLockFilesystemCheck(b *testing.B) {
