@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -392,6 +393,18 @@ func (m *faultMatrix) cell(t *testing.T, c *faultCase) []straceCall {
 	// remove.
 	m.nextWriter(t, c.root)
 	return calls
+}
+
+// dirFileNames are the names of dirFiles's single files of the given kinds
+// (every kind when none is given), in the table's order.
+func dirFileNames(kinds ...dirFileKind) []string {
+	var names []string
+	for _, f := range dirFiles {
+		if !f.family() && (len(kinds) == 0 || slices.Contains(kinds, f.kind)) {
+			names = append(names, f.name)
+		}
+	}
+	return names
 }
 
 // faultPaths are every path an operation of the matrix may touch in root,

@@ -720,18 +720,6 @@ func (f dirFile) matches(name string) bool {
 	return name == f.name
 }
 
-// dirFileNames are the names of dirFiles's single files of the given kinds
-// (every kind when none is given), in the table's order.
-func dirFileNames(kinds ...dirFileKind) []string {
-	var names []string
-	for _, f := range dirFiles {
-		if !f.family() && (len(kinds) == 0 || slices.Contains(kinds, f.kind)) {
-			names = append(names, f.name)
-		}
-	}
-	return names
-}
-
 func splitLines(data []byte) []string {
 	lines := []string{}
 	for len(data) > 0 {
