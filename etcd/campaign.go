@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/runnerstate/runnerstate"
@@ -30,11 +31,18 @@ import (
 // The leadership lasts until Release or Lost, whatever happens to ctx, which
 // bounds only the wait.
 //
+// While no etcd member answers it keeps waiting (etcd may come back), and
+// logs a warning after a few seconds (3 s, or half the safe window when
+// that is longer). The standby's lease is renewed while it waits, and it is
+// renewed once more before admission when under half a TTL is left.
+//
 // Errors: runnerstate.ErrBadMode (wrapped) for a bad o.Mode; an error for a
 // bad key or SafetyMargin; a *BusyError naming the leader, wrapping ctx's
 // error, when ctx ends first (or the core's *runnerstate.BusyError while
-// waiting for Dir); etcd's error, wrapped, when etcd refuses (not when it is
-// merely unreachable: that is retried until ctx ends).
+// waiting for Dir); when ctx ends and no member answered during those last
+// few seconds, an error wrapping ctx's error that names the endpoints and
+// says etcd could not be reached (not runnerstate.ErrBusy); etcd's error,
+// wrapped, when etcd refuses.
 func Campaign(ctx context.Context, cli *clientv3.Client, key string, o Options) (*Leadership, error) {
 	a, err := newAttempt(cli, key, o, false)
 	if err != nil {
@@ -66,10 +74,14 @@ func Campaign(ctx context.Context, cli *clientv3.Client, key string, o Options) 
 // lock is held until Release. When ctx ends first, the starter withdraws
 // its waiting mark, and its own restart request when no other starter waits.
 //
+// An unreachable etcd is waited for, and warned about, as Campaign does.
+//
 // Errors: runnerstate.ErrBadMode (wrapped) for a bad o.Mode; ErrSuperseded;
 // a *BusyError naming the leader, wrapping ctx's error, when ctx ends first;
-// an error when this starter's own lease runs out while it waits; the
-// core's errors for Dir; etcd's error, wrapped, when etcd refuses.
+// the unreachable error Campaign gives when no member answered during the
+// last few seconds; an error when this starter's own lease runs out while
+// it waits; the core's errors for Dir; etcd's error, wrapped, when etcd
+// refuses.
 func Takeover(ctx context.Context, cli *clientv3.Client, key string, o Options) (*Leadership, error) {
 	a, err := newAttempt(cli, key, o, true)
 	if err != nil {
@@ -139,6 +151,9 @@ type attempt struct {
 	asked       int64     // mod revision of the restart request this starter wrote, or 0
 	forcedRev   int64     // mod revision of the K/forced seen, or 0
 	forcedUntil time.Time // admission waits until then
+
+	heard  contact // when etcd last answered this attempt
+	warned bool    // the silence was logged
 }
 
 func newAttempt(cli *clientv3.Client, key string, o Options, takeover bool) (*attempt, error) {
@@ -153,7 +168,40 @@ func newAttempt(cli *clientv3.Client, key string, o Options, takeover bool) (*at
 	if cli == nil {
 		return nil, errorf("key %s: nil client", key)
 	}
+	if o.TTL < DefaultTTL {
+		o.Logger.Warn("runnerstate/etcd: TTL under the default: an etcd leader election can outlast the leader's safe window and cost it its leadership (with etcd's default heartbeat of 100 ms and election timeout of 1000 ms an election takes 1 to 2 s, 2 to 4 s with a split vote)",
+			"key", key, "ttl", o.TTL, "default", DefaultTTL)
+	}
 	return &attempt{cli: cli, k: k, o: o, log: o.Logger, takeover: takeover, self: runnerstate.Self()}, nil
+}
+
+// quiet is how long without an answer from etcd makes it unreachable for
+// this attempt: a few seconds, and at least two keepalive intervals.
+func (a *attempt) quiet() time.Duration {
+	return max(unreachableAfter, (a.o.TTL-a.o.SafetyMargin)/2)
+}
+
+// ended is the error when ctx ended before admission: etcd unreachable when
+// no member answered during the last quiet, else a *BusyError naming the
+// leader last seen.
+func (a *attempt) ended(ctx context.Context, last view) error {
+	if d, ok := a.heard.silent(); !ok || d >= a.quiet() {
+		return unreachable(a.cli, a.k.leader, a.quiet(), ok, context.Cause(ctx))
+	}
+	return &BusyError{Key: a.k.leader, Holder: holderOf(last.leader), err: ctx.Err()}
+}
+
+// noteSilence logs, once per silence, that etcd has not answered for quiet.
+func (a *attempt) noteSilence() {
+	d, ok := a.heard.silent()
+	switch {
+	case ok && d < a.quiet():
+		a.warned = false
+	case !a.warned && (!ok && time.Since(a.start) >= a.quiet() || ok):
+		a.warned = true
+		a.log.Warn("runnerstate/etcd: no etcd member has answered for a while; still waiting, since etcd may come back",
+			"key", a.k.leader, "endpoints", strings.Join(a.cli.Endpoints(), ","), "for", a.quiet())
+	}
 }
 
 // run registers and waits, registering again when a standby's lease runs
@@ -192,32 +240,37 @@ func (a *attempt) register(ctx context.Context) error {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return &BusyError{Key: a.k.leader, err: ctx.Err()}
+			return a.ended(ctx, view{})
 		}
 		if !transient(err) {
 			return errorf("key %s: register: %w", a.k.leader, err)
 		}
+		a.noteSilence()
 		if err := pause(ctx, retryRenew); err != nil {
-			return &BusyError{Key: a.k.leader, err: err}
+			return a.ended(ctx, view{})
 		}
 	}
 }
 
 func (a *attempt) tryRegister(ctx context.Context, prefix, id string) error {
-	opCtx, cancel := context.WithTimeout(ctx, a.o.TTL)
+	opCtx, cancel := context.WithTimeout(ctx, a.quiet())
 	defer cancel()
 	if a.ls == nil || a.ls.cause() != nil {
 		if a.ls != nil {
 			a.ls.stop()
 		}
-		ls, err := grantLease(opCtx, a.cli, a.o.TTL, a.o.SafetyMargin)
+		ls, err := grantLease(opCtx, a.cli, a.o.TTL, a.o.SafetyMargin, &a.heard)
 		if err != nil {
 			return err
 		}
 		a.ls = ls
 		a.mark = fmt.Sprintf("%s%016x", prefix, int64(ls.id))
+		checkVersion(opCtx, a.cli, a.log)
 	}
 	_, err := a.cli.Put(opCtx, a.mark, id, clientv3.WithLease(a.ls.id))
+	if err == nil {
+		a.heard.hear()
+	}
 	return err
 }
 
@@ -258,10 +311,11 @@ func (a *attempt) wait(ctx context.Context) (*Leadership, error) {
 		case l != nil:
 			return l, nil
 		case ctx.Err() != nil:
-			return nil, &BusyError{Key: a.k.leader, Holder: holderOf(last.leader), err: ctx.Err()}
+			return nil, a.ended(ctx, last)
 		case err != nil && !transient(err):
 			return nil, err
 		case err != nil:
+			a.noteSilence()
 			wake = time.Now().Add(retryRenew)
 		}
 		var due <-chan time.Time
@@ -287,12 +341,13 @@ func (a *attempt) wait(ctx context.Context) (*Leadership, error) {
 // leadership once admitted, or when to look again at the latest (zero: when
 // etcd says something changed).
 func (a *attempt) look(ctx context.Context, last *view, events *clientv3.WatchChan, wctx context.Context) (*Leadership, time.Time, error) {
-	opCtx, cancel := context.WithTimeout(ctx, a.o.TTL)
+	opCtx, cancel := context.WithTimeout(ctx, a.quiet())
 	defer cancel()
 	v, err := readView(opCtx, a.cli, a.k)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
+	a.heard.hear()
 	*last = v
 	if *events == nil {
 		*events = a.cli.Watch(wctx, a.k.leader, clientv3.WithRange(a.k.end), clientv3.WithRev(v.rev+1))
@@ -337,6 +392,15 @@ func (a *attempt) look(ctx context.Context, last *view, events *clientv3.WatchCh
 	}
 	if v.forced != nil && now.Before(a.forcedUntil) {
 		return nil, a.forcedUntil, nil
+	}
+	// Never admitted with under half a TTL of lease left: renew first.
+	if a.ls.left() < a.o.TTL/2 {
+		if err := a.ls.refresh(opCtx); err != nil || a.ls.left() < a.o.TTL/2 {
+			if a.ls.cause() != nil {
+				return nil, time.Time{}, errorf("key %s: %w", a.k.leader, errLeaseLost)
+			}
+			return nil, now.Add(retryRenew), nil
+		}
 	}
 	l, err := a.admit(opCtx, v, mine)
 	return l, time.Time{}, err
@@ -391,6 +455,8 @@ func (a *attempt) admit(ctx context.Context, v view, mine *mvccpb.KeyValue) (*Le
 		token: resp.Header.Revision, rec: rec, admittedAt: admitted, from: resp.Header.Revision + 1,
 	}
 	a.ls = nil // the leadership owns it now
+	a.heard.hear()
+	l.ls.lead() // from here its deadline is enforced
 	a.log.Info("runnerstate/etcd: admitted", "key", a.k.leader, "token", l.token, "lease", int64(l.ls.id))
 	return l, nil
 }

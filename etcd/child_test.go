@@ -41,6 +41,7 @@ type event struct {
 	Err   string `json:"err,omitempty"`
 	Msg   string `json:"msg,omitempty"`
 	N     int64  `json:"n,omitempty"`
+	At    int64  `json:"at,omitempty"` // lost: the leadership's last safe deadline, on mono's clock
 	OK    bool   `json:"ok,omitempty"`
 	Rev   int64  `json:"rev,omitempty"`
 }
@@ -59,6 +60,7 @@ type spec struct {
 	Witness   time.Duration `json:"witness,omitempty"` // fenced writes this often while leading
 	Linger    time.Duration `json:"linger,omitempty"`  // keep working this long after Lost
 	Dir       string        `json:"dir,omitempty"`
+	Checks    time.Duration `json:"checks,omitempty"` // call Valid this often while leading
 }
 
 const specEnv = "RUNNERSTATE_ETCD_SPEC"
@@ -163,6 +165,10 @@ func lead(ctx context.Context, cli *clientv3.Client, l *Leadership, s spec, rele
 		wg.Add(1)
 		go witness(cli, l, s, stop, &wg)
 	}
+	if s.Checks > 0 {
+		wg.Add(1)
+		go checks(l, s.Checks, stop, &wg)
+	}
 	restart := l.Restart()
 	for {
 		select {
@@ -180,7 +186,7 @@ func lead(ctx context.Context, cli *clientv3.Client, l *Leadership, s spec, rele
 				return
 			}
 		case <-l.Lost():
-			emit(event{Ev: "lost", Token: l.Token(), Why: l.Err().Error()})
+			emit(event{Ev: "lost", Token: l.Token(), Why: l.Err().Error(), At: deadlineMono(l)})
 			if s.Linger > 0 {
 				t := time.NewTimer(s.Linger)
 				select {
@@ -192,6 +198,37 @@ func lead(ctx context.Context, cli *clientv3.Client, l *Leadership, s spec, rele
 			return
 		}
 	}
+}
+
+// checks calls Valid every d while leading, as work that checks before each
+// action does, and reports the first false: N is when the last check that
+// answered true began, Rev when the first false one began (mono's clock).
+func checks(l *Leadership, d time.Duration, stop <-chan struct{}, wg *sync.WaitGroup) {
+	defer wg.Done()
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	var lastTrue int64
+	for {
+		began := mono()
+		if !l.Valid() {
+			emit(event{Ev: "invalid", Token: l.Token(), N: lastTrue, Rev: began})
+			return
+		}
+		lastTrue = began
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// deadlineMono is l's safe deadline now, converted to mono's clock.
+func deadlineMono(l *Leadership) int64 {
+	l.ls.mu.Lock()
+	d := l.ls.deadline
+	l.ls.mu.Unlock()
+	return d - (now() - mono())
 }
 
 // witness makes a fenced write every s.Witness, without looking at Lost (as

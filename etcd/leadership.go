@@ -82,18 +82,41 @@ func (l *Leadership) Lease() clientv3.LeaseID { return l.ls.id }
 
 // Lost is closed at the first of: this process's own safe deadline (the send
 // time of its last acknowledged keepalive + the granted TTL − SafetyMargin),
-// the leader key deleted or replaced, the lease gone, or Release. It is
-// decided here, on this process's monotonic clock, so it closes before etcd
-// could expire the lease and admit another leader, even when etcd cannot be
-// reached. A lost leadership never renews its lease again and revokes it.
+// the leader key deleted or replaced, the lease gone, or Release. The
+// deadline is decided on this process's own clock (one that counts a
+// suspend: CLOCK_BOOTTIME on Linux), so Lost closes at least SafetyMargin
+// before etcd could expire the lease and admit another leader, even when
+// etcd cannot be reached. A lost leadership never renews its lease again,
+// and does not revoke it either: the lease runs out by itself, so nobody is
+// admitted before it has, unless Release (the work has stopped) revokes it.
+//
+// A channel is closed by a goroutine, and after a pause (SIGSTOP, a GC, a
+// frozen VM) the work may run before that goroutine does: check Valid, not
+// Lost, before each action.
 func (l *Leadership) Lost() <-chan struct{} { return l.ls.lost }
 
-// Context is a context that ends with Lost: hand it to the work.
+// Valid reports whether this leadership still holds, decided at the call:
+// true only while this process's clock (one that counts a suspend) is
+// before the safe deadline and nothing has closed Lost. When it finds the
+// deadline passed it closes Lost itself, so Lost, Err and Context agree with
+// it from then on.
+//
+// Call it before each action of the leader's own, fenced or not (a file
+// written, a mail sent, a job started): a leader paused past its deadline
+// gets false from its first call after it resumes, however the goroutines
+// are scheduled. A pause between the check and the action cannot be
+// prevented by any check: that is what Fence, and Token in a store outside
+// etcd, are for.
+func (l *Leadership) Valid() bool { return l.ls.valid() }
+
+// Context is a context that ends with Lost: hand it to the work. Its Done
+// is closed by a goroutine, as Lost is: check Valid before each action.
 func (l *Leadership) Context() context.Context { return l.ls.ctx }
 
 // Err is why the leadership was lost (a Release included), or nil while it
-// holds.
+// holds; it agrees with Valid, decided at the call as Valid is.
 func (l *Leadership) Err() error {
+	l.ls.valid()
 	if why := l.ls.cause(); why != nil {
 		return errorf("key %s, token %d: %w", l.k.leader, l.token, why)
 	}
@@ -110,9 +133,13 @@ func (l *Leadership) Restart() <-chan string { return l.restart }
 // Publish replaces the leader's record on the leader key, fenced: PID and
 // Process are filled in with this process's identity, StartedAt with the
 // admission time when zero. With Options.Dir set it also publishes rec in
-// the directory's runner.json (runnerstate.Publish).
+// the directory's runner.json (runnerstate.Publish). It checks Valid first,
+// and again before each attempt: each is bounded by a fraction of
+// SafetyMargin and sent again at once (on the next member, through the
+// client's round robin) when it gets no answer, so one frozen member delays
+// it by one attempt only. ctx bounds the whole.
 //
-// Errors: an error wrapping runnerstate.ErrNotHolder once Lost is closed, or
+// Errors: an error wrapping runnerstate.ErrNotHolder once Valid is false, or
 // when the fence fails (another leader exists, or the key is gone); then
 // nothing is written, so it never overwrites another leader's record.
 // Otherwise etcd's error, wrapped, or the core's Publish error for Dir.
@@ -129,9 +156,22 @@ func (l *Leadership) Publish(ctx context.Context, rec runnerstate.Record) error 
 	if err != nil {
 		return errorf("key %s: publish: %w", l.k.leader, err)
 	}
-	resp, err := l.cli.Txn(ctx).If(l.Fence()).Then(
-		clientv3.OpPut(l.k.leader, string(data), clientv3.WithLease(l.ls.id)),
-	).Commit()
+	var resp *clientv3.TxnResponse
+	for {
+		if err := l.notHolder(); err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, l.ls.attempt)
+		resp, err = l.cli.Txn(actx).If(l.Fence()).Then(
+			clientv3.OpPut(l.k.leader, string(data), clientv3.WithLease(l.ls.id)),
+		).Commit()
+		cancel()
+		// Sending the same fenced put again is harmless: it is applied
+		// only while this leadership holds, and writes the same record.
+		if err == nil || ctx.Err() != nil || !transient(err) {
+			break
+		}
+	}
 	if err != nil {
 		return errorf("key %s: publish: %w", l.k.leader, err)
 	}
@@ -150,6 +190,7 @@ func (l *Leadership) Publish(ctx context.Context, rec runnerstate.Record) error 
 
 // notHolder is the ErrNotHolder error once lost, or nil.
 func (l *Leadership) notHolder() error {
+	l.ls.valid()
 	if why := l.ls.cause(); why != nil {
 		return fmt.Errorf("runnerstate/etcd: key %s, token %d: the leadership is lost (%v): %w", l.k.leader, l.token, why, runnerstate.ErrNotHolder)
 	}
@@ -158,30 +199,35 @@ func (l *Leadership) notHolder() error {
 
 // Release ends the leadership: Lost closes, the lease is revoked (which
 // deletes the leader key in the same step, never a later leader's, which is
-// on that leader's lease), then Dir's local lock is released. It returns
-// within about one TTL even when etcd cannot be reached (the lease then
-// expires by itself). Idempotent and safe for concurrent use; every
-// leadership must be released, or it renews its lease for as long as the
-// process lives and nobody else is admitted.
+// on that leader's lease), then Dir's local lock is released. Call it once
+// the leader's work has stopped (after a loss too: the README's pattern
+// ends the work through Context, then its deferred Release runs): the revoke
+// lets a successor in at once, where a loss alone leaves the lease to run
+// out. It returns within about one TTL even when etcd cannot be reached (the
+// lease then expires by itself). Idempotent and safe for concurrent use;
+// every leadership must be released, or it renews its lease for as long as
+// the process lives and nobody else is admitted.
 func (l *Leadership) Release() {
 	l.once.Do(func() {
 		l.ls.expire(errReleased)
 		<-l.cleaned
 		l.wg.Wait()
+		l.ls.revoke()
 		if l.local != nil {
 			l.local()
 		}
 	})
 }
 
-// cleanup waits for the loss, then revokes the lease, bounded by one TTL.
+// cleanup waits for the loss, says why, and stops the renewals. It does not
+// revoke: only Release, called once the work has stopped, does.
 func (l *Leadership) cleanup() {
 	defer close(l.cleaned)
 	<-l.ls.lost
 	if why := l.ls.cause(); why != errReleased {
 		l.log.Warn("runnerstate/etcd: leadership lost", "key", l.k.leader, "token", l.token, "why", why.Error())
 	}
-	l.ls.revoke()
+	l.ls.stop()
 }
 
 // watch follows the leader key and the restart request from the admission
