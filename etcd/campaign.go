@@ -452,7 +452,7 @@ func (a *attempt) admit(ctx context.Context, v view, mine *mvccpb.KeyValue) (*Le
 	}
 	l := &Leadership{
 		cli: a.cli, k: a.k, o: a.o, log: a.log, ls: a.ls,
-		token: resp.Header.Revision, rec: rec, admittedAt: admitted, from: resp.Header.Revision + 1,
+		token: resp.Header.Revision, rec: rec, admittedAt: admitted, from: resp.Header.Revision + 1, modRev: resp.Header.Revision,
 	}
 	a.ls = nil // the leadership owns it now
 	a.heard.hear()

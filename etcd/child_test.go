@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sys/unix"
@@ -61,7 +62,16 @@ type spec struct {
 	Linger    time.Duration `json:"linger,omitempty"`  // keep working this long after Lost
 	Dir       string        `json:"dir,omitempty"`
 	Checks    time.Duration `json:"checks,omitempty"` // call Valid this often while leading
+	TTL       time.Duration `json:"ttl,omitempty"`    // default testTTL
+	Careful   bool          `json:"careful,omitempty"` // witness: Valid before each write, each bounded by carefulTimeout
+	LocalLog  string        `json:"local_log,omitempty"` // witness: append each action to this file, unfenced
+	Publish   time.Duration `json:"publish,omitempty"`   // Publish this often while leading
 }
+
+// carefulTimeout bounds a careful witness write: as the package's docs tell
+// users to bound their own Txns, so that one stuck on a frozen member is
+// given up and the next goes to another.
+const carefulTimeout = 300 * time.Millisecond
 
 const specEnv = "RUNNERSTATE_ETCD_SPEC"
 
@@ -74,6 +84,8 @@ func runRole(role string) int {
 			return 2
 		}
 		return runner(s)
+	case "member":
+		return memberRole()
 	}
 	fmt.Fprintln(os.Stderr, "unknown role", role)
 	return 2
@@ -122,7 +134,11 @@ func runner(s spec) int {
 		}
 		cancel()
 	}()
-	o := Options{TTL: testTTL, Mode: s.Mode, Grace: s.Grace, KillAfter: s.KillAfter, NoForce: s.NoForce, Dir: s.Dir,
+	ttl := testTTL
+	if s.TTL > 0 {
+		ttl = s.TTL
+	}
+	o := Options{TTL: ttl, Mode: s.Mode, Grace: s.Grace, KillAfter: s.KillAfter, NoForce: s.NoForce, Dir: s.Dir,
 		Logger: slog.New(eventHandler{})}
 	for {
 		emit(event{Ev: "start"})
@@ -168,6 +184,10 @@ func lead(ctx context.Context, cli *clientv3.Client, l *Leadership, s spec, rele
 	if s.Checks > 0 {
 		wg.Add(1)
 		go checks(l, s.Checks, stop, &wg)
+	}
+	if s.Publish > 0 {
+		wg.Add(1)
+		go publishes(l, s.Publish, stop, &wg)
 	}
 	restart := l.Restart()
 	for {
@@ -223,6 +243,33 @@ func checks(l *Leadership, d time.Duration, stop <-chan struct{}, wg *sync.WaitG
 	}
 }
 
+// publishes calls Publish every d while leading and reports each answer:
+// Rev is when the call began.
+func publishes(l *Leadership, d time.Duration, stop <-chan struct{}, wg *sync.WaitGroup) {
+	defer wg.Done()
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		began := mono()
+		err := l.Publish(ctx, runnerstate.Record{})
+		cancel()
+		ev := event{Ev: "published", Token: l.Token(), Rev: began, OK: err == nil}
+		if err != nil {
+			ev.Err = err.Error()
+		}
+		emit(ev)
+		if errors.Is(err, runnerstate.ErrNotHolder) {
+			return
+		}
+	}
+}
+
 // deadlineMono is l's safe deadline now, converted to mono's clock.
 func deadlineMono(l *Leadership) int64 {
 	l.ls.mu.Lock()
@@ -240,18 +287,38 @@ func witness(cli *clientv3.Client, l *Leadership, s spec, stop <-chan struct{}, 
 	key := s.Key + "/witness"
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
+	var local *os.File
+	if s.LocalLog != "" {
+		var err error
+		if local, err = os.OpenFile(s.LocalLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err != nil {
+			emit(event{Ev: "error", Err: err.Error()})
+			return
+		}
+		defer func() { _ = local.Close() }()
+	}
 	for n := int64(1); ; n++ {
 		select {
 		case <-stop:
 			return
 		case <-tick.C:
 		}
+		sent := mono()
+		if s.Careful && !l.Valid() {
+			continue // the check before each action
+		}
+		if local != nil {
+			// The unfenced action: one append, in one write.
+			_, _ = fmt.Fprintf(local, "%d %d %d %d\n", os.Getpid(), l.Token(), n, sent)
+		}
 		inflight.Add(1)
 		go func(n int64) {
 			defer inflight.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			bound := wait
+			if s.Careful {
+				bound = carefulTimeout
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), bound)
 			defer cancel()
-			sent := mono()
 			resp, err := cli.Txn(ctx).If(l.Fence()).Then(clientv3.OpPut(key, strconv.FormatInt(l.Token(), 10)+" "+strconv.FormatInt(n, 10))).Commit()
 			ev := event{Ev: "write", Token: l.Token(), N: n, Rev: sent}
 			if err != nil {
@@ -281,7 +348,11 @@ type child struct {
 
 // startRunner starts a runner child for s; it is killed and reaped when the
 // test ends, whatever happened.
-func startRunner(t testing.TB, s spec) *child {
+func startRunner(t testing.TB, s spec) *child { return startRunnerTo(t, s, nil) }
+
+// startRunnerTo is startRunner that also sends the child's admitted, lost
+// and released events to sink (buffered by the caller, large enough).
+func startRunnerTo(t testing.TB, s spec, sink chan<- event) *child {
 	t.Helper()
 	data, err := json.Marshal(s)
 	require.NoError(t, err)
@@ -302,6 +373,9 @@ func startRunner(t testing.TB, s spec) *child {
 			var e event
 			if json.Unmarshal(sc.Bytes(), &e) != nil {
 				continue
+			}
+			if sink != nil && (e.Ev == "admitted" || e.Ev == "lost" || e.Ev == "released") {
+				sink <- e
 			}
 			c.mu.Lock()
 			c.events = append(c.events, e)

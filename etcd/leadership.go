@@ -31,6 +31,7 @@ type Leadership struct {
 
 	mu       sync.Mutex
 	rec      runnerstate.Record
+	modRev   int64 // the leader key's mod revision after this leadership's last write
 	reqMode  string // the latest request addressed to this leadership
 	reqRev   int64  // its mod revision
 	reqMoved chan struct{}
@@ -134,10 +135,12 @@ func (l *Leadership) Restart() <-chan string { return l.restart }
 // Process are filled in with this process's identity, StartedAt with the
 // admission time when zero. With Options.Dir set it also publishes rec in
 // the directory's runner.json (runnerstate.Publish). It checks Valid first,
-// and again before each attempt: each is bounded by a fraction of
-// SafetyMargin and sent again at once (on the next member, through the
-// client's round robin) when it gets no answer, so one frozen member delays
-// it by one attempt only. ctx bounds the whole.
+// and again before each attempt. Attempts are hedged: while none has
+// answered, another is sent every quarter of SafetyMargin (150 to 500 ms),
+// which the client's round robin puts on the next member, so one frozen
+// member delays it by about that much, not by all of ctx; an attempt that
+// arrives late never puts an older record over a newer one. ctx bounds the
+// whole.
 //
 // Errors: an error wrapping runnerstate.ErrNotHolder once Valid is false, or
 // when the fence fails (another leader exists, or the key is gone); then
@@ -156,29 +159,47 @@ func (l *Leadership) Publish(ctx context.Context, rec runnerstate.Record) error 
 	if err != nil {
 		return errorf("key %s: publish: %w", l.k.leader, err)
 	}
-	var resp *clientv3.TxnResponse
+	l.mu.Lock()
+	prev := l.modRev
+	l.mu.Unlock()
 	for {
+		// The put is fenced, and also conditional on the record this
+		// leadership last wrote: an attempt that arrives late (held by a
+		// frozen member) can never put an older record over a newer one.
+		// Attempts are hedged: one on a frozen member costs a fraction of
+		// the margin, not the call.
+		resp, err := hedge(ctx, l.ls.attempt, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+			if err := l.notHolder(); err != nil {
+				return nil, err
+			}
+			return l.cli.Txn(ctx).If(l.Fence(), clientv3.Compare(clientv3.ModRevision(l.k.leader), "=", prev)).Then(
+				clientv3.OpPut(l.k.leader, string(data), clientv3.WithLease(l.ls.id)),
+			).Else(clientv3.OpGet(l.k.leader)).Commit()
+		})
 		if err := l.notHolder(); err != nil {
 			return err
 		}
-		actx, cancel := context.WithTimeout(ctx, l.ls.attempt)
-		resp, err = l.cli.Txn(actx).If(l.Fence()).Then(
-			clientv3.OpPut(l.k.leader, string(data), clientv3.WithLease(l.ls.id)),
-		).Commit()
-		cancel()
-		// Sending the same fenced put again is harmless: it is applied
-		// only while this leadership holds, and writes the same record.
-		if err == nil || ctx.Err() != nil || !transient(err) {
+		if err != nil {
+			return errorf("key %s: publish: %w", l.k.leader, err)
+		}
+		if resp.Succeeded {
+			prev = resp.Header.Revision
 			break
 		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 || kvs[0].CreateRevision != l.token {
+			l.ls.expire(errKeyGone)
+			return l.notHolder()
+		}
+		prev = kvs[0].ModRevision
+		if string(kvs[0].Value) == string(data) {
+			break // an earlier attempt of this call put it
+		}
+		// Another Publish of this leadership's came between: go on top.
 	}
-	if err != nil {
-		return errorf("key %s: publish: %w", l.k.leader, err)
-	}
-	if !resp.Succeeded {
-		l.ls.expire(errKeyGone)
-		return l.notHolder()
-	}
+	l.mu.Lock()
+	l.modRev = max(l.modRev, prev)
+	l.mu.Unlock()
 	l.mu.Lock()
 	l.rec = rec
 	l.mu.Unlock()
