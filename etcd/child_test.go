@@ -61,9 +61,9 @@ type spec struct {
 	Witness   time.Duration `json:"witness,omitempty"` // fenced writes this often while leading
 	Linger    time.Duration `json:"linger,omitempty"`  // keep working this long after Lost
 	Dir       string        `json:"dir,omitempty"`
-	Checks    time.Duration `json:"checks,omitempty"` // call Valid this often while leading
-	TTL       time.Duration `json:"ttl,omitempty"`    // default testTTL
-	Careful   bool          `json:"careful,omitempty"` // witness: Valid before each write, each bounded by carefulTimeout
+	Checks    time.Duration `json:"checks,omitempty"`    // call Valid this often while leading
+	TTL       time.Duration `json:"ttl,omitempty"`       // default testTTL
+	Careful   bool          `json:"careful,omitempty"`   // witness: Valid before each write, each bounded by carefulTimeout
 	LocalLog  string        `json:"local_log,omitempty"` // witness: append each action to this file, unfenced
 	Publish   time.Duration `json:"publish,omitempty"`   // Publish this often while leading
 }
@@ -228,16 +228,19 @@ func checks(l *Leadership, d time.Duration, stop <-chan struct{}, wg *sync.WaitG
 	tick := time.NewTicker(d)
 	defer tick.Stop()
 	var lastTrue int64
-	for {
+	for stopped := false; ; {
 		began := mono()
 		if !l.Valid() {
 			emit(event{Ev: "invalid", Token: l.Token(), N: lastTrue, Rev: began})
 			return
 		}
 		lastTrue = began
-		select {
-		case <-stop:
+		if stopped {
 			return
+		}
+		select {
+		case <-stop: // one check more: the work may stop on Lost first
+			stopped = true
 		case <-tick.C:
 		}
 	}

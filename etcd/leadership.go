@@ -31,7 +31,7 @@ type Leadership struct {
 
 	mu       sync.Mutex
 	rec      runnerstate.Record
-	modRev   int64 // the leader key's mod revision after this leadership's last write
+	modRev   int64  // the leader key's mod revision after this leadership's last write
 	reqMode  string // the latest request addressed to this leadership
 	reqRev   int64  // its mod revision
 	reqMoved chan struct{}
