@@ -167,7 +167,9 @@ func checkVersion(ctx context.Context, cli *clientv3.Client, log *slog.Logger) {
 		return
 	}
 	for _, ep := range eps {
-		resp, err := cli.Status(ctx, ep)
+		sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond) // a frozen member must not hold the caller
+		resp, err := cli.Status(sctx, ep)
+		cancel()
 		if err != nil {
 			continue
 		}

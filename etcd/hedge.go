@@ -13,7 +13,8 @@ const hedgeInFlight = 3
 // answered (at most hedgeInFlight at once), and again at once when an
 // attempt fails with a transient error: the client's round robin puts each
 // new attempt on the next member, so one frozen member, which never
-// answers, delays the call by about `every`, not by its whole bound. The
+// answers, delays the call by about `every`, not by its whole bound. A
+// failure that comes at once is retried at once, then at the next period. The
 // first answer that is a success or a refusal is returned; the other
 // attempts are cancelled and waited for. call must be safe to repeat.
 func hedge[T any](ctx context.Context, every time.Duration, call func(context.Context) (T, error)) (T, error) {
@@ -41,6 +42,7 @@ func hedge[T any](ctx context.Context, every time.Duration, call func(context.Co
 	defer tick.Stop()
 	launch()
 	var last result
+	again := true // one relaunch at once after a failure, per period: never a busy loop
 	for {
 		select {
 		case r := <-results:
@@ -49,10 +51,12 @@ func hedge[T any](ctx context.Context, every time.Duration, call func(context.Co
 				return r.v, r.err
 			}
 			last = r
-			if inFlight == 0 {
+			if inFlight == 0 && again {
+				again = false
 				launch()
 			}
 		case <-tick.C:
+			again = true
 			if inFlight < hedgeInFlight {
 				launch()
 			}

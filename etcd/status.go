@@ -35,7 +35,7 @@ func Running(ctx context.Context, cli *clientv3.Client, key string) (Holder, boo
 	if err != nil {
 		return Holder{}, false, err
 	}
-	resp, err := cli.Get(ctx, k.leader)
+	resp, err := hedge(ctx, readHedge, func(ctx context.Context) (*clientv3.GetResponse, error) { return cli.Get(ctx, k.leader) })
 	if err != nil {
 		return Holder{}, false, callError(cli, key, "", err)
 	}

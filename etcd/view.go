@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/runnerstate/runnerstate"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -22,15 +23,23 @@ type view struct {
 
 // readView reads the key's state in one read-only Txn: one revision, one
 // round trip.
+// readHedge is how long a read waits for an answer before it is sent
+// again, to the next member.
+const readHedge = 300 * time.Millisecond
+
 func readView(ctx context.Context, cli *clientv3.Client, k keys) (view, error) {
 	byCreate := clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)
-	resp, err := cli.Txn(ctx).Then(
-		clientv3.OpGet(k.leader),
-		clientv3.OpGet(k.forced),
-		clientv3.OpGet(k.restart),
-		clientv3.OpGet(k.waiting, clientv3.WithPrefix(), byCreate),
-		clientv3.OpGet(k.standby, clientv3.WithPrefix(), byCreate),
-	).Commit()
+	// A read is safe to repeat: hedged, so that a frozen member delays it
+	// by readHedge, not by all of ctx.
+	resp, err := hedge(ctx, readHedge, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return cli.Txn(ctx).Then(
+			clientv3.OpGet(k.leader),
+			clientv3.OpGet(k.forced),
+			clientv3.OpGet(k.restart),
+			clientv3.OpGet(k.waiting, clientv3.WithPrefix(), byCreate),
+			clientv3.OpGet(k.standby, clientv3.WithPrefix(), byCreate),
+		).Commit()
+	})
 	if err != nil {
 		return view{}, err
 	}
