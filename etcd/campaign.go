@@ -199,8 +199,11 @@ func (a *attempt) noteSilence() {
 		a.warned = false
 	case !a.warned && (!ok && time.Since(a.start) >= a.quiet() || ok):
 		a.warned = true
-		a.log.Warn("runnerstate/etcd: no etcd member has answered for a while; still waiting, since etcd may come back",
-			"key", a.k.leader, "endpoints", strings.Join(a.cli.Endpoints(), ","), "for", a.quiet())
+		if !ok {
+			d = time.Since(a.start)
+		}
+		a.log.Warn("runnerstate/etcd: no etcd member has answered; still waiting, since etcd may come back: check the endpoints and that etcd runs there",
+			"key", a.k.leader, "endpoints", strings.Join(a.cli.Endpoints(), ","), "silent", d.Round(time.Millisecond), "answered_before", ok)
 	}
 }
 
