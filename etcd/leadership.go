@@ -135,12 +135,13 @@ func (l *Leadership) Restart() <-chan string { return l.restart }
 // Process are filled in with this process's identity, StartedAt with the
 // admission time when zero. With Options.Dir set it also publishes rec in
 // the directory's runner.json (runnerstate.Publish). It checks Valid first,
-// and again before each attempt. Attempts are hedged: while none has
-// answered, another is sent every quarter of SafetyMargin (150 to 500 ms),
-// which the client's round robin puts on the next member, so one frozen
-// member delays it by about that much, not by all of ctx; an attempt that
-// arrives late never puts an older record over a newer one. ctx bounds the
-// whole.
+// and again before each attempt. Attempts go through the package's own
+// connection to each member (dialled with the client's own settings; the
+// client is not changed), the member that answered first, and are hedged:
+// while none has answered, another is sent to the next member every quarter
+// of SafetyMargin (150 to 500 ms), so one frozen member delays it by about
+// that much, not by all of ctx; an attempt that arrives late never puts an
+// older record over a newer one. ctx bounds the whole.
 //
 // Errors: an error wrapping runnerstate.ErrNotHolder once Valid is false, or
 // when the fence fails (another leader exists, or the key is gone); then
@@ -168,11 +169,11 @@ func (l *Leadership) Publish(ctx context.Context, rec runnerstate.Record) error 
 		// frozen member) can never put an older record over a newer one.
 		// Attempts are hedged: one on a frozen member costs a fraction of
 		// the margin, not the call.
-		resp, err := hedge(ctx, l.ls.attempt, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		resp, err := hedgeOn(ctx, l.ls.pins, l.ls.attempt, func(ctx context.Context, p *pin) (*clientv3.TxnResponse, error) {
 			if err := l.notHolder(); err != nil {
 				return nil, err
 			}
-			return l.cli.Txn(ctx).If(l.Fence(), clientv3.Compare(clientv3.ModRevision(l.k.leader), "=", prev)).Then(
+			return p.kv.Txn(ctx).If(l.Fence(), clientv3.Compare(clientv3.ModRevision(l.k.leader), "=", prev)).Then(
 				clientv3.OpPut(l.k.leader, string(data), clientv3.WithLease(l.ls.id)),
 			).Else(clientv3.OpGet(l.k.leader)).Commit()
 		})

@@ -39,6 +39,8 @@ type lease struct {
 	margin  time.Duration
 	attempt time.Duration // bound of one keepalive
 	heard   *contact
+	pins    *members // the package's own connections, for keepalives and Publish
+	closed  sync.Once
 
 	ctx    context.Context // ends when lost or stopped
 	cancel context.CancelFunc
@@ -95,6 +97,7 @@ func grantLease(ctx context.Context, cli *clientv3.Client, ttl, margin time.Dura
 		margin:   margin,
 		attempt:  attemptTimeout(margin),
 		heard:    heard,
+		pins:     dialMembers(cli),
 		deadline: sent + int64(granted-margin),
 		granted:  granted,
 		moved:    make(chan struct{}, 1),
@@ -175,8 +178,8 @@ func (l *lease) keepDeadline() {
 
 // renew sends keepalives, a quarter of the safe window after the last
 // acknowledged one; each is bounded by attempt, and one that fails is sent
-// again at once: the client's round robin puts the new one on the next
-// member, so a frozen member costs one attempt, not the window.
+// again at once, to another member (see members), so a frozen member costs
+// one attempt, not the window.
 func (l *lease) renew() {
 	defer l.wg.Done()
 	t := time.NewTimer(l.interval())
@@ -217,8 +220,10 @@ func (l *lease) interval() time.Duration {
 func (l *lease) keepAlive(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), l.attempt)
 	defer cancel()
+	p := l.pins.order()[0]
 	sent := now()
-	resp, err := l.cli.KeepAliveOnce(ctx, l.id)
+	resp, err := p.lease.KeepAliveOnce(ctx, l.id)
+	l.pins.note(p, err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound))
 	if err != nil {
 		return err
 	}
@@ -291,6 +296,7 @@ func (l *lease) ttl() time.Duration {
 func (l *lease) stop() {
 	l.expire(errReleased)
 	l.wg.Wait()
+	l.closed.Do(l.pins.close)
 }
 
 // revoke stops the lease and revokes it, in attempts bounded together by one
