@@ -217,11 +217,9 @@ func TestClusterFaults(t *testing.T) {
 			}
 			faultEnd := mono()
 			c.waitHealthy()
-			drain()
-			kept := admissions[len(admissions)-1].e.Token == cur.e.Token
-			if _, gone := ended[cur.e.Token]; gone {
-				kept = false
-			}
+			before := cur.e.Token
+			cur = settle(mono())
+			kept := cur.e.Token == before
 			if !kept {
 				lostInMemberFault[fault]++
 			}
