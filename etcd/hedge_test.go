@@ -42,3 +42,40 @@ func TestHedgeRetriesTransientAndStopsAtRefusal(t *testing.T) {
 	assert.ErrorIs(t, err, refused)
 	assert.Equal(t, int32(2), calls.Load(), "a transient failure is retried at once, a refusal returned")
 }
+
+// TestMembersLeaveAFailedOneLast: a member that did not answer is tried
+// last until it answers again; the others keep the client's order.
+func TestMembersLeaveAFailedOneLast(t *testing.T) {
+	a, b, c := &pin{ep: "a"}, &pin{ep: "b"}, &pin{ep: "c"}
+	m := &members{all: []*pin{a, b, c}}
+	eps := func() (out []string) {
+		for _, p := range m.order() {
+			out = append(out, p.ep)
+		}
+		return out
+	}
+	assert.Equal(t, []string{"a", "b", "c"}, eps())
+	m.note(a, false)
+	assert.Equal(t, []string{"b", "c", "a"}, eps())
+	m.note(b, false)
+	assert.Equal(t, []string{"c", "a", "b"}, eps(), "the oldest failure before the newer")
+	m.note(a, true)
+	assert.Equal(t, []string{"a", "c", "b"}, eps(), "an answer brings it back")
+}
+
+// TestHedgeOnMovesToTheNextMember: an attempt stuck on one member is
+// followed by one on the next, and the stuck member is noted as failed.
+func TestHedgeOnMovesToTheNextMember(t *testing.T) {
+	stuck, ok := &pin{ep: "stuck"}, &pin{ep: "ok"}
+	m := &members{all: []*pin{stuck, ok}}
+	v, err := hedgeOn(ctxT(t), m, readHedge/30, func(ctx context.Context, p *pin) (string, error) {
+		if p == stuck {
+			<-ctx.Done()
+			return "", ctx.Err()
+		}
+		return p.ep, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "ok", v)
+	assert.Equal(t, "ok", m.order()[0].ep, "the member that did not answer in time goes last")
+}
