@@ -154,6 +154,17 @@ type attempt struct {
 
 	heard  contact // when etcd last answered this attempt
 	warned bool    // the silence was logged
+
+	// The leader last seen, and the earliest its lease could expire by
+	// etcd's own answer (TimeToLive), to tell a lease revoked before its
+	// time (an etcd older than 3.5.13, or a stale raft leader resumed from
+	// a pause) from one that ran out or was released.
+	seenToken  int64
+	seenLease  int64
+	seenExpiry time.Time // zero: not asked yet
+	probedAt   time.Time
+	earlyUntil time.Time // admission waits until then
+	released   int64     // the token the last K/released seen named
 }
 
 func newAttempt(cli *clientv3.Client, key string, o Options, takeover bool) (*attempt, error) {
@@ -330,6 +341,11 @@ func (a *attempt) wait(ctx context.Context) (*Leadership, error) {
 		case <-ctx.Done():
 		case <-a.ls.lost:
 		case wr, ok := <-events:
+			for _, ev := range wr.Events {
+				if string(ev.Kv.Key) == a.k.released && ev.Type == mvccpb.PUT {
+					a.released = releasedBy(ev.Kv) // seen before the deletion that follows it
+				}
+			}
 			if !ok || wr.Err() != nil {
 				events = nil // watched again after the next read
 				_ = pause(ctx, retryRenew)
@@ -383,12 +399,19 @@ func (a *attempt) look(ctx context.Context, last *view, events *clientv3.WatchCh
 		a.forcedRev = v.forced.ModRevision
 		a.forcedUntil = now.Add(max(time.Duration(f.TTL)*time.Second, a.o.TTL))
 	}
+	probe := a.notice(opCtx, v, now)
 	if v.leader != nil {
 		if !a.takeover {
-			return nil, time.Time{}, nil // a standby waits for the leader to go
+			return nil, probe, nil // a standby waits for the leader to go
 		}
 		wake, err := a.escalate(opCtx, v, now)
+		if probe.Before(wake) || wake.IsZero() {
+			wake = probe
+		}
 		return nil, wake, err
+	}
+	if now.Before(a.earlyUntil) {
+		return nil, a.earlyUntil, nil
 	}
 	if !a.takeover && (len(v.waiting) > 0 || v.standby[0] != mine) {
 		return nil, time.Time{}, nil // a starter, or an older standby, goes first
@@ -407,6 +430,52 @@ func (a *attempt) look(ctx context.Context, last *view, events *clientv3.WatchCh
 	}
 	l, err := a.admit(opCtx, v, mine)
 	return l, time.Time{}, err
+}
+
+// notice follows the leader v shows. While one leads, it asks etcd, every
+// quarter of a TTL, when that leader's lease can expire at the earliest.
+// When the key is gone before then, and not by Release (no K/released with
+// its token) nor by force (K/forced), etcd revoked a live lease: its leader
+// may not have stopped (its own deadline is ahead), so admission waits one
+// TTL from now, by which time that deadline has passed. It returns when
+// the next look is due for the next question (zero: none due).
+func (a *attempt) notice(ctx context.Context, v view, now time.Time) time.Time {
+	if v.release != nil {
+		a.released = releasedBy(v.release)
+	}
+	if v.leader == nil {
+		if a.seenToken != 0 && a.released != a.seenToken && v.forced == nil &&
+			!a.seenExpiry.IsZero() && now.Before(a.seenExpiry.Add(-retryRenew)) {
+			a.earlyUntil = now.Add(a.o.TTL)
+			a.log.Warn("runnerstate/etcd: the leader's lease was revoked before its time, by etcd itself (an etcd older than 3.5.13, or a stale raft leader resumed from a pause): waiting one TTL before admission, since that leader may still be at work",
+				"key", a.k.leader, "token", a.seenToken, "lease_expiry_in", a.seenExpiry.Sub(now).Round(time.Millisecond), "wait", a.o.TTL)
+		}
+		a.seenToken, a.seenExpiry = 0, time.Time{}
+		return time.Time{}
+	}
+	if v.leader.CreateRevision != a.seenToken {
+		a.seenToken, a.seenLease, a.seenExpiry, a.probedAt = v.leader.CreateRevision, v.leader.Lease, time.Time{}, time.Time{}
+		defer func() {
+			a.log.Debug("runnerstate/etcd: following the leader's lease", "key", a.k.leader, "token", a.seenToken,
+				"lease_expiry_in", a.seenExpiry.Sub(now).Round(time.Millisecond))
+		}()
+	}
+	every := a.o.TTL / 4
+	if now.Sub(a.probedAt) < every {
+		return a.probedAt.Add(every)
+	}
+	a.probedAt = now
+	pctx, cancel := context.WithTimeout(ctx, a.ls.attempt)
+	defer cancel()
+	resp, err := a.cli.TimeToLive(pctx, clientv3.LeaseID(a.seenLease))
+	if err == nil && resp.TTL > 0 {
+		// The answer is in whole seconds, rounded down, counted from when
+		// etcd read it, after now: a lower bound of the expiry.
+		if at := now.Add(time.Duration(resp.TTL) * time.Second); at.After(a.seenExpiry) {
+			a.seenExpiry = at
+		}
+	}
+	return now.Add(every)
 }
 
 // admit tries to create the leader key in one Txn that also checks, at the
@@ -438,6 +507,7 @@ func (a *attempt) admit(ctx context.Context, v view, mine *mvccpb.KeyValue) (*Le
 		clientv3.OpPut(a.k.leader, string(data), clientv3.WithLease(a.ls.id)),
 		clientv3.OpDelete(a.mark),
 		clientv3.OpDelete(a.k.restart),
+		clientv3.OpDelete(a.k.released),
 	}
 	if v.forced != nil {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(a.k.forced), "=", v.forced.ModRevision))

@@ -175,6 +175,7 @@ func lead(ctx context.Context, cli *clientv3.Client, l *Leadership, s spec, rele
 	defer func() {
 		close(stop)
 		wg.Wait()
+		emit(event{Ev: "releasing", Token: l.Token()}) // the work has stopped
 		l.Release()
 	}()
 	if s.Witness > 0 {

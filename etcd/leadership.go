@@ -234,10 +234,30 @@ func (l *Leadership) Release() {
 		l.ls.expire(errReleased)
 		<-l.cleaned
 		l.wg.Wait()
+		l.markReleased()
 		l.ls.revoke()
 		if l.local != nil {
 			l.local()
 		}
+	})
+}
+
+// markReleased deletes the leader key, fenced, and puts K/released with this
+// token, on this leadership's lease, in the same Txn (the revoke right after
+// removes it): the waiters, who see it, read the end as cooperative and
+// admit at once, where a key that vanishes before its lease's time makes
+// them wait a TTL (see attempt.notice). Bounded by one TTL; no answer
+// leaves the revoke, then the lease's expiry, to end it.
+func (l *Leadership) markReleased() {
+	ctx, cancel := context.WithTimeout(context.Background(), l.ls.ttl())
+	defer cancel()
+	data, _ := json.Marshal(struct {
+		Token int64 `json:"token"`
+	}{l.token})
+	_, _ = hedge(ctx, l.ls.attempt, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return l.cli.Txn(ctx).If(l.Fence()).Then(
+			clientv3.OpDelete(l.k.leader), clientv3.OpDelete(l.k.restart), clientv3.OpPut(l.k.released, string(data), clientv3.WithLease(l.ls.id)),
+		).Commit()
 	})
 }
 

@@ -120,21 +120,23 @@ func strength(mode string) int {
 //
 //	K                 the leader: its Record as JSON, on the leader's lease
 //	K/forced          a leader removed by force: the next admission waits its TTL
+//	K/released        the token of a leader that called Release: admit at once
 //	K/restart         the restart request for the leader, on the leader's lease
 //	K/standby/<lease> a Campaign waiter: its Identity, on its lease
 //	K/waiting/<lease> a Takeover starter: its Identity, on its lease
-type keys struct{ leader, forced, restart, standby, waiting, end string }
+type keys struct{ leader, forced, released, restart, standby, waiting, end string }
 
 func keysOf(key string) (keys, error) {
 	if key == "" || strings.HasSuffix(key, "/") {
 		return keys{}, errorf("key %q: want a non-empty key that does not end with a slash, such as /myapp/runner", key)
 	}
 	return keys{
-		leader:  key,
-		forced:  key + "/forced",
-		restart: key + "/restart",
-		standby: key + "/standby/",
-		waiting: key + "/waiting/",
-		end:     key + "0",
+		leader:   key,
+		forced:   key + "/forced",
+		released: key + "/released",
+		restart:  key + "/restart",
+		standby:  key + "/standby/",
+		waiting:  key + "/waiting/",
+		end:      key + "0",
 	}, nil
 }

@@ -51,8 +51,9 @@ func silentListener(t *testing.T) string {
 
 // records is a slog handler that keeps the messages.
 type records struct {
-	mu   sync.Mutex
-	msgs []string
+	mu      sync.Mutex
+	msgs    []string
+	changed chan struct{} // closed and replaced at each message
 }
 
 func (r *records) Enabled(context.Context, slog.Level) bool { return true }
@@ -60,7 +61,34 @@ func (r *records) Handle(_ context.Context, rec slog.Record) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.msgs = append(r.msgs, rec.Message)
+	if r.changed != nil {
+		close(r.changed)
+	}
+	r.changed = make(chan struct{})
 	return nil
+}
+
+// await waits, bounded by wait, for a message containing s.
+func (r *records) await(t *testing.T, s string) {
+	t.Helper()
+	timeout := time.NewTimer(wait)
+	defer timeout.Stop()
+	for {
+		r.mu.Lock()
+		if r.changed == nil {
+			r.changed = make(chan struct{})
+		}
+		changed, all := r.changed, strings.Join(r.msgs, "\n")
+		r.mu.Unlock()
+		if strings.Contains(all, s) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout.C:
+			t.Fatalf("no log message %q within %v: %s", s, wait, all)
+		}
+	}
 }
 func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
 func (r *records) WithGroup(string) slog.Handler      { return r }

@@ -16,6 +16,7 @@ type view struct {
 	rev     int64
 	leader  *mvccpb.KeyValue   // nil: no leader
 	forced  *mvccpb.KeyValue   // nil: no forced removal pending
+	release *mvccpb.KeyValue   // nil: no Release mark
 	restart *mvccpb.KeyValue   // nil: no request
 	waiting []*mvccpb.KeyValue // Takeover starters, oldest first
 	standby []*mvccpb.KeyValue // Campaign waiters, oldest first
@@ -38,6 +39,7 @@ func readView(ctx context.Context, cli *clientv3.Client, k keys) (view, error) {
 			clientv3.OpGet(k.restart),
 			clientv3.OpGet(k.waiting, clientv3.WithPrefix(), byCreate),
 			clientv3.OpGet(k.standby, clientv3.WithPrefix(), byCreate),
+			clientv3.OpGet(k.released),
 		).Commit()
 	})
 	if err != nil {
@@ -56,6 +58,7 @@ func readView(ctx context.Context, cli *clientv3.Client, k keys) (view, error) {
 		restart: first(2),
 		waiting: resp.Responses[3].GetResponseRange().Kvs,
 		standby: resp.Responses[4].GetResponseRange().Kvs,
+		release: first(5),
 	}, nil
 }
 
@@ -100,6 +103,18 @@ func pendingFor(kv *mvccpb.KeyValue, token int64) string {
 		return ""
 	}
 	return r.Mode
+}
+
+// releasedBy is the token K/released names, or 0.
+func releasedBy(kv *mvccpb.KeyValue) int64 {
+	if kv == nil {
+		return 0
+	}
+	var r struct {
+		Token int64 `json:"token"`
+	}
+	_ = json.Unmarshal(kv.Value, &r)
+	return r.Token
 }
 
 // forcedRemoval is the value of K/forced.
