@@ -219,9 +219,11 @@ func (l *Leadership) notHolder() error {
 	return nil
 }
 
-// Release ends the leadership: Lost closes, the lease is revoked (which
-// deletes the leader key in the same step, never a later leader's, which is
-// on that leader's lease), then Dir's local lock is released. Call it once
+// Release ends the leadership: Lost closes, the leader key is deleted,
+// fenced (never a later leader's), with a mark that says the end was a
+// Release, so the waiters admit the next at once; then the lease is revoked
+// (which removes the mark and the rest on it), then Dir's local lock is
+// released. Call it once
 // the leader's work has stopped (after a loss too: the README's pattern
 // ends the work through Context, then its deferred Release runs): the revoke
 // lets a successor in at once, where a loss alone leaves the lease to run
