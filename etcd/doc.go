@@ -53,7 +53,11 @@
 // The guarantee rests on etcd never revoking a lease early; servers older
 // than 3.5.13 can (a stale raft leader's lease revoke, upstream etcd issues
 // 12528 and 15247), and a warning is logged when the member that answers is
-// older.
+// older; 3.7.3 was seen to as well, when its raft leader was resumed from
+// SIGSTOP. As a guard, a waiter asks etcd when the leader's lease can expire
+// at the earliest, and when the key vanishes before then, not by Release nor
+// by force, it waits one TTL before admission, past the old leader's own
+// deadline.
 //
 // A store outside etcd uses the token: the leader sends Token() with every
 // write, and the store keeps the highest token it has seen and rejects any
@@ -79,6 +83,7 @@
 // Under a leader key K (such as /myapp/runner) the package uses K itself (the
 // leader's record, on its lease), K/restart (the request for the leader, on
 // the leader's lease), K/forced (a forced removal whose TTL has not yet been
-// waited), K/waiting/ and K/standby/ (the starters and standbys, each on its
+// waited), K/released (a Release, on the releasing leader's lease, for the
+// moment between the key's deletion and the revoke), K/waiting/ and K/standby/ (the starters and standbys, each on its
 // own lease). Nothing else under K is touched.
 package etcd
