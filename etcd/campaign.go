@@ -21,7 +21,10 @@ import (
 // after it died or lost etcd), no Takeover starter is waiting, and no older
 // standby is. Standbys are admitted in the order they came (Status's
 // Standby); a standby killed with -9 keeps its place until its lease
-// expires. A standby whose lease runs out while it waits (etcd unreachable
+// expires. When the leader's key vanishes before its lease could have
+// expired (etcd revoked it early: a stale raft leader), and not by Release
+// or by force, the next admission waits one TTL, past that leader's own
+// deadline, with a warning. A standby whose lease runs out while it waits (etcd unreachable
 // for a TTL) registers again, at the back.
 //
 // With o.Dir set, it first waits with runnerstate.Standby while a local
