@@ -259,6 +259,9 @@ func (a *attempt) register(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return a.ended(ctx, view{})
 		}
+		if errors.Is(err, errRegisterAgain) {
+			continue
+		}
 		if !transient(err) {
 			return errorf("key %s: register: %w", a.k.leader, err)
 		}
@@ -287,6 +290,10 @@ func (a *attempt) tryRegister(ctx context.Context, prefix, id string) error {
 	_, err := a.cli.Put(opCtx, a.mark, id, clientv3.WithLease(a.ls.id))
 	if err == nil {
 		a.heard.hear()
+	}
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		a.ls.expire(errLeaseGone) // gone since the grant: the next try grants again
+		return errRegisterAgain
 	}
 	return err
 }
@@ -385,6 +392,9 @@ func (a *attempt) look(ctx context.Context, last *view, events *clientv3.WatchCh
 		}
 	}
 	if mine == nil {
+		// The mark went with its lease (expired, or revoked by etcd):
+		// register again on a new one, keeping what this attempt saw.
+		a.ls.expire(errLeaseGone)
 		return nil, time.Time{}, errorf("key %s: %w", a.k.leader, errLeaseLost)
 	}
 	if a.takeover && marks[len(marks)-1] != mine {

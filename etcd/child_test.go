@@ -107,7 +107,12 @@ type eventHandler struct{}
 
 func (eventHandler) Enabled(context.Context, slog.Level) bool { return true }
 func (eventHandler) Handle(_ context.Context, r slog.Record) error {
-	emit(event{Ev: "log", Msg: r.Message})
+	msg := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		msg += " " + a.String()
+		return true
+	})
+	emit(event{Ev: "log", Msg: msg})
 	return nil
 }
 func (h eventHandler) WithAttrs([]slog.Attr) slog.Handler { return h }

@@ -37,6 +37,9 @@ const (
 // pause, for CI; RUNNERSTATE_ETCD_SOAK=N gives N faults, every third a
 // contender pause and the others each kind in turn.
 func clusterPlan(t testing.TB) []string {
+	if v := os.Getenv("RUNNERSTATE_ETCD_PLAN"); v != "" {
+		return strings.Split(v, ",") // faults by name, to replay one kind
+	}
 	n := 0
 	if v := os.Getenv("RUNNERSTATE_ETCD_SOAK"); v != "" {
 		var err error
@@ -303,6 +306,11 @@ func TestClusterFaults(t *testing.T) {
 				t.Logf("token %d: etcd removed a live leader (%s) and token %d was admitted %v after; its own deadline was %v later",
 					prev.e.Token, lost.Why, next.e.Token, time.Duration(next.e.Mono-lost.Mono), time.Duration(lost.At-next.e.Mono))
 				t.Errorf("etcd %s revoked a live leader's lease early (token %d), and the next was admitted without waiting a TTL", version, prev.e.Token)
+				for _, e := range next.c.all() {
+					if e.Ev == "log" && e.Mono > lost.Mono-int64(5*time.Second) && e.Mono < next.e.Mono+int64(time.Second) {
+						t.Logf("  successor %d at %v: %s", next.c.pid(), time.Duration(e.Mono-lost.Mono), e.Msg)
+					}
+				}
 				continue
 			}
 			t.Errorf("token %d admitted %v after token %d's loss (%s), under SafetyMargin %v", next.e.Token, gap, prev.e.Token, lost.Why, o.SafetyMargin)

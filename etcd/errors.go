@@ -79,7 +79,9 @@ var (
 	errDeadline  = errors.New("its own safe deadline passed (no keepalive was acknowledged in time)")
 	errLeaseGone = errors.New("its lease is gone (expired or revoked)")
 	errKeyGone   = errors.New("the leader key was deleted or replaced")
-	errLeaseLost = errors.New("this process's lease ran out while it waited (etcd unreachable for about a TTL)")
+	errLeaseLost = errors.New("this process's lease ran out while it waited (etcd unreachable for about a TTL, or etcd revoked it)")
+	// errRegisterAgain: the lease went between its grant and the mark.
+	errRegisterAgain = errors.New("the lease went before the mark was put")
 )
 
 // transient reports whether err is worth a retry: etcd or the network was

@@ -4,6 +4,7 @@ package etcd
 
 import (
 	"context"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -110,7 +111,7 @@ func TestForcedTakeoverTimeline(t *testing.T) {
 	lost := victim.next("lost")
 	assert.Contains(t, lost.Why, "deleted or replaced")
 	var forced event
-	for forced.Msg != "runnerstate/etcd: removed the leader by force" {
+	for !strings.HasPrefix(forced.Msg, "runnerstate/etcd: removed the leader by force") {
 		forced = starter.next("log")
 	}
 	admitted := starter.next("admitted")
