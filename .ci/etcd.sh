@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI for the cluster extension, etcd/, a module of its own (the root's
 # go vet ./... and go test ./... do not enter it). Run from the repository
-# root, on a machine with Go (1.26+) and the Go module proxy: gofmt, go vet,
+# root, on a machine with Go (1.26+) and the Go module proxy: etcd-server
+# (Debian's, for the three-member cluster tests) when missing, gofmt, go vet,
 # staticcheck, the benchmarks once, and the tests with the race detector,
 # whose summary it prints. ETCD_CROSS_VET=1 also vets for darwin and windows
 # (each compiles etcd's whole dependency graph again: minutes on a cold
@@ -12,6 +13,21 @@ cd "$(dirname "$0")/../etcd"
 STATICCHECK=honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 step() { printf '\n=== etcd: %s\n' "$*"; }
+
+# The cluster tests run real etcd members: Debian's etcd-server, installed
+# here when missing (idempotent; without apt-get they are skipped, saying so).
+step "etcd server binary for the cluster tests"
+if ! command -v etcd >/dev/null 2>&1; then
+	if command -v apt-get >/dev/null 2>&1; then
+		sudo=""
+		[ "$(id -u)" = 0 ] || sudo=sudo
+		export DEBIAN_FRONTEND=noninteractive
+		$sudo apt-get install -y etcd-server || { $sudo apt-get update && $sudo apt-get install -y etcd-server; }
+	else
+		echo "no etcd binary and no apt-get: TestClusterFaults will be skipped"
+	fi
+fi
+if command -v etcd >/dev/null 2>&1; then etcd --version | head -1; fi
 
 step "gofmt"
 unformatted=$(gofmt -l .)

@@ -62,7 +62,7 @@ func TestOptionsDefaultsAndRounding(t *testing.T) {
 	for _, tc := range []struct {
 		ttl, want, margin time.Duration
 	}{
-		{0, 5 * time.Second, time.Second},
+		{0, 10 * time.Second, 2 * time.Second},
 		{time.Second, 2 * time.Second, 400 * time.Millisecond},
 		{2500 * time.Millisecond, 3 * time.Second, 600 * time.Millisecond},
 		{10 * time.Second, 10 * time.Second, 2 * time.Second},

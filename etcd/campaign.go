@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/runnerstate/runnerstate"
@@ -20,7 +21,10 @@ import (
 // after it died or lost etcd), no Takeover starter is waiting, and no older
 // standby is. Standbys are admitted in the order they came (Status's
 // Standby); a standby killed with -9 keeps its place until its lease
-// expires. A standby whose lease runs out while it waits (etcd unreachable
+// expires. When the leader's key vanishes before its lease could have
+// expired (etcd revoked it early: a stale raft leader), and not by Release
+// or by force, the next admission waits one TTL, past that leader's own
+// deadline, with a warning. A standby whose lease runs out while it waits (etcd unreachable
 // for a TTL) registers again, at the back.
 //
 // With o.Dir set, it first waits with runnerstate.Standby while a local
@@ -30,11 +34,18 @@ import (
 // The leadership lasts until Release or Lost, whatever happens to ctx, which
 // bounds only the wait.
 //
+// While no etcd member answers it keeps waiting (etcd may come back), and
+// logs a warning after a few seconds (3 s, or half the safe window when
+// that is longer). The standby's lease is renewed while it waits, and it is
+// renewed once more before admission when under half a TTL is left.
+//
 // Errors: runnerstate.ErrBadMode (wrapped) for a bad o.Mode; an error for a
 // bad key or SafetyMargin; a *BusyError naming the leader, wrapping ctx's
 // error, when ctx ends first (or the core's *runnerstate.BusyError while
-// waiting for Dir); etcd's error, wrapped, when etcd refuses (not when it is
-// merely unreachable: that is retried until ctx ends).
+// waiting for Dir); when ctx ends and no member answered during those last
+// few seconds, an error wrapping ctx's error that names the endpoints and
+// says etcd could not be reached (not runnerstate.ErrBusy); etcd's error,
+// wrapped, when etcd refuses.
 func Campaign(ctx context.Context, cli *clientv3.Client, key string, o Options) (*Leadership, error) {
 	a, err := newAttempt(cli, key, o, false)
 	if err != nil {
@@ -66,10 +77,14 @@ func Campaign(ctx context.Context, cli *clientv3.Client, key string, o Options) 
 // lock is held until Release. When ctx ends first, the starter withdraws
 // its waiting mark, and its own restart request when no other starter waits.
 //
+// An unreachable etcd is waited for, and warned about, as Campaign does.
+//
 // Errors: runnerstate.ErrBadMode (wrapped) for a bad o.Mode; ErrSuperseded;
 // a *BusyError naming the leader, wrapping ctx's error, when ctx ends first;
-// an error when this starter's own lease runs out while it waits; the
-// core's errors for Dir; etcd's error, wrapped, when etcd refuses.
+// the unreachable error Campaign gives when no member answered during the
+// last few seconds; an error when this starter's own lease runs out while
+// it waits; the core's errors for Dir; etcd's error, wrapped, when etcd
+// refuses.
 func Takeover(ctx context.Context, cli *clientv3.Client, key string, o Options) (*Leadership, error) {
 	a, err := newAttempt(cli, key, o, true)
 	if err != nil {
@@ -139,6 +154,20 @@ type attempt struct {
 	asked       int64     // mod revision of the restart request this starter wrote, or 0
 	forcedRev   int64     // mod revision of the K/forced seen, or 0
 	forcedUntil time.Time // admission waits until then
+
+	heard  contact // when etcd last answered this attempt
+	warned bool    // the silence was logged
+
+	// The leader last seen, and the earliest its lease could expire by
+	// etcd's own answer (TimeToLive), to tell a lease revoked before its
+	// time (an etcd older than 3.5.13, or a stale raft leader resumed from
+	// a pause) from one that ran out or was released.
+	seenToken  int64
+	seenLease  int64
+	seenExpiry time.Time // zero: not asked yet
+	probedAt   time.Time
+	earlyUntil time.Time // admission waits until then
+	released   int64     // the token the last K/released seen named
 }
 
 func newAttempt(cli *clientv3.Client, key string, o Options, takeover bool) (*attempt, error) {
@@ -153,7 +182,43 @@ func newAttempt(cli *clientv3.Client, key string, o Options, takeover bool) (*at
 	if cli == nil {
 		return nil, errorf("key %s: nil client", key)
 	}
+	if o.TTL < DefaultTTL {
+		o.Logger.Warn("runnerstate/etcd: TTL under the default: an etcd leader election can outlast the leader's safe window and cost it its leadership (with etcd's default heartbeat of 100 ms and election timeout of 1000 ms an election takes 1 to 2 s, 2 to 4 s with a split vote)",
+			"key", key, "ttl", o.TTL, "default", DefaultTTL)
+	}
 	return &attempt{cli: cli, k: k, o: o, log: o.Logger, takeover: takeover, self: runnerstate.Self()}, nil
+}
+
+// quiet is how long without an answer from etcd makes it unreachable for
+// this attempt: a few seconds, and at least two keepalive intervals.
+func (a *attempt) quiet() time.Duration {
+	return max(unreachableAfter, (a.o.TTL-a.o.SafetyMargin)/2)
+}
+
+// ended is the error when ctx ended before admission: etcd unreachable when
+// no member answered during the last quiet, else a *BusyError naming the
+// leader last seen.
+func (a *attempt) ended(ctx context.Context, last view) error {
+	if d, ok := a.heard.silent(); !ok || d >= a.quiet() {
+		return unreachable(a.cli, a.k.leader, a.quiet(), ok, context.Cause(ctx))
+	}
+	return &BusyError{Key: a.k.leader, Holder: holderOf(last.leader), err: ctx.Err()}
+}
+
+// noteSilence logs, once per silence, that etcd has not answered for quiet.
+func (a *attempt) noteSilence() {
+	d, ok := a.heard.silent()
+	switch {
+	case ok && d < a.quiet():
+		a.warned = false
+	case !a.warned && (!ok && time.Since(a.start) >= a.quiet() || ok):
+		a.warned = true
+		if !ok {
+			d = time.Since(a.start)
+		}
+		a.log.Warn("runnerstate/etcd: no etcd member has answered; still waiting, since etcd may come back: check the endpoints and that etcd runs there",
+			"key", a.k.leader, "endpoints", strings.Join(a.cli.Endpoints(), ","), "silent", d.Round(time.Millisecond), "answered_before", ok)
+	}
 }
 
 // run registers and waits, registering again when a standby's lease runs
@@ -192,32 +257,44 @@ func (a *attempt) register(ctx context.Context) error {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return &BusyError{Key: a.k.leader, err: ctx.Err()}
+			return a.ended(ctx, view{})
+		}
+		if errors.Is(err, errRegisterAgain) {
+			continue
 		}
 		if !transient(err) {
 			return errorf("key %s: register: %w", a.k.leader, err)
 		}
+		a.noteSilence()
 		if err := pause(ctx, retryRenew); err != nil {
-			return &BusyError{Key: a.k.leader, err: err}
+			return a.ended(ctx, view{})
 		}
 	}
 }
 
 func (a *attempt) tryRegister(ctx context.Context, prefix, id string) error {
-	opCtx, cancel := context.WithTimeout(ctx, a.o.TTL)
+	opCtx, cancel := context.WithTimeout(ctx, a.quiet())
 	defer cancel()
 	if a.ls == nil || a.ls.cause() != nil {
 		if a.ls != nil {
 			a.ls.stop()
 		}
-		ls, err := grantLease(opCtx, a.cli, a.o.TTL, a.o.SafetyMargin)
+		ls, err := grantLease(opCtx, a.cli, a.o.TTL, a.o.SafetyMargin, &a.heard)
 		if err != nil {
 			return err
 		}
 		a.ls = ls
 		a.mark = fmt.Sprintf("%s%016x", prefix, int64(ls.id))
+		checkVersion(opCtx, a.cli, a.log)
 	}
 	_, err := a.cli.Put(opCtx, a.mark, id, clientv3.WithLease(a.ls.id))
+	if err == nil {
+		a.heard.hear()
+	}
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		a.ls.expire(errLeaseGone) // gone since the grant: the next try grants again
+		return errRegisterAgain
+	}
 	return err
 }
 
@@ -258,10 +335,11 @@ func (a *attempt) wait(ctx context.Context) (*Leadership, error) {
 		case l != nil:
 			return l, nil
 		case ctx.Err() != nil:
-			return nil, &BusyError{Key: a.k.leader, Holder: holderOf(last.leader), err: ctx.Err()}
+			return nil, a.ended(ctx, last)
 		case err != nil && !transient(err):
 			return nil, err
 		case err != nil:
+			a.noteSilence()
 			wake = time.Now().Add(retryRenew)
 		}
 		var due <-chan time.Time
@@ -273,6 +351,11 @@ func (a *attempt) wait(ctx context.Context) (*Leadership, error) {
 		case <-ctx.Done():
 		case <-a.ls.lost:
 		case wr, ok := <-events:
+			for _, ev := range wr.Events {
+				if string(ev.Kv.Key) == a.k.released && ev.Type == mvccpb.PUT {
+					a.released = releasedBy(ev.Kv) // seen before the deletion that follows it
+				}
+			}
 			if !ok || wr.Err() != nil {
 				events = nil // watched again after the next read
 				_ = pause(ctx, retryRenew)
@@ -287,12 +370,13 @@ func (a *attempt) wait(ctx context.Context) (*Leadership, error) {
 // leadership once admitted, or when to look again at the latest (zero: when
 // etcd says something changed).
 func (a *attempt) look(ctx context.Context, last *view, events *clientv3.WatchChan, wctx context.Context) (*Leadership, time.Time, error) {
-	opCtx, cancel := context.WithTimeout(ctx, a.o.TTL)
+	opCtx, cancel := context.WithTimeout(ctx, a.quiet())
 	defer cancel()
 	v, err := readView(opCtx, a.cli, a.k)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
+	a.heard.hear()
 	*last = v
 	if *events == nil {
 		*events = a.cli.Watch(wctx, a.k.leader, clientv3.WithRange(a.k.end), clientv3.WithRev(v.rev+1))
@@ -308,6 +392,9 @@ func (a *attempt) look(ctx context.Context, last *view, events *clientv3.WatchCh
 		}
 	}
 	if mine == nil {
+		// The mark went with its lease (expired, or revoked by etcd):
+		// register again on a new one, keeping what this attempt saw.
+		a.ls.expire(errLeaseGone)
 		return nil, time.Time{}, errorf("key %s: %w", a.k.leader, errLeaseLost)
 	}
 	if a.takeover && marks[len(marks)-1] != mine {
@@ -325,12 +412,19 @@ func (a *attempt) look(ctx context.Context, last *view, events *clientv3.WatchCh
 		a.forcedRev = v.forced.ModRevision
 		a.forcedUntil = now.Add(max(time.Duration(f.TTL)*time.Second, a.o.TTL))
 	}
+	probe := a.notice(opCtx, v, now)
 	if v.leader != nil {
 		if !a.takeover {
-			return nil, time.Time{}, nil // a standby waits for the leader to go
+			return nil, probe, nil // a standby waits for the leader to go
 		}
 		wake, err := a.escalate(opCtx, v, now)
+		if probe.Before(wake) || wake.IsZero() {
+			wake = probe
+		}
 		return nil, wake, err
+	}
+	if now.Before(a.earlyUntil) {
+		return nil, a.earlyUntil, nil
 	}
 	if !a.takeover && (len(v.waiting) > 0 || v.standby[0] != mine) {
 		return nil, time.Time{}, nil // a starter, or an older standby, goes first
@@ -338,8 +432,63 @@ func (a *attempt) look(ctx context.Context, last *view, events *clientv3.WatchCh
 	if v.forced != nil && now.Before(a.forcedUntil) {
 		return nil, a.forcedUntil, nil
 	}
+	// Never admitted with under half a TTL of lease left: renew first.
+	if a.ls.left() < a.o.TTL/2 {
+		if err := a.ls.refresh(opCtx); err != nil || a.ls.left() < a.o.TTL/2 {
+			if a.ls.cause() != nil {
+				return nil, time.Time{}, errorf("key %s: %w", a.k.leader, errLeaseLost)
+			}
+			return nil, now.Add(retryRenew), nil
+		}
+	}
 	l, err := a.admit(opCtx, v, mine)
 	return l, time.Time{}, err
+}
+
+// notice follows the leader v shows. While one leads, it asks etcd, every
+// quarter of a TTL, when that leader's lease can expire at the earliest.
+// When the key is gone before then, and not by Release (no K/released with
+// its token) nor by force (K/forced), etcd revoked a live lease: its leader
+// may not have stopped (its own deadline is ahead), so admission waits one
+// TTL from now, by which time that deadline has passed. It returns when
+// the next look is due for the next question (zero: none due).
+func (a *attempt) notice(ctx context.Context, v view, now time.Time) time.Time {
+	if v.release != nil {
+		a.released = releasedBy(v.release)
+	}
+	if v.leader == nil {
+		if a.seenToken != 0 && a.released != a.seenToken && v.forced == nil &&
+			!a.seenExpiry.IsZero() && now.Before(a.seenExpiry.Add(-retryRenew)) {
+			a.earlyUntil = now.Add(a.o.TTL)
+			a.log.Warn("runnerstate/etcd: the leader's lease was revoked before its time, by etcd itself (an etcd older than 3.5.13, or a stale raft leader resumed from a pause): waiting one TTL before admission, since that leader may still be at work",
+				"key", a.k.leader, "token", a.seenToken, "lease_expiry_in", a.seenExpiry.Sub(now).Round(time.Millisecond), "wait", a.o.TTL)
+		}
+		a.seenToken, a.seenExpiry = 0, time.Time{}
+		return time.Time{}
+	}
+	if v.leader.CreateRevision != a.seenToken {
+		a.seenToken, a.seenLease, a.seenExpiry, a.probedAt = v.leader.CreateRevision, v.leader.Lease, time.Time{}, time.Time{}
+		defer func() {
+			a.log.Debug("runnerstate/etcd: following the leader's lease", "key", a.k.leader, "token", a.seenToken,
+				"lease_expiry_in", a.seenExpiry.Sub(now).Round(time.Millisecond))
+		}()
+	}
+	every := a.o.TTL / 4
+	if now.Sub(a.probedAt) < every {
+		return a.probedAt.Add(every)
+	}
+	a.probedAt = now
+	pctx, cancel := context.WithTimeout(ctx, a.ls.attempt)
+	defer cancel()
+	resp, err := a.cli.TimeToLive(pctx, clientv3.LeaseID(a.seenLease))
+	if err == nil && resp.TTL > 0 {
+		// The answer is in whole seconds, rounded down, counted from when
+		// etcd read it, after now: a lower bound of the expiry.
+		if at := now.Add(time.Duration(resp.TTL) * time.Second); at.After(a.seenExpiry) {
+			a.seenExpiry = at
+		}
+	}
+	return now.Add(every)
 }
 
 // admit tries to create the leader key in one Txn that also checks, at the
@@ -371,6 +520,7 @@ func (a *attempt) admit(ctx context.Context, v view, mine *mvccpb.KeyValue) (*Le
 		clientv3.OpPut(a.k.leader, string(data), clientv3.WithLease(a.ls.id)),
 		clientv3.OpDelete(a.mark),
 		clientv3.OpDelete(a.k.restart),
+		clientv3.OpDelete(a.k.released),
 	}
 	if v.forced != nil {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(a.k.forced), "=", v.forced.ModRevision))
@@ -388,9 +538,11 @@ func (a *attempt) admit(ctx context.Context, v view, mine *mvccpb.KeyValue) (*Le
 	}
 	l := &Leadership{
 		cli: a.cli, k: a.k, o: a.o, log: a.log, ls: a.ls,
-		token: resp.Header.Revision, rec: rec, admittedAt: admitted, from: resp.Header.Revision + 1,
+		token: resp.Header.Revision, rec: rec, admittedAt: admitted, from: resp.Header.Revision + 1, modRev: resp.Header.Revision,
 	}
 	a.ls = nil // the leadership owns it now
+	a.heard.hear()
+	l.ls.lead() // from here its deadline is enforced
 	a.log.Info("runnerstate/etcd: admitted", "key", a.k.leader, "token", l.token, "lease", int64(l.ls.id))
 	return l, nil
 }

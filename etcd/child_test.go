@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sys/unix"
@@ -41,6 +42,7 @@ type event struct {
 	Err   string `json:"err,omitempty"`
 	Msg   string `json:"msg,omitempty"`
 	N     int64  `json:"n,omitempty"`
+	At    int64  `json:"at,omitempty"` // lost: the leadership's last safe deadline, on mono's clock
 	OK    bool   `json:"ok,omitempty"`
 	Rev   int64  `json:"rev,omitempty"`
 }
@@ -59,7 +61,17 @@ type spec struct {
 	Witness   time.Duration `json:"witness,omitempty"` // fenced writes this often while leading
 	Linger    time.Duration `json:"linger,omitempty"`  // keep working this long after Lost
 	Dir       string        `json:"dir,omitempty"`
+	Checks    time.Duration `json:"checks,omitempty"`    // call Valid this often while leading
+	TTL       time.Duration `json:"ttl,omitempty"`       // default testTTL
+	Careful   bool          `json:"careful,omitempty"`   // witness: Valid before each write, each bounded by carefulTimeout
+	LocalLog  string        `json:"local_log,omitempty"` // witness: append each action to this file, unfenced
+	Publish   time.Duration `json:"publish,omitempty"`   // Publish this often while leading
 }
+
+// carefulTimeout bounds a careful witness write: as the package's docs tell
+// users to bound their own Txns, so that one stuck on a frozen member is
+// given up and the next goes to another.
+const carefulTimeout = 300 * time.Millisecond
 
 const specEnv = "RUNNERSTATE_ETCD_SPEC"
 
@@ -72,6 +84,8 @@ func runRole(role string) int {
 			return 2
 		}
 		return runner(s)
+	case "member":
+		return memberRole()
 	}
 	fmt.Fprintln(os.Stderr, "unknown role", role)
 	return 2
@@ -93,7 +107,12 @@ type eventHandler struct{}
 
 func (eventHandler) Enabled(context.Context, slog.Level) bool { return true }
 func (eventHandler) Handle(_ context.Context, r slog.Record) error {
-	emit(event{Ev: "log", Msg: r.Message})
+	msg := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		msg += " " + a.String()
+		return true
+	})
+	emit(event{Ev: "log", Msg: msg})
 	return nil
 }
 func (h eventHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
@@ -120,7 +139,11 @@ func runner(s spec) int {
 		}
 		cancel()
 	}()
-	o := Options{TTL: testTTL, Mode: s.Mode, Grace: s.Grace, KillAfter: s.KillAfter, NoForce: s.NoForce, Dir: s.Dir,
+	ttl := testTTL
+	if s.TTL > 0 {
+		ttl = s.TTL
+	}
+	o := Options{TTL: ttl, Mode: s.Mode, Grace: s.Grace, KillAfter: s.KillAfter, NoForce: s.NoForce, Dir: s.Dir,
 		Logger: slog.New(eventHandler{})}
 	for {
 		emit(event{Ev: "start"})
@@ -157,11 +180,20 @@ func lead(ctx context.Context, cli *clientv3.Client, l *Leadership, s spec, rele
 	defer func() {
 		close(stop)
 		wg.Wait()
+		emit(event{Ev: "releasing", Token: l.Token()}) // the work has stopped
 		l.Release()
 	}()
 	if s.Witness > 0 {
 		wg.Add(1)
 		go witness(cli, l, s, stop, &wg)
+	}
+	if s.Checks > 0 {
+		wg.Add(1)
+		go checks(l, s.Checks, stop, &wg)
+	}
+	if s.Publish > 0 {
+		wg.Add(1)
+		go publishes(l, s.Publish, stop, &wg)
 	}
 	restart := l.Restart()
 	for {
@@ -180,7 +212,7 @@ func lead(ctx context.Context, cli *clientv3.Client, l *Leadership, s spec, rele
 				return
 			}
 		case <-l.Lost():
-			emit(event{Ev: "lost", Token: l.Token(), Why: l.Err().Error()})
+			emit(event{Ev: "lost", Token: l.Token(), Why: l.Err().Error(), At: deadlineMono(l)})
 			if s.Linger > 0 {
 				t := time.NewTimer(s.Linger)
 				select {
@@ -194,6 +226,67 @@ func lead(ctx context.Context, cli *clientv3.Client, l *Leadership, s spec, rele
 	}
 }
 
+// checks calls Valid every d while leading, as work that checks before each
+// action does, and reports the first false: N is when the last check that
+// answered true began, Rev when the first false one began (mono's clock).
+func checks(l *Leadership, d time.Duration, stop <-chan struct{}, wg *sync.WaitGroup) {
+	defer wg.Done()
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	var lastTrue int64
+	for stopped := false; ; {
+		began := mono()
+		if !l.Valid() {
+			emit(event{Ev: "invalid", Token: l.Token(), N: lastTrue, Rev: began})
+			return
+		}
+		lastTrue = began
+		if stopped {
+			return
+		}
+		select {
+		case <-stop: // one check more: the work may stop on Lost first
+			stopped = true
+		case <-tick.C:
+		}
+	}
+}
+
+// publishes calls Publish every d while leading and reports each answer:
+// Rev is when the call began.
+func publishes(l *Leadership, d time.Duration, stop <-chan struct{}, wg *sync.WaitGroup) {
+	defer wg.Done()
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		began := mono()
+		err := l.Publish(ctx, runnerstate.Record{})
+		cancel()
+		ev := event{Ev: "published", Token: l.Token(), Rev: began, OK: err == nil}
+		if err != nil {
+			ev.Err = err.Error()
+		}
+		emit(ev)
+		if errors.Is(err, runnerstate.ErrNotHolder) {
+			return
+		}
+	}
+}
+
+// deadlineMono is l's safe deadline now, converted to mono's clock.
+func deadlineMono(l *Leadership) int64 {
+	l.ls.mu.Lock()
+	d := l.ls.deadline
+	l.ls.mu.Unlock()
+	return d - (now() - mono())
+}
+
 // witness makes a fenced write every s.Witness, without looking at Lost (as
 // work that does not check does), and reports each answer: the witness log.
 func witness(cli *clientv3.Client, l *Leadership, s spec, stop <-chan struct{}, wg *sync.WaitGroup) {
@@ -203,18 +296,38 @@ func witness(cli *clientv3.Client, l *Leadership, s spec, stop <-chan struct{}, 
 	key := s.Key + "/witness"
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
+	var local *os.File
+	if s.LocalLog != "" {
+		var err error
+		if local, err = os.OpenFile(s.LocalLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err != nil {
+			emit(event{Ev: "error", Err: err.Error()})
+			return
+		}
+		defer func() { _ = local.Close() }()
+	}
 	for n := int64(1); ; n++ {
 		select {
 		case <-stop:
 			return
 		case <-tick.C:
 		}
+		sent := mono()
+		if s.Careful && !l.Valid() {
+			continue // the check before each action
+		}
+		if local != nil {
+			// The unfenced action: one append, in one write.
+			_, _ = fmt.Fprintf(local, "%d %d %d %d\n", os.Getpid(), l.Token(), n, sent)
+		}
 		inflight.Add(1)
 		go func(n int64) {
 			defer inflight.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			bound := wait
+			if s.Careful {
+				bound = carefulTimeout
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), bound)
 			defer cancel()
-			sent := mono()
 			resp, err := cli.Txn(ctx).If(l.Fence()).Then(clientv3.OpPut(key, strconv.FormatInt(l.Token(), 10)+" "+strconv.FormatInt(n, 10))).Commit()
 			ev := event{Ev: "write", Token: l.Token(), N: n, Rev: sent}
 			if err != nil {
@@ -244,7 +357,11 @@ type child struct {
 
 // startRunner starts a runner child for s; it is killed and reaped when the
 // test ends, whatever happened.
-func startRunner(t testing.TB, s spec) *child {
+func startRunner(t testing.TB, s spec) *child { return startRunnerTo(t, s, nil) }
+
+// startRunnerTo is startRunner that also sends the child's admitted, lost
+// and released events to sink (buffered by the caller, large enough).
+func startRunnerTo(t testing.TB, s spec, sink chan<- event) *child {
 	t.Helper()
 	data, err := json.Marshal(s)
 	require.NoError(t, err)
@@ -265,6 +382,9 @@ func startRunner(t testing.TB, s spec) *child {
 			var e event
 			if json.Unmarshal(sc.Bytes(), &e) != nil {
 				continue
+			}
+			if sink != nil && (e.Ev == "admitted" || e.Ev == "lost" || e.Ev == "released") {
+				sink <- e
 			}
 			c.mu.Lock()
 			c.events = append(c.events, e)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,9 +68,10 @@ func client(t testing.TB, addr string) *clientv3.Client {
 	return cli
 }
 
+// newClient connects to addr: one endpoint, or several separated by commas.
 func newClient(addr string) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{
-		Endpoints:   []string{addr},
+		Endpoints:   strings.Split(addr, ","),
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 	})

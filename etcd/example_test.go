@@ -124,3 +124,28 @@ func ExampleLeadership_Token() {
 	// new leader writes: <nil>
 	// old leader writes late: stale leader
 }
+
+// The leader checks Valid before each action of its own, fenced or not: it
+// is decided at the call, so a leader resumed after a pause past its
+// deadline gets false at once, even before Lost is closed. The work ends
+// through Context, then the deferred Release revokes the lease.
+func ExampleLeadership_Valid() {
+	cli, stop := exampleEtcd()
+	defer stop()
+	l, err := etcd.Campaign(context.Background(), cli, "/myapp/runner", etcd.Options{TTL: 2 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release()
+	for job := 1; job <= 3 && l.Context().Err() == nil; job++ {
+		if !l.Valid() {
+			fmt.Println("lost:", l.Err())
+			return
+		}
+		fmt.Println("job", job, "done") // the action: a file, a mail, a fenced write
+	}
+	// Output:
+	// job 1 done
+	// job 2 done
+	// job 3 done
+}

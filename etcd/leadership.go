@@ -31,6 +31,7 @@ type Leadership struct {
 
 	mu       sync.Mutex
 	rec      runnerstate.Record
+	modRev   int64  // the leader key's mod revision after this leadership's last write
 	reqMode  string // the latest request addressed to this leadership
 	reqRev   int64  // its mod revision
 	reqMoved chan struct{}
@@ -82,18 +83,41 @@ func (l *Leadership) Lease() clientv3.LeaseID { return l.ls.id }
 
 // Lost is closed at the first of: this process's own safe deadline (the send
 // time of its last acknowledged keepalive + the granted TTL − SafetyMargin),
-// the leader key deleted or replaced, the lease gone, or Release. It is
-// decided here, on this process's monotonic clock, so it closes before etcd
-// could expire the lease and admit another leader, even when etcd cannot be
-// reached. A lost leadership never renews its lease again and revokes it.
+// the leader key deleted or replaced, the lease gone, or Release. The
+// deadline is decided on this process's own clock (one that counts a
+// suspend: CLOCK_BOOTTIME on Linux), so Lost closes at least SafetyMargin
+// before etcd could expire the lease and admit another leader, even when
+// etcd cannot be reached. A lost leadership never renews its lease again,
+// and does not revoke it either: the lease runs out by itself, so nobody is
+// admitted before it has, unless Release (the work has stopped) revokes it.
+//
+// A channel is closed by a goroutine, and after a pause (SIGSTOP, a GC, a
+// frozen VM) the work may run before that goroutine does: check Valid, not
+// Lost, before each action.
 func (l *Leadership) Lost() <-chan struct{} { return l.ls.lost }
 
-// Context is a context that ends with Lost: hand it to the work.
+// Valid reports whether this leadership still holds, decided at the call:
+// true only while this process's clock (one that counts a suspend) is
+// before the safe deadline and nothing has closed Lost. When it finds the
+// deadline passed it closes Lost itself, so Lost, Err and Context agree with
+// it from then on.
+//
+// Call it before each action of the leader's own, fenced or not (a file
+// written, a mail sent, a job started): a leader paused past its deadline
+// gets false from its first call after it resumes, however the goroutines
+// are scheduled. A pause between the check and the action cannot be
+// prevented by any check: that is what Fence, and Token in a store outside
+// etcd, are for.
+func (l *Leadership) Valid() bool { return l.ls.valid() }
+
+// Context is a context that ends with Lost: hand it to the work. Its Done
+// is closed by a goroutine, as Lost is: check Valid before each action.
 func (l *Leadership) Context() context.Context { return l.ls.ctx }
 
 // Err is why the leadership was lost (a Release included), or nil while it
-// holds.
+// holds; it agrees with Valid, decided at the call as Valid is.
 func (l *Leadership) Err() error {
+	l.ls.valid()
 	if why := l.ls.cause(); why != nil {
 		return errorf("key %s, token %d: %w", l.k.leader, l.token, why)
 	}
@@ -110,9 +134,16 @@ func (l *Leadership) Restart() <-chan string { return l.restart }
 // Publish replaces the leader's record on the leader key, fenced: PID and
 // Process are filled in with this process's identity, StartedAt with the
 // admission time when zero. With Options.Dir set it also publishes rec in
-// the directory's runner.json (runnerstate.Publish).
+// the directory's runner.json (runnerstate.Publish). It checks Valid first,
+// and again before each attempt. Attempts go through the package's own
+// connection to each member (dialled with the client's own settings; the
+// client is not changed), the member that answered first, and are hedged:
+// while none has answered, another is sent to the next member every quarter
+// of SafetyMargin (150 to 500 ms), so one frozen member delays it by about
+// that much, not by all of ctx; an attempt that arrives late never puts an
+// older record over a newer one. ctx bounds the whole.
 //
-// Errors: an error wrapping runnerstate.ErrNotHolder once Lost is closed, or
+// Errors: an error wrapping runnerstate.ErrNotHolder once Valid is false, or
 // when the fence fails (another leader exists, or the key is gone); then
 // nothing is written, so it never overwrites another leader's record.
 // Otherwise etcd's error, wrapped, or the core's Publish error for Dir.
@@ -129,16 +160,47 @@ func (l *Leadership) Publish(ctx context.Context, rec runnerstate.Record) error 
 	if err != nil {
 		return errorf("key %s: publish: %w", l.k.leader, err)
 	}
-	resp, err := l.cli.Txn(ctx).If(l.Fence()).Then(
-		clientv3.OpPut(l.k.leader, string(data), clientv3.WithLease(l.ls.id)),
-	).Commit()
-	if err != nil {
-		return errorf("key %s: publish: %w", l.k.leader, err)
+	l.mu.Lock()
+	prev := l.modRev
+	l.mu.Unlock()
+	for {
+		// The put is fenced, and also conditional on the record this
+		// leadership last wrote: an attempt that arrives late (held by a
+		// frozen member) can never put an older record over a newer one.
+		// Attempts are hedged: one on a frozen member costs a fraction of
+		// the margin, not the call.
+		resp, err := hedgeOn(ctx, l.ls.pins, l.ls.attempt, func(ctx context.Context, p *pin) (*clientv3.TxnResponse, error) {
+			if err := l.notHolder(); err != nil {
+				return nil, err
+			}
+			return p.kv.Txn(ctx).If(l.Fence(), clientv3.Compare(clientv3.ModRevision(l.k.leader), "=", prev)).Then(
+				clientv3.OpPut(l.k.leader, string(data), clientv3.WithLease(l.ls.id)),
+			).Else(clientv3.OpGet(l.k.leader)).Commit()
+		})
+		if err := l.notHolder(); err != nil {
+			return err
+		}
+		if err != nil {
+			return errorf("key %s: publish: %w", l.k.leader, err)
+		}
+		if resp.Succeeded {
+			prev = resp.Header.Revision
+			break
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 || kvs[0].CreateRevision != l.token {
+			l.ls.expire(errKeyGone)
+			return l.notHolder()
+		}
+		prev = kvs[0].ModRevision
+		if string(kvs[0].Value) == string(data) {
+			break // an earlier attempt of this call put it
+		}
+		// Another Publish of this leadership's came between: go on top.
 	}
-	if !resp.Succeeded {
-		l.ls.expire(errKeyGone)
-		return l.notHolder()
-	}
+	l.mu.Lock()
+	l.modRev = max(l.modRev, prev)
+	l.mu.Unlock()
 	l.mu.Lock()
 	l.rec = rec
 	l.mu.Unlock()
@@ -150,38 +212,66 @@ func (l *Leadership) Publish(ctx context.Context, rec runnerstate.Record) error 
 
 // notHolder is the ErrNotHolder error once lost, or nil.
 func (l *Leadership) notHolder() error {
+	l.ls.valid()
 	if why := l.ls.cause(); why != nil {
 		return fmt.Errorf("runnerstate/etcd: key %s, token %d: the leadership is lost (%v): %w", l.k.leader, l.token, why, runnerstate.ErrNotHolder)
 	}
 	return nil
 }
 
-// Release ends the leadership: Lost closes, the lease is revoked (which
-// deletes the leader key in the same step, never a later leader's, which is
-// on that leader's lease), then Dir's local lock is released. It returns
-// within about one TTL even when etcd cannot be reached (the lease then
-// expires by itself). Idempotent and safe for concurrent use; every
-// leadership must be released, or it renews its lease for as long as the
-// process lives and nobody else is admitted.
+// Release ends the leadership: Lost closes, the leader key is deleted,
+// fenced (never a later leader's), with a mark that says the end was a
+// Release, so the waiters admit the next at once; then the lease is revoked
+// (which removes the mark and the rest on it), then Dir's local lock is
+// released. Call it once
+// the leader's work has stopped (after a loss too: the README's pattern
+// ends the work through Context, then its deferred Release runs): the revoke
+// lets a successor in at once, where a loss alone leaves the lease to run
+// out. It returns within about one TTL even when etcd cannot be reached (the
+// lease then expires by itself). Idempotent and safe for concurrent use;
+// every leadership must be released, or it renews its lease for as long as
+// the process lives and nobody else is admitted.
 func (l *Leadership) Release() {
 	l.once.Do(func() {
 		l.ls.expire(errReleased)
 		<-l.cleaned
 		l.wg.Wait()
+		l.markReleased()
+		l.ls.revoke()
 		if l.local != nil {
 			l.local()
 		}
 	})
 }
 
-// cleanup waits for the loss, then revokes the lease, bounded by one TTL.
+// markReleased deletes the leader key, fenced, and puts K/released with this
+// token, on this leadership's lease, in the same Txn (the revoke right after
+// removes it): the waiters, who see it, read the end as cooperative and
+// admit at once, where a key that vanishes before its lease's time makes
+// them wait a TTL (see attempt.notice). Bounded by one TTL; no answer
+// leaves the revoke, then the lease's expiry, to end it.
+func (l *Leadership) markReleased() {
+	ctx, cancel := context.WithTimeout(context.Background(), l.ls.ttl())
+	defer cancel()
+	data, _ := json.Marshal(struct {
+		Token int64 `json:"token"`
+	}{l.token})
+	_, _ = hedge(ctx, l.ls.attempt, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return l.cli.Txn(ctx).If(l.Fence()).Then(
+			clientv3.OpDelete(l.k.leader), clientv3.OpDelete(l.k.restart), clientv3.OpPut(l.k.released, string(data), clientv3.WithLease(l.ls.id)),
+		).Commit()
+	})
+}
+
+// cleanup waits for the loss, says why, and stops the renewals. It does not
+// revoke: only Release, called once the work has stopped, does.
 func (l *Leadership) cleanup() {
 	defer close(l.cleaned)
 	<-l.ls.lost
 	if why := l.ls.cause(); why != errReleased {
 		l.log.Warn("runnerstate/etcd: leadership lost", "key", l.k.leader, "token", l.token, "why", why.Error())
 	}
-	l.ls.revoke()
+	l.ls.stop()
 }
 
 // watch follows the leader key and the restart request from the admission

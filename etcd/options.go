@@ -14,8 +14,17 @@ import (
 // monotonic clock; none is ever compared with a time another host wrote.
 type Options struct {
 	// TTL is the lease's time to live, in whole seconds, at least 2 s
-	// (default 5 s): a TTL under 2 s or not in whole seconds is rounded up.
+	// (default 10 s): a TTL under 2 s or not in whole seconds is rounded up.
 	// A leader that dies is replaced after about one TTL.
+	//
+	// The default outlasts an etcd leader election with etcd's default
+	// settings (heartbeat 100 ms, election timeout 1000 ms: an election
+	// takes 1 to 2 s, 2 to 4 s with a split vote, during which no keepalive
+	// is acknowledged): the leader renews every quarter of its safe window
+	// (TTL − SafetyMargin, 8 s by default), so at least 6 s are left when
+	// an election starts. A smaller TTL is allowed (tests, a single-member
+	// etcd, an etcd with a shorter election timeout); Campaign and Takeover
+	// then log one warning naming the risk.
 	TTL time.Duration
 	// SafetyMargin is how long before its lease can expire the leader counts
 	// itself lost (default max(TTL/5, 300 ms)). It must be under half the TTL.
@@ -52,7 +61,7 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultTTL       = 5 * time.Second
+	DefaultTTL       = 10 * time.Second
 	DefaultGrace     = runnerstate.DefaultGrace
 	DefaultKillAfter = runnerstate.DefaultKillAfter
 	minTTL           = 2 * time.Second
@@ -111,21 +120,23 @@ func strength(mode string) int {
 //
 //	K                 the leader: its Record as JSON, on the leader's lease
 //	K/forced          a leader removed by force: the next admission waits its TTL
+//	K/released        the token of a leader that called Release: admit at once
 //	K/restart         the restart request for the leader, on the leader's lease
 //	K/standby/<lease> a Campaign waiter: its Identity, on its lease
 //	K/waiting/<lease> a Takeover starter: its Identity, on its lease
-type keys struct{ leader, forced, restart, standby, waiting, end string }
+type keys struct{ leader, forced, released, restart, standby, waiting, end string }
 
 func keysOf(key string) (keys, error) {
 	if key == "" || strings.HasSuffix(key, "/") {
 		return keys{}, errorf("key %q: want a non-empty key that does not end with a slash, such as /myapp/runner", key)
 	}
 	return keys{
-		leader:  key,
-		forced:  key + "/forced",
-		restart: key + "/restart",
-		standby: key + "/standby/",
-		waiting: key + "/waiting/",
-		end:     key + "0",
+		leader:   key,
+		forced:   key + "/forced",
+		released: key + "/released",
+		restart:  key + "/restart",
+		standby:  key + "/standby/",
+		waiting:  key + "/waiting/",
+		end:      key + "0",
 	}, nil
 }

@@ -4,6 +4,8 @@ package etcd
 
 import (
 	"context"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,11 +47,11 @@ func TestCooperativeHandoff(t *testing.T) {
 	start := b.next("start")
 	asked := a.next("restart")
 	assert.Equal(t, runnerstate.RestartNow, asked.Mode, "the default mode is now")
-	released := a.next("released")
+	releasing := a.next("releasing")
 	second := b.next("admitted")
 	assert.Greater(t, second.Token, first.Token)
-	assert.Less(t, asked.Mono, released.Mono)
-	assert.Less(t, released.Mono, second.Mono, "the old leader let go before the new one was admitted")
+	assert.Less(t, asked.Mono, releasing.Mono)
+	assert.Less(t, releasing.Mono, second.Mono, "the old leader's work stopped before the new one was admitted")
 	t.Logf("cooperative handoff (starter start to admitted, processes): %v", time.Duration(second.Mono-start.Mono))
 	b.stop()
 }
@@ -109,7 +111,7 @@ func TestForcedTakeoverTimeline(t *testing.T) {
 	lost := victim.next("lost")
 	assert.Contains(t, lost.Why, "deleted or replaced")
 	var forced event
-	for forced.Msg != "runnerstate/etcd: removed the leader by force" {
+	for !strings.HasPrefix(forced.Msg, "runnerstate/etcd: removed the leader by force") {
 		forced = starter.next("log")
 	}
 	admitted := starter.next("admitted")
@@ -176,4 +178,35 @@ func waitStatus(t testing.TB, cli *clientv3.Client, key string, ok func(Report) 
 		case <-changes:
 		}
 	}
+}
+
+// TestValidFalseAfterPause stops a leader past its safe deadline (until a
+// standby is admitted, which etcd allows only once the leader's lease has
+// run out) and resumes it: no Valid call of the leader's that began after
+// the resume may answer true, whichever goroutine runs first. Valid decides
+// at the call, not a timer goroutine.
+func TestValidFalseAfterPause(t *testing.T) {
+	s := startEtcd(t)
+	cli := client(t, s.addr)
+	a := startRunner(t, spec{Endpoint: s.addr, Key: "/pause", How: "campaign", Checks: time.Millisecond})
+	first := a.next("admitted")
+	b := startRunner(t, spec{Endpoint: s.addr, Key: "/pause", How: "campaign"})
+	waitStatus(t, cli, "/pause", func(r Report) bool { return len(r.Standby) == 1 })
+
+	o, err := Options{TTL: testTTL}.resolve()
+	require.NoError(t, err)
+	a.signal(syscall.SIGSTOP)
+	second := b.next("admitted")
+	resumed := mono()
+	a.signal(syscall.SIGCONT)
+	inv := a.find(func(e event) bool { return e.Ev == "invalid" })
+	lost := a.find(func(e event) bool { return e.Ev == "lost" })
+	assert.Equal(t, first.Token, inv.Token)
+	assert.Less(t, inv.N, resumed, "a Valid call that began after the resume answered true")
+	assert.Greater(t, inv.Rev, resumed, "the first false Valid came after the resume")
+	assert.GreaterOrEqual(t, time.Duration(second.Mono-lost.At), o.SafetyMargin, "the paused leader's deadline passed SafetyMargin before the successor's admission")
+	t.Logf("paused leader: deadline %v before the successor's admission; first Valid after the resume (false) %v after SIGCONT",
+		time.Duration(second.Mono-lost.At), time.Duration(inv.Rev-resumed))
+	a.stop()
+	b.stop()
 }

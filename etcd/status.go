@@ -27,15 +27,17 @@ type Holder struct {
 // Running reports key's leader: the Holder and true while one holds it, the
 // zero Holder and false when none does. It is one read and changes nothing.
 //
-// Errors: an error for a bad key; etcd's error, wrapped, naming the key.
+// Errors: an error for a bad key; when no member answered before ctx ended,
+// an error naming the endpoints that says etcd could not be reached (not
+// runnerstate.ErrBusy); etcd's error, wrapped, naming the key.
 func Running(ctx context.Context, cli *clientv3.Client, key string) (Holder, bool, error) {
 	k, err := keysOf(key)
 	if err != nil {
 		return Holder{}, false, err
 	}
-	resp, err := cli.Get(ctx, k.leader)
+	resp, err := hedge(ctx, readHedge, func(ctx context.Context) (*clientv3.GetResponse, error) { return cli.Get(ctx, k.leader) })
 	if err != nil {
-		return Holder{}, false, errorf("key %s: %w", key, err)
+		return Holder{}, false, callError(cli, key, "", err)
 	}
 	if len(resp.Kvs) == 0 {
 		return Holder{}, false, nil
@@ -61,7 +63,7 @@ type Report struct {
 // listed until that lease expires, at most a TTL) and the Campaign standbys.
 // It changes nothing.
 //
-// Errors: an error for a bad key; etcd's error, wrapped, naming the key.
+// Errors: as Running's.
 func Status(ctx context.Context, cli *clientv3.Client, key string) (Report, error) {
 	k, err := keysOf(key)
 	if err != nil {
@@ -69,7 +71,7 @@ func Status(ctx context.Context, cli *clientv3.Client, key string) (Report, erro
 	}
 	v, err := readView(ctx, cli, k)
 	if err != nil {
-		return Report{}, errorf("key %s: status: %w", key, err)
+		return Report{}, callError(cli, key, "status: ", err)
 	}
 	r := Report{
 		Key:      key,
@@ -158,7 +160,7 @@ func Observe(ctx context.Context, cli *clientv3.Client, key string) <-chan Holde
 // "now"; "now" upgrades "drain"). It does not wait for the leader to act.
 //
 // Errors: runnerstate.ErrBadMode (wrapped) for any other mode; an error for a
-// bad key; etcd's error, wrapped, naming the key.
+// bad key; otherwise as Running's.
 func RequestRestart(ctx context.Context, cli *clientv3.Client, key, mode string) error {
 	if strength(mode) == 0 {
 		return fmt.Errorf("%w, not %q", runnerstate.ErrBadMode, mode)
@@ -171,7 +173,7 @@ func RequestRestart(ctx context.Context, cli *clientv3.Client, key, mode string)
 	for {
 		v, err := readView(ctx, cli, k)
 		if err != nil {
-			return errorf("key %s: restart: %w", key, err)
+			return callError(cli, key, "restart: ", err)
 		}
 		if v.leader == nil || strength(pendingFor(v.restart, v.leader.CreateRevision)) >= strength(mode) {
 			return nil
@@ -179,7 +181,7 @@ func RequestRestart(ctx context.Context, cli *clientv3.Client, key, mode string)
 		data, _ := json.Marshal(restartRequest{Mode: mode, RequestedAt: time.Now().UTC().Format(time.RFC3339Nano), By: self, For: v.leader.CreateRevision})
 		resp, err := putRequest(ctx, cli, k, v, string(data))
 		if err != nil {
-			return errorf("key %s: restart: %w", key, err)
+			return callError(cli, key, "restart: ", err)
 		}
 		if resp.Succeeded {
 			return nil

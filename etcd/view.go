@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/runnerstate/runnerstate"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -15,6 +16,7 @@ type view struct {
 	rev     int64
 	leader  *mvccpb.KeyValue   // nil: no leader
 	forced  *mvccpb.KeyValue   // nil: no forced removal pending
+	release *mvccpb.KeyValue   // nil: no Release mark
 	restart *mvccpb.KeyValue   // nil: no request
 	waiting []*mvccpb.KeyValue // Takeover starters, oldest first
 	standby []*mvccpb.KeyValue // Campaign waiters, oldest first
@@ -22,15 +24,24 @@ type view struct {
 
 // readView reads the key's state in one read-only Txn: one revision, one
 // round trip.
+// readHedge is how long a read waits for an answer before it is sent
+// again, to the next member.
+const readHedge = 300 * time.Millisecond
+
 func readView(ctx context.Context, cli *clientv3.Client, k keys) (view, error) {
 	byCreate := clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)
-	resp, err := cli.Txn(ctx).Then(
-		clientv3.OpGet(k.leader),
-		clientv3.OpGet(k.forced),
-		clientv3.OpGet(k.restart),
-		clientv3.OpGet(k.waiting, clientv3.WithPrefix(), byCreate),
-		clientv3.OpGet(k.standby, clientv3.WithPrefix(), byCreate),
-	).Commit()
+	// A read is safe to repeat: hedged, so that a frozen member delays it
+	// by readHedge, not by all of ctx.
+	resp, err := hedge(ctx, readHedge, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return cli.Txn(ctx).Then(
+			clientv3.OpGet(k.leader),
+			clientv3.OpGet(k.forced),
+			clientv3.OpGet(k.restart),
+			clientv3.OpGet(k.waiting, clientv3.WithPrefix(), byCreate),
+			clientv3.OpGet(k.standby, clientv3.WithPrefix(), byCreate),
+			clientv3.OpGet(k.released),
+		).Commit()
+	})
 	if err != nil {
 		return view{}, err
 	}
@@ -47,6 +58,7 @@ func readView(ctx context.Context, cli *clientv3.Client, k keys) (view, error) {
 		restart: first(2),
 		waiting: resp.Responses[3].GetResponseRange().Kvs,
 		standby: resp.Responses[4].GetResponseRange().Kvs,
+		release: first(5),
 	}, nil
 }
 
@@ -91,6 +103,18 @@ func pendingFor(kv *mvccpb.KeyValue, token int64) string {
 		return ""
 	}
 	return r.Mode
+}
+
+// releasedBy is the token K/released names, or 0.
+func releasedBy(kv *mvccpb.KeyValue) int64 {
+	if kv == nil {
+		return 0
+	}
+	var r struct {
+		Token int64 `json:"token"`
+	}
+	_ = json.Unmarshal(kv.Value, &r)
+	return r.Token
 }
 
 // forcedRemoval is the value of K/forced.

@@ -112,10 +112,18 @@ func waitZombie(t testing.TB, pid int) {
 	fd, err := unix.PidfdOpen(pid, 0)
 	require.NoError(t, err)
 	defer unix.Close(fd)
+	// The leader of a thread group shows 'Z' as soon as its own thread has
+	// exited, while the group's other threads may still be exiting; the
+	// pidfd turns readable only once the whole group has (the kernel's
+	// thread_group_exited). Wait for both: a zombie the pidfd reports.
 	deadline := time.Now().Add(10 * time.Second)
-	for procState(t, pid) != 'Z' {
+	for {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, _ := unix.Poll(fds, 100)
+		if n == 1 && fds[0].Revents&unix.POLLIN != 0 && procState(t, pid) == 'Z' {
+			return
+		}
 		require.True(t, time.Now().Before(deadline), "pid %d did not become a zombie", pid)
-		_, _ = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 100)
 	}
 }
 

@@ -15,9 +15,13 @@
 // that does not serve etcd exits instead, since the copy taking the
 // directory over waits for the previous one's exit. Stop a copy with
 // Ctrl-C. Only loopback addresses are accepted: this demo talks to this
-// machine only. Exit codes: 0 done; 1 error; 2 usage; 75 (runnerstate.ExitBusy)
-// superseded by a newer starter, or a wait that timed out; status exits 0
-// when a leader holds the key and 3 when none does (as runnerctl status).
+// machine only. The exit codes are in the usage text (cluster --help).
+//
+// The embedded etcd keeps its data in --etcd-dir (by default a directory
+// of its own per --listen address under the user's cache directory), so
+// fencing tokens keep increasing across restarts of the serving copy; with
+// --listen on port 0 the address changes each time, and the data goes in a
+// temporary directory removed at exit.
 package main
 
 import (
@@ -32,8 +36,10 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -46,9 +52,24 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// Ctrl-C (SIGINT) and SIGTERM stop every command; the exit code then
+	// says which, 128 + the signal's number, as the runner example's does.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	var got atomic.Value
+	go func() {
+		if sig, ok := <-sigs; ok {
+			got.Store(sig)
+			cancel()
+		}
+	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
+	signal.Stop(sigs)
+	if sig, ok := got.Load().(syscall.Signal); ok {
+		code = 128 + int(sig) // 130 for SIGINT, 143 for SIGTERM
+	}
+	cancel()
 	os.Exit(code)
 }
 
@@ -56,13 +77,33 @@ const usage = `usage: cluster [command] [flags]
 
 commands:
   (none)                 run a runner: with no --endpoints, serve an embedded etcd on --listen too
-  status [--json]        show who leads and who waits (exit 0: a leader; 3: none)
+  status [--json]        show who leads and who waits
   restart --drain|--now  ask the leader to restart
   watch                  print every change of leader
+  help                   this text (also --help after any command)
 
-flags of every command: --endpoints HOST:PORT[,...] (loopback only), --key KEY
-run flags: --listen, --serve-etcd, --standby, --name, --ttl, --grace, --kill-after, --job, --dir
+exit codes:
+  every command          0 done; 1 an error (etcd could not be reached, or refused);
+                         2 bad usage; 130 stopped by Ctrl-C (SIGINT), 143 by SIGTERM
+  (none)                 75 busy: the local --dir is held by a runner that could not be taken over
+  status                 0 a leader holds the key; 3 none does (as runnerctl status)
 `
+
+// printUsage writes the usage text and every flag of each command, with
+// its default.
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, usage)
+	for _, cmd := range []string{"", "status", "restart", "watch"} {
+		fs, _ := flags(cmd)
+		name := "run (no command)"
+		if cmd != "" {
+			name = cmd
+		}
+		fmt.Fprintf(w, "\nflags of %s:\n", name)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+	}
+}
 
 // defaultListen is where the embedded etcd serves, and where the other
 // commands look by default.
@@ -73,49 +114,69 @@ type Meta struct {
 	Name string `json:"name"`
 }
 
+// cmdFlags are the values of one command's flags.
+type cmdFlags struct {
+	endpoints, key     *string
+	r                  runOpts
+	asJSON, drain, now *bool
+}
+
+// flags is the flag set of cmd; false for an unknown command.
+func flags(cmd string) (*flag.FlagSet, *cmdFlags) {
+	fs := flag.NewFlagSet("cluster "+cmd, flag.ContinueOnError)
+	f := &cmdFlags{}
+	f.endpoints = fs.String("endpoints", "", "etcd client endpoints, comma-separated, loopback only (default: serve an embedded etcd to run; "+defaultListen+" for the other commands)")
+	f.key = fs.String("key", "/runnerstate/demo", "the leader key")
+	r := &f.r
+	switch cmd {
+	case "":
+		fs.StringVar(&r.listen, "listen", defaultListen, "where the embedded etcd serves clients (loopback)")
+		fs.StringVar(&r.etcdDir, "etcd-dir", "", "the embedded etcd's data directory, kept across restarts so that tokens keep increasing (default: one per --listen address under the user's cache directory; a temporary one, removed at exit, with port 0)")
+		fs.BoolVar(&r.serveOnly, "serve-etcd", false, "only serve the embedded etcd; run no runner")
+		fs.BoolVar(&r.standby, "standby", false, "campaign as a standby instead of taking over")
+		fs.StringVar(&r.name, "name", "", "this machine's name in the record (default host-pid)")
+		fs.DurationVar(&r.ttl, "ttl", rsetcd.DefaultTTL, "lease TTL: a dead leader is replaced after about this long (under the default the package warns: an etcd election of a multi-member cluster could outlast it)")
+		fs.DurationVar(&r.grace, "grace", rsetcd.DefaultGrace, "takeover: how long the leader has to step down before the request becomes \"now\"")
+		fs.DurationVar(&r.killAfter, "kill-after", rsetcd.DefaultKillAfter, "takeover: then how long before the leader is removed by force")
+		fs.DurationVar(&r.job, "job", time.Second, "how often the runner does a job")
+		fs.StringVar(&r.dir, "dir", "", "a local runner directory to hold too (optional); a copy that steps down for a restart request then exits, unless it serves etcd")
+	case "status":
+		f.asJSON = fs.Bool("json", false, "print the report as JSON")
+	case "restart":
+		f.drain = fs.Bool("drain", false, "finish the job at hand, then step down")
+		f.now = fs.Bool("now", false, "step down at once")
+	case "watch":
+	default:
+		return nil, nil
+	}
+	return fs, f
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := ""
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
 	if cmd == "help" {
-		fmt.Fprint(stdout, usage)
+		printUsage(stdout)
 		return 0
 	}
-	fs := flag.NewFlagSet("cluster "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
-	endpoints := fs.String("endpoints", "", "etcd client endpoints, comma-separated (default: serve an embedded etcd to run; "+defaultListen+" for the other commands)")
-	key := fs.String("key", "/runnerstate/demo", "the leader key")
-	var r runOpts
-	var asJSON, drain, now *bool
-	switch cmd {
-	case "":
-		fs.StringVar(&r.listen, "listen", defaultListen, "where the embedded etcd serves clients (loopback)")
-		fs.BoolVar(&r.serveOnly, "serve-etcd", false, "only serve the embedded etcd; run no runner")
-		fs.BoolVar(&r.standby, "standby", false, "campaign as a standby instead of taking over")
-		fs.StringVar(&r.name, "name", "", "this machine's name in the record (default host-pid)")
-		fs.DurationVar(&r.ttl, "ttl", 3*time.Second, "lease TTL: a dead leader is replaced after about this long")
-		fs.DurationVar(&r.grace, "grace", 5*time.Second, "takeover: how long the leader has to step down before the request becomes \"now\"")
-		fs.DurationVar(&r.killAfter, "kill-after", 5*time.Second, "takeover: then how long before the leader is removed by force")
-		fs.DurationVar(&r.job, "job", time.Second, "how often the runner does a job")
-		fs.StringVar(&r.dir, "dir", "", "a local runner directory to hold too (optional); a copy that steps down for a restart request then exits, unless it serves etcd")
-	case "status":
-		asJSON = fs.Bool("json", false, "print the report as JSON")
-	case "restart":
-		drain = fs.Bool("drain", false, "finish the job at hand, then step down")
-		now = fs.Bool("now", false, "step down at once")
-	case "watch":
-	default:
+	fs, f := flags(cmd)
+	if fs == nil {
 		fmt.Fprintf(stderr, "cluster: unknown command %q\n\n%s", cmd, usage)
 		return 2
 	}
+	fs.SetOutput(stderr)
+	fs.Usage = func() {} // --help prints the whole text below; a bad flag, a hint
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stdout)
 			return 0
 		}
+		fmt.Fprintln(stderr, "cluster: see cluster --help")
 		return 2
 	}
+	endpoints, key, r, asJSON, drain, now := f.endpoints, f.key, f.r, f.asJSON, f.drain, f.now
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "cluster: unexpected argument %q\n", fs.Arg(0))
 		return 2
@@ -154,10 +215,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if *drain {
 			mode = runnerstate.RestartDrain
 		}
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 		if err := rsetcd.RequestRestart(rctx, cli, *key, mode); err != nil {
-			fmt.Fprintln(stderr, "cluster:", err)
+			fail(stderr, err)
 			return 1
 		}
 		fmt.Fprintf(stdout, "asked the leader of %s to restart (%s)\n", *key, mode)
@@ -167,6 +228,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout, describe(h))
 		}
 		return 0
+	}
+}
+
+// callTimeout bounds status and restart.
+const callTimeout = 5 * time.Second
+
+// fail prints err, with the demo's advice when etcd could not be reached.
+func fail(stderr io.Writer, err error) {
+	fmt.Fprintln(stderr, "cluster:", err)
+	if strings.Contains(err.Error(), "etcd could not be reached") {
+		fmt.Fprintf(stderr, "cluster: is the demo's etcd running? Start one with: cluster --serve-etcd (it serves on %s), or pass --endpoints of a running one\n", defaultListen)
 	}
 }
 
@@ -204,6 +276,7 @@ func connect(eps []string) (*clientv3.Client, error) {
 
 type runOpts struct {
 	key, listen, name, dir string
+	etcdDir                string
 	endpoints              []string
 	serveOnly, standby     bool
 	ttl, grace, killAfter  time.Duration
@@ -219,7 +292,7 @@ func (r runOpts) run(ctx context.Context, stdout, stderr io.Writer) int {
 	out.prefix = "cluster[" + r.name + "]: "
 	serving := len(r.endpoints) == 0 // this copy serves the embedded etcd
 	if serving {
-		addr, stop, err := serveEtcd(r.listen)
+		addr, stop, err := serveEtcd(r.listen, r.etcdDir)
 		if err != nil {
 			fmt.Fprintln(stderr, "cluster:", err)
 			return 1
@@ -266,8 +339,11 @@ func (r runOpts) run(ctx context.Context, stdout, stderr io.Writer) int {
 			out.say("a newer copy is taking over; standing by instead")
 			standby = true
 			continue
-		case err != nil:
+		case errors.Is(err, runnerstate.ErrBusy):
 			fmt.Fprintln(stderr, "cluster:", err)
+			return runnerstate.ExitBusy
+		case err != nil:
+			fail(stderr, err)
 			return 1
 		}
 		out.say("leader of %s (fencing token %d)", r.key, l.Token())
@@ -341,12 +417,33 @@ func work(ctx context.Context, cli *clientv3.Client, l *rsetcd.Leadership, r run
 	}
 }
 
-// serveEtcd starts a one-member etcd on listen, its data in a temporary
-// directory removed when it stops.
-func serveEtcd(listen string) (addr string, stop func(), err error) {
-	dir, err := os.MkdirTemp("", "runnerstate-cluster-etcd-")
-	if err != nil {
-		return "", nil, err
+// serveEtcd starts a one-member etcd on listen, its data in dir: by
+// default one per listen address under the user's cache directory, kept
+// across restarts (fencing tokens keep increasing); a temporary one removed
+// when it stops with port 0, whose address changes each time.
+func serveEtcd(listen, dir string) (addr string, stop func(), err error) {
+	temporary := false
+	if dir == "" {
+		_, port, _ := net.SplitHostPort(listen)
+		base, cerr := os.UserCacheDir()
+		if port == "0" || cerr != nil {
+			if dir, err = os.MkdirTemp("", "runnerstate-cluster-etcd-"); err != nil {
+				return "", nil, err
+			}
+			temporary = true
+		} else {
+			dir = filepath.Join(base, "runnerstate", "cluster-etcd", strings.NewReplacer(":", "_", "/", "_").Replace(listen))
+		}
+	}
+	if !temporary {
+		if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+			return "", nil, fmt.Errorf("the embedded etcd's data directory %s: %w (pass another with --etcd-dir)", dir, err)
+		}
+	}
+	cleanup := func() {
+		if temporary {
+			_ = os.RemoveAll(dir)
+		}
 	}
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
@@ -359,14 +456,14 @@ func serveEtcd(listen string) (addr string, stop func(), err error) {
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		_ = os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("serve etcd on %s: %w (is another copy serving it? join it with --endpoints %s)", listen, err, listen)
+		cleanup()
+		return "", nil, fmt.Errorf("serve etcd on %s, data in %s: %w (is another copy serving it? join it with --endpoints %s)", listen, dir, err, listen)
 	}
 	var once sync.Once
 	stop = func() {
 		once.Do(func() { // embed.Etcd.Close panics when called twice
 			e.Close()
-			_ = os.RemoveAll(dir)
+			cleanup()
 		})
 	}
 	select {
@@ -380,11 +477,11 @@ func serveEtcd(listen string) (addr string, stop func(), err error) {
 
 // status prints the key's report, as a table or as JSON.
 func status(ctx context.Context, cli *clientv3.Client, key string, asJSON bool, stdout, stderr io.Writer) int {
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	rep, err := rsetcd.Status(sctx, cli, key)
 	if err != nil {
-		fmt.Fprintln(stderr, "cluster:", err)
+		fail(stderr, err)
 		return 1
 	}
 	code := 0 // the LSB status codes, as runnerctl status: 0 a leader, 3 none

@@ -7,8 +7,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -109,12 +112,21 @@ func (d *demo) expect(s string, from *int) string {
 	}
 }
 
-// stop interrupts the copy as Ctrl-C does and checks it exits 0.
+// stop interrupts the copy as Ctrl-C does and checks it exits 130.
 func (d *demo) stop() {
 	d.t.Helper()
-	require.NoError(d.t, d.cmd.Process.Signal(syscall.SIGINT))
+	d.stopWith(syscall.SIGINT, 130)
+}
+
+// stopWith sends sig and checks the exit code.
+func (d *demo) stopWith(sig syscall.Signal, code int) {
+	d.t.Helper()
+	require.NoError(d.t, d.cmd.Process.Signal(sig))
 	<-d.done
-	assert.NoError(d.t, d.cmd.Wait())
+	err := d.cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(d.t, err, &ee, "exit code %d expected", code)
+	assert.Equal(d.t, code, ee.ExitCode())
 }
 
 func runCmd(args ...string) (int, string, string) {
@@ -220,4 +232,57 @@ func TestDemoRefusesWhatIsNotLoopback(t *testing.T) {
 	assert.Equal(t, 2, code, "restart needs --drain or --now")
 	code, _, _ = runCmd("bogus")
 	assert.Equal(t, 2, code)
+}
+
+// TestDemoKeepsEtcdDataAcrossRestarts restarts the copy that serves etcd on
+// the same address and data dir: the next leadership's token is higher, as
+// the docs promise; SIGTERM exits 143.
+func TestDemoKeepsEtcdDataAcrossRestarts(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	listen := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	dir := filepath.Join(t.TempDir(), "etcd")
+	token := func(d *demo) int64 {
+		i := 0
+		line := d.expect("(fencing token ", &i)
+		n, err := strconv.ParseInt(strings.TrimSuffix(line[strings.LastIndex(line, " ")+1:], ")"), 10, 64)
+		require.NoError(t, err, line)
+		return n
+	}
+	a := startDemo(t, "--listen", listen, "--etcd-dir", dir, "--ttl", "2s")
+	first := token(a)
+	a.stopWith(syscall.SIGTERM, 143)
+	b := startDemo(t, "--listen", listen, "--etcd-dir", dir, "--ttl", "2s")
+	second := token(b)
+	assert.Greater(t, second, first, "tokens keep increasing across a restart of the serving copy")
+	b.stop()
+}
+
+// TestDemoHelp: every flag with its default, the TTL the package's, and
+// the exit codes.
+func TestDemoHelp(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"status", "--help"}} {
+		code, out, _ := runCmd(args...)
+		assert.Equal(t, 0, code, "%v", args)
+		for _, want := range []string{"exit codes", "130", "143", "75", "status", "-ttl duration", "(default " + rsetcd.DefaultTTL.String() + ")",
+			"-grace", "-kill-after", "-job", "-dir", "-etcd-dir", "-listen", "-endpoints", "-json", "-drain", "-now"} {
+			assert.Contains(t, out, want, "%v", args)
+		}
+	}
+}
+
+// TestDemoUnreachableEndpoint: status and restart against an endpoint with
+// no etcd name it, say etcd could not be reached, give advice, and exit 1.
+func TestDemoUnreachableEndpoint(t *testing.T) {
+	for _, args := range [][]string{{"status"}, {"restart", "--now"}} {
+		t.Run(args[0], func(t *testing.T) {
+			t.Parallel()
+			code, _, errOut := runCmd(append(args, "--endpoints", "127.0.0.1:1")...)
+			assert.Equal(t, 1, code)
+			assert.Contains(t, errOut, "127.0.0.1:1")
+			assert.Contains(t, errOut, "etcd could not be reached")
+			assert.Contains(t, errOut, "--serve-etcd")
+		})
+	}
 }

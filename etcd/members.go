@@ -1,0 +1,176 @@
+package etcd
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+)
+
+// members are the package's own connections for its own requests
+// (keepalives, Publish): one per endpoint of the user's client, dialled
+// with that client's own settings (Client.Dial: its TLS, its auth, its dial
+// options), so each request can go to the member that answers. The user's
+// client is never reconfigured, and its own requests are not affected.
+//
+// A member that did not answer in time is tried last until it answers
+// again: after one failed attempt, a frozen member is left alone, where the
+// user's client's round robin keeps sending it every third request.
+type members struct {
+	mu  sync.Mutex
+	all []*pin
+}
+
+// pin is one endpoint's connection and its record.
+type pin struct {
+	ep       string
+	conn     *grpc.ClientConn // nil: the user's client itself (no endpoint could be dialled)
+	kv       clientv3.KV
+	lease    clientv3.Lease
+	failedAt int64 // now() of its last failure, 0 for none
+	okAt     int64 // now() of its last answer
+}
+
+// dialMembers dials each endpoint of cli. An endpoint that cannot be dialled
+// is left out; with none, the user's client serves.
+func dialMembers(cli *clientv3.Client) *members {
+	m := &members{}
+	for _, ep := range cli.Endpoints() {
+		conn, err := cli.Dial(ep)
+		if err != nil {
+			continue
+		}
+		m.all = append(m.all, &pin{ep: ep, conn: conn,
+			kv: clientv3.NewKVFromKVClient(pb.NewKVClient(conn), cli), lease: clientv3.NewLeaseFromLeaseClient(pb.NewLeaseClient(conn), cli, 0)})
+	}
+	if len(m.all) == 0 {
+		m.all = []*pin{{ep: "the client's", kv: cli.KV, lease: cli.Lease}}
+	}
+	return m
+}
+
+// order is the members best first: those with no failure since their last
+// answer, in the client's order, then the others, the oldest failure first.
+func (m *members) order() []*pin {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := slices.Clone(m.all)
+	slices.SortStableFunc(out, func(a, b *pin) int {
+		ha, hb := a.failedAt <= a.okAt, b.failedAt <= b.okAt
+		switch {
+		case ha && !hb:
+			return -1
+		case hb && !ha:
+			return 1
+		case !ha:
+			return cmp.Compare(a.failedAt, b.failedAt)
+		}
+		return 0
+	})
+	return out
+}
+
+// note records an attempt's outcome on p: an answer, or no answer in time.
+func (m *members) note(p *pin, answered bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if answered {
+		p.okAt = now()
+	} else {
+		p.failedAt = now()
+	}
+}
+
+// close closes the package's connections.
+func (m *members) close() {
+	for _, p := range m.all {
+		if p.conn != nil {
+			_ = p.lease.Close()
+			_ = p.conn.Close()
+		}
+	}
+}
+
+// hedgeOn makes call on the best member, and on the next one every `every`
+// while no attempt has answered (each member at most once at a time, and
+// at most hedgeInFlight at once), and on the next one at once when an
+// attempt fails with a transient error. The first answer that is a success
+// or a refusal is returned; the others are cancelled and waited for, and
+// those that had not answered within `every` are noted as failed. call must
+// be safe to repeat.
+func hedgeOn[T any](ctx context.Context, m *members, every time.Duration, call func(context.Context, *pin) (T, error)) (T, error) {
+	actx, cancel := context.WithCancel(ctx)
+	type result struct {
+		p   *pin
+		v   T
+		err error
+	}
+	order := m.order()
+	results := make(chan result, len(order))
+	busy := map[*pin]time.Time{}
+	next := 0
+	launch := func() bool {
+		for range order {
+			p := order[next%len(order)]
+			next++
+			if _, ok := busy[p]; ok {
+				continue
+			}
+			busy[p] = time.Now()
+			go func() {
+				v, err := call(actx, p)
+				results <- result{p, v, err}
+			}()
+			return true
+		}
+		return false
+	}
+	defer func() {
+		cancel()
+		for len(busy) > 0 {
+			r := <-results
+			if time.Since(busy[r.p]) >= every {
+				m.note(r.p, false)
+			}
+			delete(busy, r.p)
+		}
+	}()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	launch()
+	var last result
+	again := true // one relaunch at once after a failure, per period: never a busy loop
+	for {
+		select {
+		case r := <-results:
+			delete(busy, r.p)
+			if r.err == nil || !transient(r.err) || ctx.Err() != nil {
+				m.note(r.p, r.err == nil || !transient(r.err))
+				return r.v, r.err
+			}
+			m.note(r.p, false)
+			last = r
+			if len(busy) == 0 && again {
+				again = false
+				launch()
+			}
+		case <-tick.C:
+			again = true
+			if len(busy) < hedgeInFlight {
+				launch()
+			}
+		case <-ctx.Done():
+			if len(busy) == 0 {
+				return last.v, last.err
+			}
+			r := <-results // cancelled: the attempts end at once
+			delete(busy, r.p)
+			return r.v, r.err
+		}
+	}
+}
