@@ -883,7 +883,7 @@ type standby struct {
 	res       StandbyResult
 	w         *dirwatch.Watcher
 	exited    chan struct{} // signalled when the pinned owner exits
-	owner     *exitWatch
+	owner     *liveness.ExitWatch
 	nextCheck time.Time
 }
 
@@ -898,11 +898,11 @@ func (s *standby) follow(ctx context.Context, st lockState) {
 		s.res.PreviousOwnerPID = st.pid
 		s.opts.Logger.Info("runnerstate: standing by while another runner owns the directory", "dir", s.dir, "pid", st.pid, "verified", st.verified)
 	}
-	if st.verified && st.verdict == liveness.Alive && (s.owner == nil || s.owner.p.PID() != st.pid) {
-		s.owner.stop()
+	if st.verified && st.verdict == liveness.Alive && (s.owner == nil || s.owner.PID() != st.pid) {
+		s.owner.Stop()
 		s.owner = nil
 		if p, _, _ := liveness.Pin(liveness.Identity(st.holder)); p != nil {
-			s.owner = watchExit(ctx, p, s.exited)
+			s.owner = liveness.WatchExit(ctx, p, s.exited)
 		}
 	}
 }
@@ -929,62 +929,8 @@ func (s *standby) untilCheck() time.Duration {
 }
 
 func (s *standby) close() {
-	s.owner.stop()
+	s.owner.Stop()
 	s.w.Close()
-}
-
-// exitWatch waits for a pinned process's exit beside a loop, and signals
-// exited (when not nil) and closes gone when it comes.
-type exitWatch struct {
-	p      *liveness.Process
-	cancel context.CancelFunc
-	done   chan struct{}
-	gone   chan struct{}
-}
-
-func watchExit(ctx context.Context, p *liveness.Process, exited chan<- struct{}) *exitWatch {
-	ctx, cancel := context.WithCancel(ctx)
-	e := &exitWatch{p: p, cancel: cancel, done: make(chan struct{}), gone: make(chan struct{})}
-	go func() {
-		defer close(e.done)
-		if p.Wait(ctx) == nil {
-			close(e.gone)
-			select {
-			case exited <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return e
-}
-
-// exitedAlready is an exitWatch of a process already gone.
-func exitedAlready() *exitWatch {
-	e := &exitWatch{cancel: func() {}, done: make(chan struct{}), gone: make(chan struct{})}
-	close(e.done)
-	close(e.gone)
-	return e
-}
-
-// exited is closed when the process exits; nil (never ready) for a nil
-// exitWatch.
-func (e *exitWatch) exited() <-chan struct{} {
-	if e == nil {
-		return nil
-	}
-	return e.gone
-}
-
-// stop ends the wait and unpins the process; nil is a no-op.
-func (e *exitWatch) stop() {
-	if e == nil {
-		return
-	}
-	e.cancel()
-	<-e.done
-	if e.p != nil {
-		e.p.Close()
-	}
 }
 
 // The takeover gate: gate.json records the starters waiting in Takeover, in
@@ -1763,9 +1709,9 @@ func (s *starter) await(ctx context.Context, a startAttempt) (Record, error) {
 	if local != nil {
 		exited, readyCh = local.child.Exited(), local.child.Ready()
 	} else if p, _, _ := liveness.Pin(liveness.Identity(a.Child)); p != nil {
-		ew := watchExit(ctx, p, nil)
-		defer ew.stop()
-		exited = ew.exited()
+		ew := liveness.WatchExit(ctx, p, nil)
+		defer ew.Stop()
+		exited = ew.Exited()
 	} else {
 		exited = closedChan
 	}
