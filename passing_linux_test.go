@@ -27,9 +27,9 @@ func TestAcquireWaitsOutALockOnItsWayToFree(t *testing.T) {
 	require.ErrorIs(t, err, ErrBusy, "still pinned after passingWait: busy")
 
 	// The hook runs before the retries: the pin goes while it runs.
-	seen := make(chan int, 1)
+	seen := make(chan busyAnswer, 1)
 	unpinned := make(chan struct{})
-	fn := func(state int) { seen <- state; <-unpinned }
+	fn := func(state busyAnswer) { seen <- state; <-unpinned }
 	testHookPassing.Store(&fn)
 	defer testHookPassing.Store(nil)
 	type result struct {
@@ -60,8 +60,8 @@ func TestAcquireBusyAtOnceWhenHeld(t *testing.T) {
 	dir := tempDir(t)
 	holder := startChild(t, "acquire", dir)
 	holder.Expect("acquired")
-	seen := make(chan int, 8)
-	fn := func(state int) { seen <- state }
+	seen := make(chan busyAnswer, 8)
+	fn := func(state busyAnswer) { seen <- state }
 	testHookPassing.Store(&fn)
 	defer testHookPassing.Store(nil)
 	_, err := Acquire(dir)

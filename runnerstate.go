@@ -692,14 +692,19 @@ func tryExclusive(path string) (*filelock.File, error) {
 	}
 	deadline := time.Now().Add(passingWait)
 	pause := 50 * time.Microsecond
-	for try := 0; state != lockHeld; try++ {
-		if state == mayBePassing {
+	for try := 0; ; try++ {
+		switch state {
+		case lockHeld:
+			return nil, err
+		case mayBePassing:
 			if try == 5 {
-				break
+				return nil, err
 			}
 			pause = time.Millisecond
-		} else if time.Now().After(deadline) {
-			break
+		case lockPassing:
+			if time.Now().After(deadline) {
+				return nil, err
+			}
 		}
 		time.Sleep(pause)
 		pause = min(2*pause, 5*time.Millisecond)
@@ -710,12 +715,11 @@ func tryExclusive(path string) (*filelock.File, error) {
 			state = lockHeld
 		}
 	}
-	return nil, err
 }
 
 // testHookPassing, when set, is told how tryExclusive read a busy answer
 // (passage) before it tries again.
-var testHookPassing atomic.Pointer[func(state int)]
+var testHookPassing atomic.Pointer[func(state busyAnswer)]
 
 // passingWait bounds how long tryExclusive tries again a lock that nobody
 // holds but the kernel has not let go yet: the last reference to a closed
@@ -723,12 +727,27 @@ var testHookPassing atomic.Pointer[func(state int)]
 // of its read(2), which a loaded machine can stretch to milliseconds.
 const passingWait = 250 * time.Millisecond
 
-// A busy answer on a lock, as passage reads it.
+// busyAnswer is what a busy answer on a lock means, as passage reads it.
+type busyAnswer int
+
 const (
-	lockHeld     = iota // a process holds the lock through a descriptor of its own
-	mayBePassing        // nobody is seen to hold it, but not every holder can be seen
-	lockPassing         // nobody holds it: it is on its way to being free
+	lockHeld     busyAnswer = iota // a process holds the lock through a descriptor of its own
+	mayBePassing                   // nobody is seen to hold it, but not every holder can be seen
+	lockPassing                    // nobody holds it: it is on its way to being free
 )
+
+// String names the answer, for logs and test failures.
+func (b busyAnswer) String() string {
+	switch b {
+	case lockHeld:
+		return "held"
+	case mayBePassing:
+		return "may be passing"
+	case lockPassing:
+		return "passing"
+	}
+	return fmt.Sprintf("busyAnswer(%d)", int(b))
+}
 
 // passage says whether the lock of path, found busy, is held or only
 // passing, so that an attempt is worth making again. It is passing
@@ -746,7 +765,7 @@ const (
 // when a scan of every process's descriptors finds one that holds it (such
 // as the runner's children that inherited tree.lock). It may be passing
 // when it is neither, but not every holder can be seen.
-func passage(path string, scan bool) int {
+func passage(path string, scan bool) busyAnswer {
 	ino, err := filelock.InodeOf(path)
 	if err != nil {
 		return mayBePassing
