@@ -1060,7 +1060,8 @@ func (g *gateState) remove(seq uint64) {
 
 // updateGate runs fn on the gate under dir's state lock and writes the result
 // back. fn runs with the lock held and may touch other state files with the
-// *Locked helpers; it must not take the state lock itself.
+// *Locked helpers; it must not take the state lock itself (a call that does
+// fails at once, see withStateLockCtx).
 func updateGate(ctx context.Context, dir string, fn func(g *gateState) error) error {
 	return withStateLockCtx(ctx, dir, func() error { return updateGateLocked(dir, fn) })
 }
