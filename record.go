@@ -671,7 +671,7 @@ func withStateLockCtx(ctx context.Context, dir string, fn func() error) error {
 	if stateLockHolders.Held(key) {
 		return errorf("state lock %s asked for again by the code that holds it, which would wait for itself; this is a bug in runnerstate, please report it: %w", path, errStateLockReentered)
 	}
-	l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o644)
+	l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o644, inspectLock)
 	if err != nil {
 		if errors.Is(err, ErrBusy) && ctx.Err() == nil && waitCtx.Err() != nil {
 			return errorf("state lock %s stayed busy for %v; a process is stuck writing state there (stopped?): %w", path, stateLockWait, err)

@@ -547,7 +547,7 @@ func busyIfHeld(dir string, err error) error {
 	case st.err != nil:
 		return err
 	case st.held:
-		return busyError(filepath.Join(dir, LockName), nil)
+		return busyError(filepath.Join(dir, LockName), nil, inspectRunnerLock)
 	case st.treeHeld:
 		return errTreeBusy
 	}
@@ -670,7 +670,7 @@ func (h *hold) writeIdentity() error {
 func tryRunnerLock(lockPath string) (*filelock.File, error) {
 	l, err := tryExclusive(lockPath)
 	if errors.Is(err, filelock.ErrWouldBlock) {
-		return nil, busyError(lockPath, nil)
+		return nil, busyError(lockPath, nil, inspectRunnerLock)
 	}
 	return l, public(err)
 }

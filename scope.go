@@ -120,7 +120,7 @@ func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func()
 	}
 	lockPath := filepath.Join(scopeDir, scopeLockName)
 	live := ctx.Err() == nil
-	l, err := waitLock(ctx, lockPath, filelock.Exclusive, 0o644)
+	l, err := waitLock(ctx, lockPath, filelock.Exclusive, 0o644, inspectScopeLock)
 	if err != nil {
 		var be *BusyError
 		if errors.As(err, &be) {
@@ -295,7 +295,7 @@ func SyncRunning(ctx context.Context, root string) (release func(), err error) {
 		if err := ensureDir(root); err != nil {
 			return nil, err
 		}
-		l, err := waitLock(ctx, path, filelock.Shared, 0o644)
+		l, err := waitLock(ctx, path, filelock.Shared, 0o644, inspectLock)
 		if err == nil {
 			return l.Release, nil
 		}

@@ -156,7 +156,7 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	if holdOf(dir) != nil {
 		// This process is the runner already: there is nobody to take over
 		// from, and waiting on itself would only end with ctx.
-		return nil, busyError(filepath.Join(dir, LockName), nil)
+		return nil, busyError(filepath.Join(dir, LockName), nil, inspectRunnerLock)
 	}
 	live := ctx.Err() == nil
 	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger}
@@ -301,10 +301,10 @@ func (t *takeover) waitForPair(ctx, supCtx context.Context) (pair, error) {
 			return pair{}, t.busy(ctx.Err())
 		}
 		var next time.Time
-		path := t.lockPath
+		path, inspect := t.lockPath, inspector(inspectRunnerLock)
 		if err == errTreeBusy {
 			next, err = t.stepTree(ctx)
-			path = treePath
+			path, inspect = treePath, inspectLock
 		} else {
 			next, err = t.step(ctx)
 		}
@@ -317,7 +317,7 @@ func (t *takeover) waitForPair(ctx, supCtx context.Context) (pair, error) {
 			return pair{}, err
 		}
 		waitCtx, cancel := context.WithDeadline(supCtx, next)
-		l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o600)
+		l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o600, inspect)
 		cancel()
 		switch {
 		case err == nil:
@@ -382,7 +382,7 @@ func (t *takeover) busy(cause error) error {
 	if st := inspectRunner(t.dir); !st.held && st.treeHeld || st.lostFile {
 		return treeBusyError(t.dir, cause)
 	}
-	return busyError(t.lockPath, cause)
+	return busyError(t.lockPath, cause, inspectRunnerLock)
 }
 
 // step looks at the holder, leaves or upgrades the restart request, sends the
@@ -855,7 +855,7 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 			if !free && (!st.held || st.lostFile) {
 				return s.res, treeBusyError(dir, err)
 			}
-			return s.res, busyError(filepath.Join(dir, LockName), err)
+			return s.res, busyError(filepath.Join(dir, LockName), err, inspectRunnerLock)
 		}
 	}
 }
@@ -1638,7 +1638,7 @@ func settleStart(dir string, a startAttempt, ls *localStart, c *spawn.Child) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), stateLockWait)
 	defer cancel()
-	l, err := waitLock(ctx, filepath.Join(dir, startLockName), filelock.Exclusive, 0o600)
+	l, err := waitLock(ctx, filepath.Join(dir, startLockName), filelock.Exclusive, 0o600, inspectLock)
 	if isNotExist(err) {
 		return // the directory is gone, and its attempt with it
 	}
