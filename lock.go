@@ -267,7 +267,7 @@ func keepIfLive(ctx context.Context, live bool, path string, release func()) err
 // context's error when a wait ended.
 func busyError(path string, cause error, inspect inspector) *BusyError {
 	st := inspect(path)
-	return &BusyError{Path: path, PID: st.pid, Verified: st.verified, cause: cause}
+	return &BusyError{Path: path, PID: st.pid, Verified: st.occupancy().verified(), cause: cause}
 }
 
 // An inspector reads what a busy answer says of the holder of the lock at
@@ -301,7 +301,7 @@ func inspectorOf(path string) inspector {
 func inspectRunnerLock(path string) lockState {
 	dir := filepath.Dir(path)
 	st := inspectRunner(dir)
-	if h := holdOf(dir); st.held && st.pid == 0 && h != nil {
+	if h := holdOf(dir); st.occupancy().held() && st.pid == 0 && h != nil {
 		st.pid, st.verified = h.self.PID, true
 	}
 	return st

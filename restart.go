@@ -135,11 +135,12 @@ func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
 // one of equal or greater strength kept).
 func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending restartRequest, wrote bool, err error) {
 	target := ""
-	switch st := inspectRunner(dir); {
-	case st.err != nil:
+	st := inspectRunner(dir)
+	if st.err != nil {
 		return restartRequest{}, false, st.err // no runner can be admitted there to read it
-	case st.held && st.named:
-		target = st.holder.Instance
+	}
+	if id, ok := st.namedHolder(); ok {
+		target = id.Instance
 	}
 	old, ok, err := pendingForWrite(dir)
 	if err != nil {

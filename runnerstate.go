@@ -543,12 +543,14 @@ func busyIfHeld(dir string, err error) error {
 	if !errors.Is(err, fs.ErrPermission) {
 		return err
 	}
-	switch st := inspectRunner(dir); {
-	case st.err != nil:
+	st := inspectRunner(dir)
+	if st.err != nil {
 		return err
-	case st.held:
+	}
+	switch occ := st.occupancy(); {
+	case occ.held():
 		return busyError(filepath.Join(dir, LockName), nil, inspectRunnerLock)
-	case st.treeHeld:
+	case occ == occOrphans:
 		return errTreeBusy
 	}
 	return err
@@ -1016,7 +1018,7 @@ func Running(dir string) (Record, bool, error) {
 	if st.err != nil {
 		return Record{}, false, st.err
 	}
-	if !st.held {
+	if !st.occupancy().held() {
 		return Record{}, false, nil
 	}
 	rec, state, _ := readRecord(dir)
@@ -1027,7 +1029,7 @@ func Running(dir string) (Record, bool, error) {
 // when it names the process the kernel says holds the lock and that identity
 // is verified alive, else only the holder's pid.
 func holderRecord(st lockState, rec Record, state fileState) Record {
-	if st.verified && state == fileOK && rec.PID == st.pid && sameProcess(rec.Process, st.holder) {
+	if st.occupancy().verified() && state == fileOK && rec.PID == st.pid && sameProcess(rec.Process, st.holder) {
 		return rec
 	}
 	return Record{PID: st.pid}
@@ -1151,12 +1153,13 @@ func stalePIDs(dir string, st lockState) []int {
 			named[rec.PID] = rec.Process
 		}
 	}
+	occ := st.occupancy()
 	for _, pid := range StalePIDs(dir) {
 		switch {
-		case !st.held:
-		case st.verified && pid == st.pid:
+		case !occ.held():
+		case occ.verified() && pid == st.pid:
 			continue
-		case st.verified:
+		case occ.verified():
 		default:
 			if v, _ := liveness.Check(liveness.Identity(named[pid])); v != liveness.Dead && v != liveness.Stale {
 				continue
@@ -1237,20 +1240,19 @@ func Status(dir string) (Report, error) {
 	if st.err != nil {
 		return r, st.err
 	}
-	if st.held && st.named && !st.otherMount && filelock.CarriesContent {
-		st.elsewhere(dir)
-	}
-	r.Held = st.held
-	r.Verified = st.held && st.verified
+	st.elsewhereToo(dir)
+	occ := st.occupancy()
+	r.Held = occ.held()
+	r.Verified = occ.verified()
 	if st.named {
 		r.Verdict = st.verdict.String()
 	}
 	rec, recState, recErr := readRecord(dir)
-	if st.held {
+	if occ.held() {
 		r.Holder = holderRecord(st, rec, recState)
 		r.Warnings = append(r.Warnings, st.warnings(filepath.Join(dir, LockName))...)
 	}
-	if st.treeHeld {
+	if occ == occOrphans {
 		pids, complete := orphans(dir, 0)
 		r.Orphans = append(r.Orphans, pids...)
 		switch {
@@ -1321,6 +1323,78 @@ type lockState struct {
 	err        error            // the lock path is unusable (symlink, directory...)
 }
 
+// occupancy is what a lockState says holds the lock, or the directory for
+// inspectRunner: the one answer callers switch on. The facts that belong to
+// each case are lockState's: pid, holder, verdict and reason for a holder;
+// notes for Status; orphans are listed by orphans().
+type occupancy uint8
+
+const (
+	occFree       occupancy = iota // nothing holds it
+	occVerified                    // a holder whose identity is verified alive and holds the lock
+	occUnverified                  // a holder that cannot be verified (pid when the kernel names it)
+	occHidden                      // a holder not visible from this PID namespace: never named by pid, never signalled
+	occOrphans                     // runner.lock free, tree.lock held: orphans of a previous runner's tree
+	occLostFile                    // runner.lock lost under its runner, which still holds tree.lock (verified)
+)
+
+// String names the occupancy, for logs and test failures.
+func (o occupancy) String() string {
+	switch o {
+	case occFree:
+		return "free"
+	case occVerified:
+		return "verified holder"
+	case occUnverified:
+		return "unverified holder"
+	case occHidden:
+		return "hidden holder"
+	case occOrphans:
+		return "orphans"
+	case occLostFile:
+		return "lost lock file"
+	}
+	return fmt.Sprintf("occupancy(%d)", uint8(o))
+}
+
+// held reports whether a process holds the lock itself (or, for a lost lock
+// file, the tree.lock that stands for it): every occupancy but free and
+// orphans.
+func (o occupancy) held() bool { return o != occFree && o != occOrphans }
+
+// verified reports whether the holder's identity is verified alive: a
+// verified holder, or the runner of a lost lock file.
+func (o occupancy) verified() bool { return o == occVerified || o == occLostFile }
+
+// occupancy is the answer st gives: the only place its flags are decoded.
+// (A verified holder implies held, and so do hidden and lostFile; treeHeld
+// implies runner.lock free; lostFile implies verified.)
+func (st lockState) occupancy() occupancy {
+	switch {
+	case st.lostFile:
+		return occLostFile
+	case st.verified:
+		return occVerified
+	case st.hidden:
+		return occHidden
+	case st.held:
+		return occUnverified
+	case st.treeHeld:
+		return occOrphans
+	}
+	return occFree
+}
+
+// namedHolder is the identity a held lock's holder is known by (the lock
+// file's, runner.json's or the kernel's naming); ok is false when the lock is
+// not held or names nobody.
+func (st lockState) namedHolder() (id Identity, ok bool) {
+	if !st.occupancy().held() || !st.named {
+		return Identity{}, false
+	}
+	return st.holder, true
+}
+
 // confirmation is how a holder was verified.
 type confirmation uint8
 
@@ -1343,7 +1417,7 @@ func (st lockState) warnings(lockPath string) []string {
 	case st.verdict == liveness.OtherNamespace:
 		w = append(w, fmt.Sprintf("%s names a holder in another PID namespace (%s); it is never signalled", lockPath, st.holder))
 	}
-	if !st.verified && !st.hidden {
+	if st.occupancy() == occUnverified {
 		w = append(w, fmt.Sprintf("the holder of %s cannot be verified (%s)", lockPath, st.reason))
 	}
 	return w
@@ -1579,7 +1653,7 @@ func inspectRunner(dir string) lockState {
 	if !st.held {
 		return inspectTree(dir, st)
 	}
-	if st.verified || st.hidden || !st.silent {
+	if st.occupancy() != occUnverified || !st.silent {
 		return st
 	}
 	rec, state, _ := readRecord(dir)
@@ -1617,6 +1691,16 @@ func (st *lockState) elsewhere(dir string) {
 	st.held, st.pid, st.verified, st.via, st.otherMount = true, st.holder.PID, true, viaLockFile, true
 	st.notes = append(st.notes, fmt.Sprintf("%s is held by pid %d through another mount (%s): file locks on %s do not exclude between the two, so no runner can be admitted here safely; use one path on a local disk",
 		path, st.holder.PID, holderPath, cmp.Or(fsinfo.TypeOf(dir), "this filesystem")))
+}
+
+// elsewhereToo is elsewhere for Status, asked of a lock found held whose
+// named holder was not already found through another mount, for its warning
+// (the kernel may have matched the holder by inode number alone); only
+// where the lock file carries content.
+func (st *lockState) elsewhereToo(dir string) {
+	if _, ok := st.namedHolder(); ok && !st.otherMount && filelock.CarriesContent {
+		st.elsewhere(dir)
+	}
 }
 
 // confirmFromRecord is the probe that touches no lock: runner.json names the
@@ -1711,7 +1795,7 @@ func isWaiting(starters []Identity, pid int) bool {
 func treeBusyError(dir string, cause error) *BusyError {
 	be := &BusyError{Path: filepath.Join(dir, LockName), cause: cause}
 	st := inspectRunner(dir)
-	if st.lostFile {
+	if st.occupancy() == occLostFile {
 		be.PID, be.Verified, be.lost = st.pid, true, true
 		return be
 	}

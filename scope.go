@@ -251,7 +251,7 @@ func holderDataDir(scopeDir string, holder int) string {
 // verified alive.
 func inspectScope(scopeDir string) lockState {
 	st := inspectLock(filepath.Join(scopeDir, scopeLockName))
-	if st.err != nil || !st.held || st.verified || st.hidden || !st.silent || filelock.ListsHolders() {
+	if st.err != nil || st.occupancy() != occUnverified || !st.silent || filelock.ListsHolders() {
 		return st
 	}
 	owner, state, _ := readScopeOwner(scopeDir)

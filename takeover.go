@@ -379,7 +379,8 @@ func (t *takeover) superseded() error {
 // or, when only tree.lock is held, an orphan or a runner whose runner.lock
 // was lost.
 func (t *takeover) busy(cause error) error {
-	if st := inspectRunner(t.dir); !st.held && st.treeHeld || st.lostFile {
+	switch inspectRunner(t.dir).occupancy() {
+	case occOrphans, occLostFile:
 		return treeBusyError(t.dir, cause)
 	}
 	return busyError(t.lockPath, cause, inspectRunnerLock)
@@ -390,7 +391,7 @@ func (t *takeover) busy(cause error) error {
 func (t *takeover) step(ctx context.Context) (time.Time, error) {
 	now := time.Now()
 	st, canSignal, err := t.look()
-	if err != nil || !st.held {
+	if err != nil || !st.occupancy().held() {
 		// Released between our attempt and our look: try again at once.
 		return now, err
 	}
@@ -415,10 +416,11 @@ func (t *takeover) step(ctx context.Context) (time.Time, error) {
 func (t *takeover) stepTree(ctx context.Context) (time.Time, error) {
 	now := time.Now()
 	st := inspectRunner(t.dir)
-	switch {
-	case st.err != nil:
+	if st.err != nil {
 		return now, st.err
-	case st.lostFile:
+	}
+	switch st.occupancy() {
+	case occLostFile:
 		canSignal := !t.opts.NoSignal && st.verdict == liveness.Alive && t.pin(st.holder)
 		grace := t.opts.Grace
 		if grace == drainGrace {
@@ -429,7 +431,8 @@ func (t *takeover) stepTree(ctx context.Context) (time.Time, error) {
 			t.signal(due, filepath.Join(t.dir, treeLockName))
 		}
 		return clampNext(now, next), err
-	case !st.treeHeld || st.held:
+	case occOrphans:
+	default:
 		return now, nil // it changed since the attempt: try again at once
 	}
 	a := attempt{key: "tree:orphans", grace: 0, canSignal: !t.opts.NoSignal}
@@ -444,11 +447,12 @@ func (t *takeover) stepTree(ctx context.Context) (time.Time, error) {
 // alive and local, and signals allowed. canSignal says the pin is in place.
 func (t *takeover) look() (st lockState, canSignal bool, err error) {
 	st = inspectRunner(t.dir)
-	if st.err != nil || !st.held {
+	occ := st.occupancy()
+	if st.err != nil || !occ.held() {
 		return st, false, st.err
 	}
-	canSignal = !t.opts.NoSignal && st.verified && st.verdict == liveness.Alive && t.pin(st.holder)
-	if !canSignal && (t.opts.NoSignal || !st.verified) {
+	canSignal = !t.opts.NoSignal && occ.verified() && st.verdict == liveness.Alive && t.pin(st.holder)
+	if !canSignal && (t.opts.NoSignal || !occ.verified()) {
 		warnOnce(fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
 			"runnerstate: takeover will not signal the holder; it leaves a restart request and waits", "dir", t.dir, "pid", st.pid, "why", st.reason, "no_signal", t.opts.NoSignal)
 	}
@@ -837,7 +841,8 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 		if st.err != nil {
 			return s.res, st.err
 		}
-		free := !st.held && !st.treeHeld
+		occ := st.occupancy()
+		free := occ == occFree
 		if free {
 			starter, waits := startingNow(dir)
 			if !waits {
@@ -852,7 +857,7 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 			return s.res, nil
 		}
 		if err := s.w.Wait(ctx, s.untilCheck(), s.exited); err != nil {
-			if !free && (!st.held || st.lostFile) {
+			if occ == occOrphans || occ == occLostFile {
 				return s.res, treeBusyError(dir, err)
 			}
 			return s.res, busyError(filepath.Join(dir, LockName), err, inspectRunnerLock)
@@ -890,15 +895,16 @@ type standby struct {
 // follow names a new owner once, and pins a verified one to wake when it
 // exits.
 func (s *standby) follow(ctx context.Context, st lockState) {
-	if !st.held {
+	occ := st.occupancy()
+	if !occ.held() {
 		warnOnceTo(s.opts.Logger, "standby-tree:"+s.dir, "runnerstate: standing by while processes of a previous runner's tree hold the directory", "dir", s.dir)
 		return
 	}
 	if st.pid != s.res.PreviousOwnerPID {
 		s.res.PreviousOwnerPID = st.pid
-		s.opts.Logger.Info("runnerstate: standing by while another runner owns the directory", "dir", s.dir, "pid", st.pid, "verified", st.verified)
+		s.opts.Logger.Info("runnerstate: standing by while another runner owns the directory", "dir", s.dir, "pid", st.pid, "verified", occ.verified())
 	}
-	if st.verified && st.verdict == liveness.Alive && (s.owner == nil || s.owner.PID() != st.pid) {
+	if occ.verified() && st.verdict == liveness.Alive && (s.owner == nil || s.owner.PID() != st.pid) {
 		s.owner.Stop()
 		s.owner = nil
 		if p, _, _ := liveness.Pin(liveness.Identity(st.holder)); p != nil {
