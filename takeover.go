@@ -19,6 +19,7 @@ import (
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
+	"github.com/runnerstate/runnerstate/internal/gate"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/runnerstate/runnerstate/internal/sdnotify"
 	"github.com/runnerstate/runnerstate/internal/spawn"
@@ -189,8 +190,8 @@ type takeover struct {
 // register takes the next sequence number and enters the waiting list.
 func (t *takeover) register(ctx context.Context) error {
 	return updateGate(ctx, t.dir, func(g *gateState) error {
-		t.seq = g.next()
-		g.Waiting = append(g.Waiting, gateEntry{Seq: t.seq, Starter: t.self, Since: t.start})
+		t.seq = g.Next()
+		g.Waiting = append(g.Waiting, gateEntry{Seq: t.seq, Starter: liveness.Identity(t.self), Since: t.start})
 		return nil
 	})
 }
@@ -205,7 +206,7 @@ func (t *takeover) withdraw() {
 	// Withdrawing must happen even when the caller's context has ended; the
 	// state lock's own bound keeps it finite.
 	err := updateGate(context.Background(), t.dir, func(g *gateState) error {
-		g.remove(t.seq)
+		g.Remove(t.seq)
 		if len(g.Waiting) > 0 || t.request == nil {
 			return nil
 		}
@@ -268,7 +269,7 @@ func (t *takeover) watchNewer(ctx context.Context) (context.Context, func()) {
 		w := dirwatch.New(t.dir)
 		defer w.Close()
 		for w.Wait(supCtx, 0, nil) == nil {
-			if g, _ := readGate(t.dir); g.newerThan(t.seq) {
+			if g, _ := readGate(t.dir); g.NewerThan(t.seq) {
 				cancel()
 				return
 			}
@@ -285,7 +286,7 @@ func (t *takeover) watchNewer(ctx context.Context) (context.Context, func()) {
 func (t *takeover) waitForPair(ctx, supCtx context.Context) (pair, error) {
 	treePath := filepath.Join(t.dir, treeLockName)
 	for {
-		if g, _ := readGate(t.dir); g.newerThan(t.seq) {
+		if g, _ := readGate(t.dir); g.NewerThan(t.seq) {
 			return pair{}, t.superseded()
 		}
 		p, err := tryPair(t.dir)
@@ -365,7 +366,7 @@ func (t *takeover) superseded() error {
 	g, _ := readGate(t.dir)
 	var newest gateEntry
 	for _, e := range g.Waiting {
-		if e.Seq > t.seq && e.Seq > newest.Seq && e.live() {
+		if e.Seq > t.seq && e.Seq > newest.Seq && e.Live() {
 			newest = e
 		}
 	}
@@ -501,7 +502,7 @@ func attemptOf(st lockState, grace time.Duration, canSignal, ask bool) attempt {
 // runner just admitted: errNotNewest.
 func (t *takeover) decide(ctx context.Context, now time.Time, at attempt) (due liveness.Signal, next time.Time, err error) {
 	err = updateGate(ctx, t.dir, func(g *gateState) error {
-		if g.newerThan(t.seq) {
+		if g.NewerThan(t.seq) {
 			return errNotNewest
 		}
 		if a := g.Attempt; a == nil || a.For != at.key || a.PID != at.pid {
@@ -668,11 +669,11 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold, error) {
 	newest := true
 	err = withStateLockCtx(ctx, t.dir, func() error {
 		return updateGateLocked(t.dir, func(g *gateState) error {
-			if g.newerThan(t.seq) {
+			if g.NewerThan(t.seq) {
 				newest = false
 				return nil
 			}
-			g.remove(t.seq)
+			g.Remove(t.seq)
 			g.Admitted = t.seq
 			g.Attempt = nil
 			if err := h.writeIdentity(); err != nil {
@@ -873,8 +874,8 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 func startingNow(dir string) (Identity, bool) {
 	g, _ := readGate(dir)
 	for _, e := range g.Waiting {
-		if v, _ := liveness.Check(liveness.Identity(e.Starter)); v == liveness.Alive {
-			return e.Starter, true
+		if v, _ := liveness.Check(e.Starter); v == liveness.Alive {
+			return Identity(e.Starter), true
 		}
 	}
 	return Identity{}, false
@@ -939,129 +940,27 @@ func (s *standby) close() {
 	s.w.Close()
 }
 
-// The takeover gate: gate.json records the starters waiting in Takeover, in
-// the order they came (a sequence number they share, never the wall clock),
-// and the escalation of the current takeover attempt, so that the newest
-// starter wins and the holder is signalled at most once per step however many
-// starters come and go. It is read and written only under the directory's
-// state lock, and written atomically but without fsync: it describes live
-// processes, and after a power loss none of them is left.
-
-// gateEntry is one waiting starter.
-type gateEntry struct {
-	Seq     uint64    `json:"seq"`
-	Starter Identity  `json:"starter"`
-	Since   time.Time `json:"since"`
-}
-
-// gateAttempt is the current takeover attempt against one holder.
-type gateAttempt struct {
-	For            string    `json:"for"` // the holder's instance ("" when it names none)
-	PID            int       `json:"pid"`
-	Mode           string    `json:"mode"`             // the restart mode requested
-	FirstRequestAt time.Time `json:"first_request_at"` // the grace clock starts here
-	TermAt         time.Time `json:"term_at,omitzero"` // SIGTERM sent
-	KillAt         time.Time `json:"kill_at,omitzero"` // SIGKILL sent
-}
-
-// gateState is the content of gate.json.
-type gateState struct {
-	Seq      uint64       `json:"seq"`      // the last sequence number handed out
-	Admitted uint64       `json:"admitted"` // the sequence number of the last starter admitted
-	Waiting  []gateEntry  `json:"waiting"`
-	Attempt  *gateAttempt `json:"attempt,omitempty"`
-}
-
-// unverifiableStarterTTL is how long a waiting starter whose liveness cannot
-// be verified (another PID namespace) counts as waiting.
-const unverifiableStarterTTL = time.Hour
+// The takeover gate: gate.json holds a gate.State (internal/gate). It is
+// read and written only under the directory's state lock, and written
+// atomically but without fsync: it describes live processes, and after a
+// power loss none of them is left.
+type (
+	gateState   = gate.State
+	gateEntry   = gate.Entry
+	gateAttempt = gate.Attempt
+)
 
 // readGate reads gate.json; a missing or unreadable one is an empty gate (the
 // problem is logged once, and the next writer replaces it), with a warning
 // for Status.
 func readGate(dir string) (gateState, string) {
 	path := filepath.Join(dir, gateName)
-	g, state, err := readState(path, parseGate)
+	g, state, err := readState(path, gate.Parse)
 	if state != fileCorrupt {
 		return g, ""
 	}
 	warnOnce("gate:"+err.Error(), "runnerstate: ignoring a takeover gate that cannot be read", "path", path, "err", err)
 	return gateState{}, fmt.Sprintf("%v; it is ignored, and the next Takeover replaces it", err)
-}
-
-func parseGate(data []byte) (gateState, error) {
-	var g gateState
-	err := durable.DecodeObject(data, &g)
-	return g, err
-}
-
-// live reports whether a waiting starter may still be waiting: its identity
-// is verified alive, or cannot be verified and it came within the TTL.
-func (e gateEntry) live() bool {
-	v, _ := liveness.Check(liveness.Identity(e.Starter))
-	switch v {
-	case liveness.Self, liveness.Alive:
-		return true
-	case liveness.Dead, liveness.Stale:
-		return false
-	}
-	return time.Since(e.Since) < unverifiableStarterTTL
-}
-
-// prune drops the entries of starters that are gone (a kill -9ed starter never
-// blocks the others) and ends an attempt nobody waits for any more.
-func (g *gateState) prune() {
-	live := g.Waiting[:0]
-	for _, e := range g.Waiting {
-		if e.live() {
-			live = append(live, e)
-		}
-	}
-	clear(g.Waiting[len(live):])
-	g.Waiting = live
-	if len(g.Waiting) == 0 {
-		g.Attempt = nil
-	}
-}
-
-// newerThan reports whether a live starter came after seq, or one after seq
-// was already admitted.
-func (g *gateState) newerThan(seq uint64) bool {
-	if g.Admitted > seq {
-		return true
-	}
-	for _, e := range g.Waiting {
-		if e.Seq > seq && e.live() {
-			return true
-		}
-	}
-	return false
-}
-
-// next hands out the next sequence number: above every number the gate
-// knows (a hand-edited or corrupt gate.json may hold an admitted number above
-// seq), and never wrapping: far up, with nobody waiting, it starts again.
-func (g *gateState) next() uint64 {
-	base := max(g.Seq, g.Admitted)
-	for _, e := range g.Waiting {
-		base = max(base, e.Seq)
-	}
-	if base >= 1<<62 && (len(g.Waiting) == 0 || base >= 1<<63) {
-		g.Waiting = nil // only a forged gate gets this far with starters in it
-		base, g.Admitted = 0, 0
-	}
-	g.Seq = base + 1
-	return g.Seq
-}
-
-// remove drops the entry with seq.
-func (g *gateState) remove(seq uint64) {
-	for i, e := range g.Waiting {
-		if e.Seq == seq {
-			g.Waiting = append(g.Waiting[:i], g.Waiting[i+1:]...)
-			return
-		}
-	}
 }
 
 // updateGate runs fn on the gate under dir's state lock and writes the result
@@ -1074,7 +973,7 @@ func updateGate(ctx context.Context, dir string, fn func(g *gateState) error) er
 
 func updateGateLocked(dir string, fn func(g *gateState) error) error {
 	g, _ := readGate(dir)
-	g.prune()
+	g.Prune()
 	if err := fn(&g); err != nil {
 		return err
 	}
@@ -1091,8 +990,8 @@ func waitingStarters(dir string) ([]Identity, string) {
 	g, warn := readGate(dir)
 	var ids []Identity
 	for _, e := range g.Waiting {
-		if e.live() {
-			ids = append(ids, e.Starter)
+		if e.Live() {
+			ids = append(ids, Identity(e.Starter))
 		}
 	}
 	return ids, warn
