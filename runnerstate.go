@@ -556,10 +556,10 @@ func busyIfHeld(dir string, err error) error {
 	return err
 }
 
-// tryOwnLock is tryExclusive on a lock file private to the runner (0600):
+// tryOwnLock is filelock.TryExclusive on a lock file private to the runner (0600):
 // it answers errTreeBusy when held.
 func tryOwnLock(path string) (*filelock.File, error) {
-	l, err := tryExclusive(path)
+	l, err := filelock.TryExclusive(path)
 	if errors.Is(err, filelock.ErrWouldBlock) {
 		return nil, errTreeBusy
 	}
@@ -668,129 +668,13 @@ func (h *hold) writeIdentity() error {
 }
 
 // tryRunnerLock makes a non-blocking attempt on a runner lock, creating it
-// 0600 (see tryExclusive): a *BusyError naming the holder when it is held.
+// 0600 (see filelock.TryExclusive): a *BusyError naming the holder when it is held.
 func tryRunnerLock(lockPath string) (*filelock.File, error) {
-	l, err := tryExclusive(lockPath)
+	l, err := filelock.TryExclusive(lockPath)
 	if errors.Is(err, filelock.ErrWouldBlock) {
 		return nil, busyError(lockPath, nil, inspectRunnerLock)
 	}
 	return l, public(err)
-}
-
-// tryExclusive takes the exclusive lock of path (created 0600) without
-// waiting for a holder, but tries again while the busy answer is only
-// passing (see passage): at once and then after pauses that double from
-// 50 µs, for up to passingWait while nobody holds the lock, or for five
-// attempts a millisecond apart where the holders cannot all be seen. It
-// answers filelock.ErrWouldBlock when held.
-func tryExclusive(path string) (*filelock.File, error) {
-	l, err := filelock.TryLock(path, filelock.Exclusive, 0o600)
-	if !errors.Is(err, filelock.ErrWouldBlock) {
-		return l, err
-	}
-	state := passage(path, true)
-	if fn := testHookPassing.Load(); fn != nil {
-		(*fn)(state)
-	}
-	deadline := time.Now().Add(passingWait)
-	pause := 50 * time.Microsecond
-	for try := 0; ; try++ {
-		switch state {
-		case lockHeld:
-			return nil, err
-		case mayBePassing:
-			if try == 5 {
-				return nil, err
-			}
-			pause = time.Millisecond
-		case lockPassing:
-			if time.Now().After(deadline) {
-				return nil, err
-			}
-		}
-		time.Sleep(pause)
-		pause = min(2*pause, 5*time.Millisecond)
-		if l, err = filelock.TryLock(path, filelock.Exclusive, 0o600); !errors.Is(err, filelock.ErrWouldBlock) {
-			return l, err
-		}
-		if passage(path, false) == lockHeld {
-			state = lockHeld
-		}
-	}
-}
-
-// testHookPassing, when set, is told how tryExclusive read a busy answer
-// (passage) before it tries again.
-var testHookPassing atomic.Pointer[func(state busyAnswer)]
-
-// passingWait bounds how long tryExclusive tries again a lock that nobody
-// holds but the kernel has not let go yet: the last reference to a closed
-// file, and so its lock, is a reader's of /proc/<pid>/fdinfo for the time
-// of its read(2), which a loaded machine can stretch to milliseconds.
-const passingWait = 250 * time.Millisecond
-
-// busyAnswer is what a busy answer on a lock means, as passage reads it.
-type busyAnswer int
-
-const (
-	lockHeld     busyAnswer = iota // a process holds the lock through a descriptor of its own
-	mayBePassing                   // nobody is seen to hold it, but not every holder can be seen
-	lockPassing                    // nobody holds it: it is on its way to being free
-)
-
-// String names the answer, for logs and test failures.
-func (b busyAnswer) String() string {
-	switch b {
-	case lockHeld:
-		return "held"
-	case mayBePassing:
-		return "may be passing"
-	case lockPassing:
-		return "passing"
-	}
-	return fmt.Sprintf("busyAnswer(%d)", int(b))
-}
-
-// passage says whether the lock of path, found busy, is held or only
-// passing, so that an attempt is worth making again. It is passing
-//
-//   - while a reader of the holder's /proc/<pid>/fdinfo (a probe) has the
-//     holder's file, which the holder has just closed: the last reference
-//     to a file drops its lock, and that is the reader's;
-//   - while a probe's shared lock (taken by a process that cannot see the
-//     holder in the kernel's list: in a container, or off Linux) is held,
-//     for an instant.
-//
-// It is held when the kernel lists an exclusive holder that shows the lock
-// among its own descriptors, or one whose descriptors cannot be read
-// (another user's); and, with scan set, where every process can be seen,
-// when a scan of every process's descriptors finds one that holds it (such
-// as the runner's children that inherited tree.lock). It may be passing
-// when it is neither, but not every holder can be seen.
-func passage(path string, scan bool) busyAnswer {
-	ino, err := filelock.InodeOf(path)
-	if err != nil {
-		return mayBePassing
-	}
-	holders, _ := filelock.HoldersOf(ino) // where the kernel lists none, any busy answer may be passing
-	for _, h := range holders {
-		if h.Exclusive && filelock.HeldBy(h.PID, ino) != filelock.No {
-			return lockHeld
-		}
-	}
-	if !filelock.SeesAllHolders() {
-		return mayBePassing
-	}
-	if !scan {
-		return lockPassing
-	}
-	switch pids, complete := filelock.ScanHolders(ino); {
-	case len(pids) > 0:
-		return lockHeld
-	case !complete:
-		return mayBePassing
-	}
-	return lockPassing
 }
 
 // writeIdentity writes self into the runner lock l, which this process holds.
