@@ -922,7 +922,7 @@ func TestTakeoverNeverSignalsAfterRelease(t *testing.T) {
 	now := time.Now()
 	writeJSON(t, filepath.Join(dir, gateName), gateState{
 		Seq:     1,
-		Waiting: []gateEntry{{Seq: 1, Starter: Self(), Since: now}},
+		Waiting: []gateEntry{{Seq: 1, Starter: liveness.Identity(Self()), Since: now}},
 		Attempt: &gateAttempt{For: id.Instance, PID: id.PID, Mode: RestartNow, FirstRequestAt: now.Add(-time.Hour)},
 	})
 

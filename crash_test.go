@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/gate"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -273,7 +274,7 @@ func checkCrashedDir(t *testing.T, dir string, pid, lockPID, settled, lastAck in
 		assert.NoError(t, err, "restart.json after a SIGKILL: %q", data)
 	}
 	if data, err := os.ReadFile(filepath.Join(dir, gateName)); err == nil {
-		_, err := parseGate(data)
+		_, err := gate.Parse(data)
 		assert.NoError(t, err, "gate.json after a SIGKILL: %q", data)
 	}
 	named := 0

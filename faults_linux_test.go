@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -736,7 +737,7 @@ func seedPrevious(t *testing.T, root string) {
 	writeJSONFile(t, filepath.Join(root, treeLockName), lockContent{Identity: left, FD: 4}, 0o600)
 	writeJSONFile(t, filepath.Join(root, RecordName), Record{PID: dead.PID, Process: dead, Specs: []string{"stale"}}, 0o644)
 	writeJSONFile(t, filepath.Join(root, RestartName), restartRequest{Mode: RestartNow, RequestedAt: time.Now().Add(-time.Hour), By: dead, For: dead.Instance}, 0o644)
-	writeJSONFile(t, filepath.Join(root, gateName), gateState{Seq: 5, Admitted: 4, Waiting: []gateEntry{{Seq: 5, Starter: dead, Since: time.Now().Add(-time.Hour)}}}, 0o644)
+	writeJSONFile(t, filepath.Join(root, gateName), gateState{Seq: 5, Admitted: 4, Waiting: []gateEntry{{Seq: 5, Starter: liveness.Identity(dead), Since: time.Now().Add(-time.Hour)}}}, 0o644)
 	writeLinesFile(t, filepath.Join(root, faultStateFile), "keep 1", "keep 2")
 }
 

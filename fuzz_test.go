@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/runnerstate/runnerstate/internal/gate"
 )
 
 // Fuzz targets for every parser of a file or kernel table this package reads.
@@ -138,12 +140,12 @@ func FuzzParseGate(f *testing.F) {
 	f.Add([]byte(`{"seq":0,"admitted":0,"waiting":null}`))
 	f.Add([]byte(`{"seq":18446744073709551615,"waiting":[]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		g, err := parseGate(data)
+		g, err := gate.Parse(data)
 		if err != nil {
 			return
 		}
 		out := remarshal(t, g)
-		again, err := parseGate(out)
+		again, err := gate.Parse(out)
 		if err != nil {
 			t.Fatalf("a gate written back does not parse: %v\n%s", err, out)
 		}

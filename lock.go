@@ -180,7 +180,7 @@ func (e *BusyError) Unwrap() error { return e.cause }
 // served, and a waiter in another process is woken by the kernel itself the
 // moment the holder releases.
 func Lock(ctx context.Context, path string) (unlock func(), err error) {
-	l, err := waitLock(ctx, path, filelock.Exclusive, 0o644)
+	l, err := waitLock(ctx, path, filelock.Exclusive, 0o644, inspectorOf(path))
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +193,7 @@ func Lock(ctx context.Context, path string) (unlock func(), err error) {
 // the lock for an instant when the holder releases it (and lets it go at
 // once); a TryLock in that instant is refused.
 func TryLock(path string) (unlock func(), err error) {
-	l, err := tryLock(path, filelock.Exclusive, 0o644)
+	l, err := tryLock(path, filelock.Exclusive, 0o644, inspectorOf(path))
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +206,7 @@ func TryLock(path string) (unlock func(), err error) {
 // read permission on the file. Errors, waiting and the context are as for
 // Lock.
 func RLock(ctx context.Context, path string) (unlock func(), err error) {
-	l, err := waitLock(ctx, path, filelock.Shared, 0o644)
+	l, err := waitLock(ctx, path, filelock.Shared, 0o644, inspectorOf(path))
 	if err != nil {
 		return nil, err
 	}
@@ -216,30 +216,31 @@ func RLock(ctx context.Context, path string) (unlock func(), err error) {
 // TryRLock takes a shared lock on the file at path like RLock, without
 // waiting: when an exclusive lock is held it returns a *BusyError.
 func TryRLock(path string) (unlock func(), err error) {
-	l, err := tryLock(path, filelock.Shared, 0o644)
+	l, err := tryLock(path, filelock.Shared, 0o644, inspectorOf(path))
 	if err != nil {
 		return nil, err
 	}
 	return l.Release, nil
 }
 
-// tryLock makes one attempt without waiting: a *BusyError when the lock is
-// held.
-func tryLock(path string, mode filelock.Mode, perm fs.FileMode) (*filelock.File, error) {
+// tryLock makes one attempt without waiting: a *BusyError, naming the holder
+// as inspect reads it, when the lock is held.
+func tryLock(path string, mode filelock.Mode, perm fs.FileMode, inspect inspector) (*filelock.File, error) {
 	l, err := filelock.TryLock(path, mode, perm)
 	if errors.Is(err, filelock.ErrWouldBlock) {
-		return nil, busyError(path, nil)
+		return nil, busyError(path, nil, inspect)
 	}
 	return l, public(err)
 }
 
 // waitLock waits for the lock until ctx ends (see Lock for the context's
-// rules): a *BusyError wrapping ctx.Err() when it ends first.
-func waitLock(ctx context.Context, path string, mode filelock.Mode, perm fs.FileMode) (*filelock.File, error) {
+// rules): a *BusyError wrapping ctx.Err(), naming the holder as inspect reads
+// it, when it ends first.
+func waitLock(ctx context.Context, path string, mode filelock.Mode, perm fs.FileMode, inspect inspector) (*filelock.File, error) {
 	live := ctx.Err() == nil
 	l, err := filelock.Lock(ctx, path, mode, perm)
 	if errors.Is(err, filelock.ErrWouldBlock) {
-		return nil, busyError(path, ctx.Err())
+		return nil, busyError(path, ctx.Err(), inspect)
 	}
 	if err != nil {
 		return nil, public(err)
@@ -263,32 +264,50 @@ func keepIfLive(ctx context.Context, live bool, path string, release func()) err
 	return &BusyError{Path: path, cause: ctx.Err(), letGo: true}
 }
 
-// busyError describes the holder of path as far as the kernel and the lock
-// file's content tell, or for a runner's or a scope's lock what holderOf
-// tells. cause is the context's error when a wait ended.
-func busyError(path string, cause error) *BusyError {
-	st := holderOf(path)
-	return &BusyError{Path: path, PID: st.pid, Verified: st.verified, cause: cause}
+// busyError describes the holder of path as inspect reads it. cause is the
+// context's error when a wait ended.
+func busyError(path string, cause error, inspect inspector) *BusyError {
+	st := inspect(path)
+	return &BusyError{Path: path, PID: st.pid, Verified: st.occupancy().verified(), cause: cause}
 }
 
-// holderOf is what a busy answer says of the holder of the lock at path:
-// inspectLock's reading, and where the lock file cannot name its holder
-// (Windows) what the files beside it say: a runner directory's runner.lock
-// is named from runner.json as Running names it (inspectRunner), or as this
-// very process when it holds the directory and has not published yet; a
-// scope's lock from its sidecar (inspectScope). So a refusal names a
-// verified holder on every platform.
-func holderOf(path string) lockState {
-	dir := filepath.Dir(path)
-	switch filepath.Base(path) {
-	case LockName:
-		st := inspectRunner(dir)
-		if h := holdOf(dir); st.held && st.pid == 0 && h != nil {
-			st.pid, st.verified = h.self.PID, true
-		}
-		return st
-	case scopeLockName:
-		return inspectScope(dir)
-	}
-	return inspectLock(path)
+// An inspector reads what a busy answer says of the holder of the lock at
+// path. Every call that can be refused names the inspector of the lock it
+// takes: the lock layer itself never decides by a file's name.
+type inspector func(path string) lockState
+
+// inspectors is the protocol's table from a lock file's name to the
+// inspector that names its holder. Where the lock file cannot name its
+// holder (Windows), the files beside it can: a runner directory's
+// runner.lock is named from runner.json as Running names it; a scope's lock
+// from its sidecar. Any other lock is named by inspectLock alone.
+var inspectors = map[string]inspector{
+	LockName:      inspectRunnerLock,
+	scopeLockName: inspectScopeLock,
 }
+
+// inspectorOf is the inspector Lock, TryLock, RLock and TryRLock use for
+// path, from the table of the protocol's names: so a plain TryLock on a
+// runner.lock names the runner as Acquire's refusal does, on every platform.
+func inspectorOf(path string) inspector {
+	if inspect, ok := inspectors[filepath.Base(path)]; ok {
+		return inspect
+	}
+	return inspectLock
+}
+
+// inspectRunnerLock names the holder of a runner directory's runner.lock as
+// Running does (inspectRunner), or as this very process when it holds the
+// directory and has not published yet.
+func inspectRunnerLock(path string) lockState {
+	dir := filepath.Dir(path)
+	st := inspectRunner(dir)
+	if h := holdOf(dir); st.occupancy().held() && st.pid == 0 && h != nil {
+		st.pid, st.verified = h.self.PID, true
+	}
+	return st
+}
+
+// inspectScopeLock names the holder of a scope's scope.lock from its sidecar
+// (inspectScope).
+func inspectScopeLock(path string) lockState { return inspectScope(filepath.Dir(path)) }

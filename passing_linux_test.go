@@ -5,6 +5,7 @@ package runnerstate
 import (
 	"testing"
 
+	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -27,11 +28,10 @@ func TestAcquireWaitsOutALockOnItsWayToFree(t *testing.T) {
 	require.ErrorIs(t, err, ErrBusy, "still pinned after passingWait: busy")
 
 	// The hook runs before the retries: the pin goes while it runs.
-	seen := make(chan int, 1)
+	seen := make(chan filelock.BusyAnswer, 1)
 	unpinned := make(chan struct{})
-	fn := func(state int) { seen <- state; <-unpinned }
-	testHookPassing.Store(&fn)
-	defer testHookPassing.Store(nil)
+	fn := func(state filelock.BusyAnswer) { seen <- state; <-unpinned }
+	defer filelock.SetPassingHook(fn)()
 	type result struct {
 		release func()
 		err     error
@@ -41,7 +41,7 @@ func TestAcquireWaitsOutALockOnItsWayToFree(t *testing.T) {
 		release, err := Acquire(dir)
 		done <- result{release, err}
 	}()
-	require.Equal(t, lockPassing, <-seen, "nobody holds it through a descriptor: passing")
+	require.Equal(t, filelock.BusyPassing, <-seen, "nobody holds it through a descriptor: passing")
 	pin.Send("unpin")
 	pin.Expect("unpinned")
 	close(unpinned)
@@ -60,12 +60,11 @@ func TestAcquireBusyAtOnceWhenHeld(t *testing.T) {
 	dir := tempDir(t)
 	holder := startChild(t, "acquire", dir)
 	holder.Expect("acquired")
-	seen := make(chan int, 8)
-	fn := func(state int) { seen <- state }
-	testHookPassing.Store(&fn)
-	defer testHookPassing.Store(nil)
+	seen := make(chan filelock.BusyAnswer, 8)
+	fn := func(state filelock.BusyAnswer) { seen <- state }
+	defer filelock.SetPassingHook(fn)()
 	_, err := Acquire(dir)
 	assert.ErrorIs(t, err, ErrBusy)
-	assert.Equal(t, lockHeld, <-seen)
+	assert.Equal(t, filelock.BusyHeld, <-seen)
 	require.NoError(t, holder.Stop())
 }

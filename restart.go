@@ -135,11 +135,12 @@ func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
 // one of equal or greater strength kept).
 func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending restartRequest, wrote bool, err error) {
 	target := ""
-	switch st := inspectRunner(dir); {
-	case st.err != nil:
+	st := inspectRunner(dir)
+	if st.err != nil {
 		return restartRequest{}, false, st.err // no runner can be admitted there to read it
-	case st.held && st.named:
-		target = st.holder.Instance
+	}
+	if id, ok := st.namedHolder(); ok {
+		target = id.Instance
 	}
 	old, ok, err := pendingForWrite(dir)
 	if err != nil {
@@ -366,15 +367,15 @@ func (rw *restartWatch) run(ctx context.Context) {
 			} else {
 				rw.last, rw.delivered = req, true
 			}
-		case <-starter.exited():
+		case <-starter.Exited():
 			watchHook("starter exited")
 		case <-rw.w.Changed():
 		case <-tick.C:
 		case <-ctx.Done():
-			starter.stop()
+			starter.Stop()
 			return
 		}
-		starter.stop()
+		starter.Stop()
 	}
 }
 
@@ -419,16 +420,16 @@ func (rw *restartWatch) next() (string, restartRequest) {
 // starterExit watches the exit of the starter that wrote req, a takeover
 // request, while it is on offer; nothing for any other request. A starter
 // that died between the read of the request and its pin is exited already.
-func (rw *restartWatch) starterExit(ctx context.Context, req restartRequest) *exitWatch {
+func (rw *restartWatch) starterExit(ctx context.Context, req restartRequest) *liveness.ExitWatch {
 	if !req.Takeover {
 		return nil
 	}
 	p, v, _ := liveness.Pin(liveness.Identity(req.By))
 	switch {
 	case p != nil:
-		return watchExit(ctx, p, nil)
+		return liveness.WatchExit(ctx, p, nil)
 	case v == liveness.Dead || v == liveness.Stale:
-		return exitedAlready()
+		return liveness.ExitedAlready()
 	}
 	return nil
 }

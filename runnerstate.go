@@ -511,21 +511,23 @@ func busyIfHeld(dir string, err error) error {
 	if !errors.Is(err, fs.ErrPermission) {
 		return err
 	}
-	switch st := inspectRunner(dir); {
-	case st.err != nil:
+	st := inspectRunner(dir)
+	if st.err != nil {
 		return err
-	case st.held:
-		return busyError(filepath.Join(dir, LockName), nil)
-	case st.treeHeld:
+	}
+	switch occ := st.occupancy(); {
+	case occ.held():
+		return busyError(filepath.Join(dir, LockName), nil, inspectRunnerLock)
+	case occ == occOrphans:
 		return errTreeBusy
 	}
 	return err
 }
 
-// tryOwnLock is tryExclusive on a lock file private to the runner (0600):
+// tryOwnLock is filelock.TryExclusive on a lock file private to the runner (0600):
 // it answers errTreeBusy when held.
 func tryOwnLock(path string) (*filelock.File, error) {
-	l, err := tryExclusive(path)
+	l, err := filelock.TryExclusive(path)
 	if errors.Is(err, filelock.ErrWouldBlock) {
 		return nil, errTreeBusy
 	}
@@ -634,110 +636,13 @@ func (h *hold) writeIdentity() error {
 }
 
 // tryRunnerLock makes a non-blocking attempt on a runner lock, creating it
-// 0600 (see tryExclusive): a *BusyError naming the holder when it is held.
+// 0600 (see filelock.TryExclusive): a *BusyError naming the holder when it is held.
 func tryRunnerLock(lockPath string) (*filelock.File, error) {
-	l, err := tryExclusive(lockPath)
+	l, err := filelock.TryExclusive(lockPath)
 	if errors.Is(err, filelock.ErrWouldBlock) {
-		return nil, busyError(lockPath, nil)
+		return nil, busyError(lockPath, nil, inspectRunnerLock)
 	}
 	return l, public(err)
-}
-
-// tryExclusive takes the exclusive lock of path (created 0600) without
-// waiting for a holder, but tries again while the busy answer is only
-// passing (see passage): at once and then after pauses that double from
-// 50 µs, for up to passingWait while nobody holds the lock, or for five
-// attempts a millisecond apart where the holders cannot all be seen. It
-// answers filelock.ErrWouldBlock when held.
-func tryExclusive(path string) (*filelock.File, error) {
-	l, err := filelock.TryLock(path, filelock.Exclusive, 0o600)
-	if !errors.Is(err, filelock.ErrWouldBlock) {
-		return l, err
-	}
-	state := passage(path, true)
-	if fn := testHookPassing.Load(); fn != nil {
-		(*fn)(state)
-	}
-	deadline := time.Now().Add(passingWait)
-	pause := 50 * time.Microsecond
-	for try := 0; state != lockHeld; try++ {
-		if state == mayBePassing {
-			if try == 5 {
-				break
-			}
-			pause = time.Millisecond
-		} else if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(pause)
-		pause = min(2*pause, 5*time.Millisecond)
-		if l, err = filelock.TryLock(path, filelock.Exclusive, 0o600); !errors.Is(err, filelock.ErrWouldBlock) {
-			return l, err
-		}
-		if passage(path, false) == lockHeld {
-			state = lockHeld
-		}
-	}
-	return nil, err
-}
-
-// testHookPassing, when set, is told how tryExclusive read a busy answer
-// (passage) before it tries again.
-var testHookPassing atomic.Pointer[func(state int)]
-
-// passingWait bounds how long tryExclusive tries again a lock that nobody
-// holds but the kernel has not let go yet: the last reference to a closed
-// file, and so its lock, is a reader's of /proc/<pid>/fdinfo for the time
-// of its read(2), which a loaded machine can stretch to milliseconds.
-const passingWait = 250 * time.Millisecond
-
-// A busy answer on a lock, as passage reads it.
-const (
-	lockHeld     = iota // a process holds the lock through a descriptor of its own
-	mayBePassing        // nobody is seen to hold it, but not every holder can be seen
-	lockPassing         // nobody holds it: it is on its way to being free
-)
-
-// passage says whether the lock of path, found busy, is held or only
-// passing, so that an attempt is worth making again. It is passing
-//
-//   - while a reader of the holder's /proc/<pid>/fdinfo (a probe) has the
-//     holder's file, which the holder has just closed: the last reference
-//     to a file drops its lock, and that is the reader's;
-//   - while a probe's shared lock (taken by a process that cannot see the
-//     holder in the kernel's list: in a container, or off Linux) is held,
-//     for an instant.
-//
-// It is held when the kernel lists an exclusive holder that shows the lock
-// among its own descriptors, or one whose descriptors cannot be read
-// (another user's); and, with scan set, where every process can be seen,
-// when a scan of every process's descriptors finds one that holds it (such
-// as the runner's children that inherited tree.lock). It may be passing
-// when it is neither, but not every holder can be seen.
-func passage(path string, scan bool) int {
-	ino, err := filelock.InodeOf(path)
-	if err != nil {
-		return mayBePassing
-	}
-	holders, _ := filelock.HoldersOf(ino) // where the kernel lists none, any busy answer may be passing
-	for _, h := range holders {
-		if h.Exclusive && filelock.HeldBy(h.PID, ino) != filelock.No {
-			return lockHeld
-		}
-	}
-	if !filelock.SeesAllHolders() {
-		return mayBePassing
-	}
-	if !scan {
-		return lockPassing
-	}
-	switch pids, complete := filelock.ScanHolders(ino); {
-	case len(pids) > 0:
-		return lockHeld
-	case !complete:
-		return mayBePassing
-	}
-	return lockPassing
 }
 
 // writeIdentity writes self into the runner lock l, which this process holds.
@@ -965,7 +870,7 @@ func Running(dir string) (Record, bool, error) {
 	if st.err != nil {
 		return Record{}, false, st.err
 	}
-	if !st.held {
+	if !st.occupancy().held() {
 		return Record{}, false, nil
 	}
 	rec, state, _ := readRecord(dir)
@@ -976,7 +881,7 @@ func Running(dir string) (Record, bool, error) {
 // when it names the process the kernel says holds the lock and that identity
 // is verified alive, else only the holder's pid.
 func holderRecord(st lockState, rec Record, state fileState) Record {
-	if st.verified && state == fileOK && rec.PID == st.pid && sameProcess(rec.Process, st.holder) {
+	if st.occupancy().verified() && state == fileOK && rec.PID == st.pid && sameProcess(rec.Process, st.holder) {
 		return rec
 	}
 	return Record{PID: st.pid}
@@ -1100,12 +1005,13 @@ func stalePIDs(dir string, st lockState) []int {
 			named[rec.PID] = rec.Process
 		}
 	}
+	occ := st.occupancy()
 	for _, pid := range StalePIDs(dir) {
 		switch {
-		case !st.held:
-		case st.verified && pid == st.pid:
+		case !occ.held():
+		case occ.verified() && pid == st.pid:
 			continue
-		case st.verified:
+		case occ.verified():
 		default:
 			if v, _ := liveness.Check(liveness.Identity(named[pid])); v != liveness.Dead && v != liveness.Stale {
 				continue
@@ -1186,20 +1092,19 @@ func Status(dir string) (Report, error) {
 	if st.err != nil {
 		return r, st.err
 	}
-	if st.held && st.named && !st.otherMount && filelock.CarriesContent {
-		st.elsewhere(dir)
-	}
-	r.Held = st.held
-	r.Verified = st.held && st.verified
+	st.elsewhereToo(dir)
+	occ := st.occupancy()
+	r.Held = occ.held()
+	r.Verified = occ.verified()
 	if st.named {
 		r.Verdict = st.verdict.String()
 	}
 	rec, recState, recErr := readRecord(dir)
-	if st.held {
+	if occ.held() {
 		r.Holder = holderRecord(st, rec, recState)
 		r.Warnings = append(r.Warnings, st.warnings(filepath.Join(dir, LockName))...)
 	}
-	if st.treeHeld {
+	if occ == occOrphans {
 		pids, complete := orphans(dir, 0)
 		r.Orphans = append(r.Orphans, pids...)
 		switch {
@@ -1270,6 +1175,78 @@ type lockState struct {
 	err        error            // the lock path is unusable (symlink, directory...)
 }
 
+// occupancy is what a lockState says holds the lock, or the directory for
+// inspectRunner: the one answer callers switch on. The facts that belong to
+// each case are lockState's: pid, holder, verdict and reason for a holder;
+// notes for Status; orphans are listed by orphans().
+type occupancy uint8
+
+const (
+	occFree       occupancy = iota // nothing holds it
+	occVerified                    // a holder whose identity is verified alive and holds the lock
+	occUnverified                  // a holder that cannot be verified (pid when the kernel names it)
+	occHidden                      // a holder not visible from this PID namespace: never named by pid, never signalled
+	occOrphans                     // runner.lock free, tree.lock held: orphans of a previous runner's tree
+	occLostFile                    // runner.lock lost under its runner, which still holds tree.lock (verified)
+)
+
+// String names the occupancy, for logs and test failures.
+func (o occupancy) String() string {
+	switch o {
+	case occFree:
+		return "free"
+	case occVerified:
+		return "verified holder"
+	case occUnverified:
+		return "unverified holder"
+	case occHidden:
+		return "hidden holder"
+	case occOrphans:
+		return "orphans"
+	case occLostFile:
+		return "lost lock file"
+	}
+	return fmt.Sprintf("occupancy(%d)", uint8(o))
+}
+
+// held reports whether a process holds the lock itself (or, for a lost lock
+// file, the tree.lock that stands for it): every occupancy but free and
+// orphans.
+func (o occupancy) held() bool { return o != occFree && o != occOrphans }
+
+// verified reports whether the holder's identity is verified alive: a
+// verified holder, or the runner of a lost lock file.
+func (o occupancy) verified() bool { return o == occVerified || o == occLostFile }
+
+// occupancy is the answer st gives: the only place its flags are decoded.
+// (A verified holder implies held, and so do hidden and lostFile; treeHeld
+// implies runner.lock free; lostFile implies verified.)
+func (st lockState) occupancy() occupancy {
+	switch {
+	case st.lostFile:
+		return occLostFile
+	case st.verified:
+		return occVerified
+	case st.hidden:
+		return occHidden
+	case st.held:
+		return occUnverified
+	case st.treeHeld:
+		return occOrphans
+	}
+	return occFree
+}
+
+// namedHolder is the identity a held lock's holder is known by (the lock
+// file's, runner.json's or the kernel's naming); ok is false when the lock is
+// not held or names nobody.
+func (st lockState) namedHolder() (id Identity, ok bool) {
+	if !st.occupancy().held() || !st.named {
+		return Identity{}, false
+	}
+	return st.holder, true
+}
+
 // confirmation is how a holder was verified.
 type confirmation uint8
 
@@ -1292,7 +1269,7 @@ func (st lockState) warnings(lockPath string) []string {
 	case st.verdict == liveness.OtherNamespace:
 		w = append(w, fmt.Sprintf("%s names a holder in another PID namespace (%s); it is never signalled", lockPath, st.holder))
 	}
-	if !st.verified && !st.hidden {
+	if st.occupancy() == occUnverified {
 		w = append(w, fmt.Sprintf("the holder of %s cannot be verified (%s)", lockPath, st.reason))
 	}
 	return w
@@ -1528,7 +1505,7 @@ func inspectRunner(dir string) lockState {
 	if !st.held {
 		return inspectTree(dir, st)
 	}
-	if st.verified || st.hidden || !st.silent {
+	if st.occupancy() != occUnverified || !st.silent {
 		return st
 	}
 	rec, state, _ := readRecord(dir)
@@ -1566,6 +1543,16 @@ func (st *lockState) elsewhere(dir string) {
 	st.held, st.pid, st.verified, st.via, st.otherMount = true, st.holder.PID, true, viaLockFile, true
 	st.notes = append(st.notes, fmt.Sprintf("%s is held by pid %d through another mount (%s): file locks on %s do not exclude between the two, so no runner can be admitted here safely; use one path on a local disk",
 		path, st.holder.PID, holderPath, cmp.Or(fsinfo.TypeOf(dir), "this filesystem")))
+}
+
+// elsewhereToo is elsewhere for Status, asked of a lock found held whose
+// named holder was not already found through another mount, for its warning
+// (the kernel may have matched the holder by inode number alone); only
+// where the lock file carries content.
+func (st *lockState) elsewhereToo(dir string) {
+	if _, ok := st.namedHolder(); ok && !st.otherMount && filelock.CarriesContent {
+		st.elsewhere(dir)
+	}
 }
 
 // confirmFromRecord is the probe that touches no lock: runner.json names the
@@ -1660,7 +1647,7 @@ func isWaiting(starters []Identity, pid int) bool {
 func treeBusyError(dir string, cause error) *BusyError {
 	be := &BusyError{Path: filepath.Join(dir, LockName), cause: cause}
 	st := inspectRunner(dir)
-	if st.lostFile {
+	if st.occupancy() == occLostFile {
 		be.PID, be.Verified, be.lost = st.pid, true, true
 		return be
 	}

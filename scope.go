@@ -120,7 +120,7 @@ func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func()
 	}
 	lockPath := filepath.Join(scopeDir, scopeLockName)
 	live := ctx.Err() == nil
-	l, err := waitLock(ctx, lockPath, filelock.Exclusive, 0o644)
+	l, err := waitLock(ctx, lockPath, filelock.Exclusive, 0o644, inspectScopeLock)
 	if err != nil {
 		var be *BusyError
 		if errors.As(err, &be) {
@@ -251,7 +251,7 @@ func holderDataDir(scopeDir string, holder int) string {
 // verified alive.
 func inspectScope(scopeDir string) lockState {
 	st := inspectLock(filepath.Join(scopeDir, scopeLockName))
-	if st.err != nil || !st.held || st.verified || st.hidden || !st.silent || filelock.ListsHolders() {
+	if st.err != nil || st.occupancy() != occUnverified || !st.silent || filelock.ListsHolders() {
 		return st
 	}
 	owner, state, _ := readScopeOwner(scopeDir)
@@ -295,7 +295,7 @@ func SyncRunning(ctx context.Context, root string) (release func(), err error) {
 		if err := ensureDir(root); err != nil {
 			return nil, err
 		}
-		l, err := waitLock(ctx, path, filelock.Shared, 0o644)
+		l, err := waitLock(ctx, path, filelock.Shared, 0o644, inspectLock)
 		if err == nil {
 			return l.Release, nil
 		}

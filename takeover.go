@@ -19,6 +19,7 @@ import (
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
+	"github.com/runnerstate/runnerstate/internal/gate"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/runnerstate/runnerstate/internal/sdnotify"
 	"github.com/runnerstate/runnerstate/internal/spawn"
@@ -156,7 +157,7 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	if holdOf(dir) != nil {
 		// This process is the runner already: there is nobody to take over
 		// from, and waiting on itself would only end with ctx.
-		return nil, busyError(filepath.Join(dir, LockName), nil)
+		return nil, busyError(filepath.Join(dir, LockName), nil, inspectRunnerLock)
 	}
 	live := ctx.Err() == nil
 	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger}
@@ -189,8 +190,8 @@ type takeover struct {
 // register takes the next sequence number and enters the waiting list.
 func (t *takeover) register(ctx context.Context) error {
 	return updateGate(ctx, t.dir, func(g *gateState) error {
-		t.seq = g.next()
-		g.Waiting = append(g.Waiting, gateEntry{Seq: t.seq, Starter: t.self, Since: t.start})
+		t.seq = g.Next()
+		g.Waiting = append(g.Waiting, gateEntry{Seq: t.seq, Starter: liveness.Identity(t.self), Since: t.start})
 		return nil
 	})
 }
@@ -205,7 +206,7 @@ func (t *takeover) withdraw() {
 	// Withdrawing must happen even when the caller's context has ended; the
 	// state lock's own bound keeps it finite.
 	err := updateGate(context.Background(), t.dir, func(g *gateState) error {
-		g.remove(t.seq)
+		g.Remove(t.seq)
 		if len(g.Waiting) > 0 || t.request == nil {
 			return nil
 		}
@@ -268,7 +269,7 @@ func (t *takeover) watchNewer(ctx context.Context) (context.Context, func()) {
 		w := dirwatch.New(t.dir)
 		defer w.Close()
 		for w.Wait(supCtx, 0, nil) == nil {
-			if g, _ := readGate(t.dir); g.newerThan(t.seq) {
+			if g, _ := readGate(t.dir); g.NewerThan(t.seq) {
 				cancel()
 				return
 			}
@@ -285,7 +286,7 @@ func (t *takeover) watchNewer(ctx context.Context) (context.Context, func()) {
 func (t *takeover) waitForPair(ctx, supCtx context.Context) (pair, error) {
 	treePath := filepath.Join(t.dir, treeLockName)
 	for {
-		if g, _ := readGate(t.dir); g.newerThan(t.seq) {
+		if g, _ := readGate(t.dir); g.NewerThan(t.seq) {
 			return pair{}, t.superseded()
 		}
 		p, err := tryPair(t.dir)
@@ -301,10 +302,10 @@ func (t *takeover) waitForPair(ctx, supCtx context.Context) (pair, error) {
 			return pair{}, t.busy(ctx.Err())
 		}
 		var next time.Time
-		path := t.lockPath
+		path, inspect := t.lockPath, inspector(inspectRunnerLock)
 		if err == errTreeBusy {
 			next, err = t.stepTree(ctx)
-			path = treePath
+			path, inspect = treePath, inspectLock
 		} else {
 			next, err = t.step(ctx)
 		}
@@ -317,7 +318,7 @@ func (t *takeover) waitForPair(ctx, supCtx context.Context) (pair, error) {
 			return pair{}, err
 		}
 		waitCtx, cancel := context.WithDeadline(supCtx, next)
-		l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o600)
+		l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o600, inspect)
 		cancel()
 		switch {
 		case err == nil:
@@ -365,7 +366,7 @@ func (t *takeover) superseded() error {
 	g, _ := readGate(t.dir)
 	var newest gateEntry
 	for _, e := range g.Waiting {
-		if e.Seq > t.seq && e.Seq > newest.Seq && e.live() {
+		if e.Seq > t.seq && e.Seq > newest.Seq && e.Live() {
 			newest = e
 		}
 	}
@@ -379,10 +380,11 @@ func (t *takeover) superseded() error {
 // or, when only tree.lock is held, an orphan or a runner whose runner.lock
 // was lost.
 func (t *takeover) busy(cause error) error {
-	if st := inspectRunner(t.dir); !st.held && st.treeHeld || st.lostFile {
+	switch inspectRunner(t.dir).occupancy() {
+	case occOrphans, occLostFile:
 		return treeBusyError(t.dir, cause)
 	}
-	return busyError(t.lockPath, cause)
+	return busyError(t.lockPath, cause, inspectRunnerLock)
 }
 
 // step looks at the holder, leaves or upgrades the restart request, sends the
@@ -390,7 +392,7 @@ func (t *takeover) busy(cause error) error {
 func (t *takeover) step(ctx context.Context) (time.Time, error) {
 	now := time.Now()
 	st, canSignal, err := t.look()
-	if err != nil || !st.held {
+	if err != nil || !st.occupancy().held() {
 		// Released between our attempt and our look: try again at once.
 		return now, err
 	}
@@ -415,10 +417,11 @@ func (t *takeover) step(ctx context.Context) (time.Time, error) {
 func (t *takeover) stepTree(ctx context.Context) (time.Time, error) {
 	now := time.Now()
 	st := inspectRunner(t.dir)
-	switch {
-	case st.err != nil:
+	if st.err != nil {
 		return now, st.err
-	case st.lostFile:
+	}
+	switch st.occupancy() {
+	case occLostFile:
 		canSignal := !t.opts.NoSignal && st.verdict == liveness.Alive && t.pin(st.holder)
 		grace := t.opts.Grace
 		if grace == drainGrace {
@@ -429,7 +432,8 @@ func (t *takeover) stepTree(ctx context.Context) (time.Time, error) {
 			t.signal(due, filepath.Join(t.dir, treeLockName))
 		}
 		return clampNext(now, next), err
-	case !st.treeHeld || st.held:
+	case occOrphans:
+	default:
 		return now, nil // it changed since the attempt: try again at once
 	}
 	a := attempt{key: "tree:orphans", grace: 0, canSignal: !t.opts.NoSignal}
@@ -444,11 +448,12 @@ func (t *takeover) stepTree(ctx context.Context) (time.Time, error) {
 // alive and local, and signals allowed. canSignal says the pin is in place.
 func (t *takeover) look() (st lockState, canSignal bool, err error) {
 	st = inspectRunner(t.dir)
-	if st.err != nil || !st.held {
+	occ := st.occupancy()
+	if st.err != nil || !occ.held() {
 		return st, false, st.err
 	}
-	canSignal = !t.opts.NoSignal && st.verified && st.verdict == liveness.Alive && t.pin(st.holder)
-	if !canSignal && (t.opts.NoSignal || !st.verified) {
+	canSignal = !t.opts.NoSignal && occ.verified() && st.verdict == liveness.Alive && t.pin(st.holder)
+	if !canSignal && (t.opts.NoSignal || !occ.verified()) {
 		warnOnce(fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
 			"runnerstate: takeover will not signal the holder; it leaves a restart request and waits", "dir", t.dir, "pid", st.pid, "why", st.reason, "no_signal", t.opts.NoSignal)
 	}
@@ -497,7 +502,7 @@ func attemptOf(st lockState, grace time.Duration, canSignal, ask bool) attempt {
 // runner just admitted: errNotNewest.
 func (t *takeover) decide(ctx context.Context, now time.Time, at attempt) (due liveness.Signal, next time.Time, err error) {
 	err = updateGate(ctx, t.dir, func(g *gateState) error {
-		if g.newerThan(t.seq) {
+		if g.NewerThan(t.seq) {
 			return errNotNewest
 		}
 		if a := g.Attempt; a == nil || a.For != at.key || a.PID != at.pid {
@@ -664,11 +669,11 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold, error) {
 	newest := true
 	err = withStateLockCtx(ctx, t.dir, func() error {
 		return updateGateLocked(t.dir, func(g *gateState) error {
-			if g.newerThan(t.seq) {
+			if g.NewerThan(t.seq) {
 				newest = false
 				return nil
 			}
-			g.remove(t.seq)
+			g.Remove(t.seq)
 			g.Admitted = t.seq
 			g.Attempt = nil
 			if err := h.writeIdentity(); err != nil {
@@ -838,7 +843,8 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 		if st.err != nil {
 			return s.res, st.err
 		}
-		free := !st.held && !st.treeHeld
+		occ := st.occupancy()
+		free := occ == occFree
 		if free {
 			starter, waits := startingNow(dir)
 			if !waits {
@@ -853,10 +859,10 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 			return s.res, nil
 		}
 		if err := s.w.Wait(ctx, s.untilCheck(), s.exited); err != nil {
-			if !free && (!st.held || st.lostFile) {
+			if occ == occOrphans || occ == occLostFile {
 				return s.res, treeBusyError(dir, err)
 			}
-			return s.res, busyError(filepath.Join(dir, LockName), err)
+			return s.res, busyError(filepath.Join(dir, LockName), err, inspectRunnerLock)
 		}
 	}
 }
@@ -869,8 +875,8 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 func startingNow(dir string) (Identity, bool) {
 	g, _ := readGate(dir)
 	for _, e := range g.Waiting {
-		if v, _ := liveness.Check(liveness.Identity(e.Starter)); v == liveness.Alive {
-			return e.Starter, true
+		if v, _ := liveness.Check(e.Starter); v == liveness.Alive {
+			return Identity(e.Starter), true
 		}
 	}
 	return Identity{}, false
@@ -884,26 +890,27 @@ type standby struct {
 	res       StandbyResult
 	w         *dirwatch.Watcher
 	exited    chan struct{} // signalled when the pinned owner exits
-	owner     *exitWatch
+	owner     *liveness.ExitWatch
 	nextCheck time.Time
 }
 
 // follow names a new owner once, and pins a verified one to wake when it
 // exits.
 func (s *standby) follow(ctx context.Context, st lockState) {
-	if !st.held {
+	occ := st.occupancy()
+	if !occ.held() {
 		warnOnceTo(s.opts.Logger, "standby-tree:"+s.dir, "runnerstate: standing by while processes of a previous runner's tree hold the directory", "dir", s.dir)
 		return
 	}
 	if st.pid != s.res.PreviousOwnerPID {
 		s.res.PreviousOwnerPID = st.pid
-		s.opts.Logger.Info("runnerstate: standing by while another runner owns the directory", "dir", s.dir, "pid", st.pid, "verified", st.verified)
+		s.opts.Logger.Info("runnerstate: standing by while another runner owns the directory", "dir", s.dir, "pid", st.pid, "verified", occ.verified())
 	}
-	if st.verified && st.verdict == liveness.Alive && (s.owner == nil || s.owner.p.PID() != st.pid) {
-		s.owner.stop()
+	if occ.verified() && st.verdict == liveness.Alive && (s.owner == nil || s.owner.PID() != st.pid) {
+		s.owner.Stop()
 		s.owner = nil
 		if p, _, _ := liveness.Pin(liveness.Identity(st.holder)); p != nil {
-			s.owner = watchExit(ctx, p, s.exited)
+			s.owner = liveness.WatchExit(ctx, p, s.exited)
 		}
 	}
 }
@@ -930,107 +937,26 @@ func (s *standby) untilCheck() time.Duration {
 }
 
 func (s *standby) close() {
-	s.owner.stop()
+	s.owner.Stop()
 	s.w.Close()
 }
 
-// exitWatch waits for a pinned process's exit beside a loop, and signals
-// exited (when not nil) and closes gone when it comes.
-type exitWatch struct {
-	p      *liveness.Process
-	cancel context.CancelFunc
-	done   chan struct{}
-	gone   chan struct{}
-}
-
-func watchExit(ctx context.Context, p *liveness.Process, exited chan<- struct{}) *exitWatch {
-	ctx, cancel := context.WithCancel(ctx)
-	e := &exitWatch{p: p, cancel: cancel, done: make(chan struct{}), gone: make(chan struct{})}
-	go func() {
-		defer close(e.done)
-		if p.Wait(ctx) == nil {
-			close(e.gone)
-			select {
-			case exited <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return e
-}
-
-// exitedAlready is an exitWatch of a process already gone.
-func exitedAlready() *exitWatch {
-	e := &exitWatch{cancel: func() {}, done: make(chan struct{}), gone: make(chan struct{})}
-	close(e.done)
-	close(e.gone)
-	return e
-}
-
-// exited is closed when the process exits; nil (never ready) for a nil
-// exitWatch.
-func (e *exitWatch) exited() <-chan struct{} {
-	if e == nil {
-		return nil
-	}
-	return e.gone
-}
-
-// stop ends the wait and unpins the process; nil is a no-op.
-func (e *exitWatch) stop() {
-	if e == nil {
-		return
-	}
-	e.cancel()
-	<-e.done
-	if e.p != nil {
-		e.p.Close()
-	}
-}
-
-// The takeover gate: gate.json records the starters waiting in Takeover, in
-// the order they came (a sequence number they share, never the wall clock),
-// and the escalation of the current takeover attempt, so that the newest
-// starter wins and the holder is signalled at most once per step however many
-// starters come and go. It is read and written only under the directory's
-// state lock, and written atomically but without fsync: it describes live
-// processes, and after a power loss none of them is left.
-
-// gateEntry is one waiting starter.
-type gateEntry struct {
-	Seq     uint64    `json:"seq"`
-	Starter Identity  `json:"starter"`
-	Since   time.Time `json:"since"`
-}
-
-// gateAttempt is the current takeover attempt against one holder.
-type gateAttempt struct {
-	For            string    `json:"for"` // the holder's instance ("" when it names none)
-	PID            int       `json:"pid"`
-	Mode           string    `json:"mode"`             // the restart mode requested
-	FirstRequestAt time.Time `json:"first_request_at"` // the grace clock starts here
-	TermAt         time.Time `json:"term_at,omitzero"` // SIGTERM sent
-	KillAt         time.Time `json:"kill_at,omitzero"` // SIGKILL sent
-}
-
-// gateState is the content of gate.json.
-type gateState struct {
-	Seq      uint64       `json:"seq"`      // the last sequence number handed out
-	Admitted uint64       `json:"admitted"` // the sequence number of the last starter admitted
-	Waiting  []gateEntry  `json:"waiting"`
-	Attempt  *gateAttempt `json:"attempt,omitempty"`
-}
-
-// unverifiableStarterTTL is how long a waiting starter whose liveness cannot
-// be verified (another PID namespace) counts as waiting.
-const unverifiableStarterTTL = time.Hour
+// The takeover gate: gate.json holds a gate.State (internal/gate). It is
+// read and written only under the directory's state lock, and written
+// atomically but without fsync: it describes live processes, and after a
+// power loss none of them is left.
+type (
+	gateState   = gate.State
+	gateEntry   = gate.Entry
+	gateAttempt = gate.Attempt
+)
 
 // readGate reads gate.json; a missing or unreadable one is an empty gate (the
 // problem is logged once, and the next writer replaces it), with a warning
 // for Status.
 func readGate(dir string) (gateState, string) {
 	path := filepath.Join(dir, gateName)
-	g, state, err := readState(path, parseGate)
+	g, state, err := readState(path, gate.Parse)
 	if state != fileCorrupt {
 		return g, ""
 	}
@@ -1038,91 +964,17 @@ func readGate(dir string) (gateState, string) {
 	return gateState{}, fmt.Sprintf("%v; it is ignored, and the next Takeover replaces it", err)
 }
 
-func parseGate(data []byte) (gateState, error) {
-	var g gateState
-	err := durable.DecodeObject(data, &g)
-	return g, err
-}
-
-// live reports whether a waiting starter may still be waiting: its identity
-// is verified alive, or cannot be verified and it came within the TTL.
-func (e gateEntry) live() bool {
-	v, _ := liveness.Check(liveness.Identity(e.Starter))
-	switch v {
-	case liveness.Self, liveness.Alive:
-		return true
-	case liveness.Dead, liveness.Stale:
-		return false
-	}
-	return time.Since(e.Since) < unverifiableStarterTTL
-}
-
-// prune drops the entries of starters that are gone (a kill -9ed starter never
-// blocks the others) and ends an attempt nobody waits for any more.
-func (g *gateState) prune() {
-	live := g.Waiting[:0]
-	for _, e := range g.Waiting {
-		if e.live() {
-			live = append(live, e)
-		}
-	}
-	clear(g.Waiting[len(live):])
-	g.Waiting = live
-	if len(g.Waiting) == 0 {
-		g.Attempt = nil
-	}
-}
-
-// newerThan reports whether a live starter came after seq, or one after seq
-// was already admitted.
-func (g *gateState) newerThan(seq uint64) bool {
-	if g.Admitted > seq {
-		return true
-	}
-	for _, e := range g.Waiting {
-		if e.Seq > seq && e.live() {
-			return true
-		}
-	}
-	return false
-}
-
-// next hands out the next sequence number: above every number the gate
-// knows (a hand-edited or corrupt gate.json may hold an admitted number above
-// seq), and never wrapping: far up, with nobody waiting, it starts again.
-func (g *gateState) next() uint64 {
-	base := max(g.Seq, g.Admitted)
-	for _, e := range g.Waiting {
-		base = max(base, e.Seq)
-	}
-	if base >= 1<<62 && (len(g.Waiting) == 0 || base >= 1<<63) {
-		g.Waiting = nil // only a forged gate gets this far with starters in it
-		base, g.Admitted = 0, 0
-	}
-	g.Seq = base + 1
-	return g.Seq
-}
-
-// remove drops the entry with seq.
-func (g *gateState) remove(seq uint64) {
-	for i, e := range g.Waiting {
-		if e.Seq == seq {
-			g.Waiting = append(g.Waiting[:i], g.Waiting[i+1:]...)
-			return
-		}
-	}
-}
-
 // updateGate runs fn on the gate under dir's state lock and writes the result
 // back. fn runs with the lock held and may touch other state files with the
-// *Locked helpers; it must not take the state lock itself.
+// *Locked helpers; it must not take the state lock itself (a call that does
+// fails at once, see withStateLockCtx).
 func updateGate(ctx context.Context, dir string, fn func(g *gateState) error) error {
 	return withStateLockCtx(ctx, dir, func() error { return updateGateLocked(dir, fn) })
 }
 
 func updateGateLocked(dir string, fn func(g *gateState) error) error {
 	g, _ := readGate(dir)
-	g.prune()
+	g.Prune()
 	if err := fn(&g); err != nil {
 		return err
 	}
@@ -1139,8 +991,8 @@ func waitingStarters(dir string) ([]Identity, string) {
 	g, warn := readGate(dir)
 	var ids []Identity
 	for _, e := range g.Waiting {
-		if e.live() {
-			ids = append(ids, e.Starter)
+		if e.Live() {
+			ids = append(ids, Identity(e.Starter))
 		}
 	}
 	return ids, warn
@@ -1692,7 +1544,7 @@ func settleStart(dir string, a startAttempt, ls *localStart, c *spawn.Child) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), stateLockWait)
 	defer cancel()
-	l, err := waitLock(ctx, filepath.Join(dir, startLockName), filelock.Exclusive, 0o600)
+	l, err := waitLock(ctx, filepath.Join(dir, startLockName), filelock.Exclusive, 0o600, inspectLock)
 	if isNotExist(err) {
 		return // the directory is gone, and its attempt with it
 	}
@@ -1764,9 +1616,9 @@ func (s *starter) await(ctx context.Context, a startAttempt) (Record, error) {
 	if local != nil {
 		exited, readyCh = local.child.Exited(), local.child.Ready()
 	} else if p, _, _ := liveness.Pin(liveness.Identity(a.Child)); p != nil {
-		ew := watchExit(ctx, p, nil)
-		defer ew.stop()
-		exited = ew.exited()
+		ew := liveness.WatchExit(ctx, p, nil)
+		defer ew.Stop()
+		exited = ew.Exited()
 	} else {
 		exited = closedChan
 	}

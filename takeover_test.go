@@ -576,7 +576,7 @@ func TestSupersededNamesTheDirectoryAndTheNewerStarter(t *testing.T) {
 	self := Self()
 	require.NoError(t, updateGate(context.Background(), dir, func(g *gateState) error {
 		g.Seq = 2
-		g.Waiting = []gateEntry{{Seq: 1, Starter: self}, {Seq: 2, Starter: self}}
+		g.Waiting = []gateEntry{{Seq: 1, Starter: liveness.Identity(self)}, {Seq: 2, Starter: liveness.Identity(self)}}
 		return nil
 	}))
 	err := (&takeover{dir: dir, seq: 1}).superseded()
@@ -608,8 +608,8 @@ func TestStandbyYieldsToAWaitingStarter(t *testing.T) {
 	id, err := liveness.Lookup(starter.PID())
 	require.NoError(t, err)
 	require.NoError(t, updateGate(context.Background(), dir, func(g *gateState) error {
-		g.Seq = g.next()
-		g.Waiting = append(g.Waiting, gateEntry{Seq: g.Seq, Starter: Identity(id), Since: time.Now()})
+		g.Seq = g.Next()
+		g.Waiting = append(g.Waiting, gateEntry{Seq: g.Seq, Starter: id, Since: time.Now()})
 		return nil
 	}))
 	captureLog(t)

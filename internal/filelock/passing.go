@@ -1,0 +1,134 @@
+package filelock
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// TryExclusive takes the exclusive lock of path (created 0600) without
+// waiting for a holder, but tries again while the busy answer is only
+// passing (see passage): at once and then after pauses that double from
+// 50 µs, for up to passingWait while nobody holds the lock, or for five
+// attempts a millisecond apart where the holders cannot all be seen. It
+// answers ErrWouldBlock when held; any other error is TryLock's.
+func TryExclusive(path string) (*File, error) {
+	l, err := TryLock(path, Exclusive, 0o600)
+	if !errors.Is(err, ErrWouldBlock) {
+		return l, err
+	}
+	state := passage(path, true)
+	if fn := testHookPassing.Load(); fn != nil {
+		(*fn)(state)
+	}
+	deadline := time.Now().Add(passingWait)
+	pause := 50 * time.Microsecond
+	for try := 0; ; try++ {
+		switch state {
+		case BusyHeld:
+			return nil, err
+		case BusyMayBePassing:
+			if try == 5 {
+				return nil, err
+			}
+			pause = time.Millisecond
+		case BusyPassing:
+			if time.Now().After(deadline) {
+				return nil, err
+			}
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 5*time.Millisecond)
+		if l, err = TryLock(path, Exclusive, 0o600); !errors.Is(err, ErrWouldBlock) {
+			return l, err
+		}
+		if passage(path, false) == BusyHeld {
+			state = BusyHeld
+		}
+	}
+}
+
+// testHookPassing, when set, is told how TryExclusive read a busy answer
+// (passage) before it tries again.
+var testHookPassing atomic.Pointer[func(state BusyAnswer)]
+
+// SetPassingHook makes fn be told how TryExclusive read each busy answer
+// (passage), before it tries again, and returns a func that removes it. For
+// tests of the packages above this one; fn may be called from any
+// goroutine.
+func SetPassingHook(fn func(state BusyAnswer)) (restore func()) {
+	old := testHookPassing.Swap(&fn)
+	return func() { testHookPassing.Store(old) }
+}
+
+// passingWait bounds how long TryExclusive tries again a lock that nobody
+// holds but the kernel has not let go yet: the last reference to a closed
+// file, and so its lock, is a reader's of /proc/<pid>/fdinfo for the time
+// of its read(2), which a loaded machine can stretch to milliseconds.
+const passingWait = 250 * time.Millisecond
+
+// BusyAnswer is what a busy answer on a lock means, as TryExclusive reads
+// it (passage).
+type BusyAnswer int
+
+const (
+	BusyHeld         BusyAnswer = iota // a process holds the lock through a descriptor of its own
+	BusyMayBePassing                   // nobody is seen to hold it, but not every holder can be seen
+	BusyPassing                        // nobody holds it: it is on its way to being free
+)
+
+// String names the answer, for logs and test failures.
+func (b BusyAnswer) String() string {
+	switch b {
+	case BusyHeld:
+		return "held"
+	case BusyMayBePassing:
+		return "may be passing"
+	case BusyPassing:
+		return "passing"
+	}
+	return fmt.Sprintf("BusyAnswer(%d)", int(b))
+}
+
+// passage says whether the lock of path, found busy, is held or only
+// passing, so that an attempt is worth making again. It is passing
+//
+//   - while a reader of the holder's /proc/<pid>/fdinfo (a probe) has the
+//     holder's file, which the holder has just closed: the last reference
+//     to a file drops its lock, and that is the reader's;
+//   - while a probe's shared lock (taken by a process that cannot see the
+//     holder in the kernel's list: in a container, or off Linux) is held,
+//     for an instant.
+//
+// It is held when the kernel lists an exclusive holder that shows the lock
+// among its own descriptors, or one whose descriptors cannot be read
+// (another user's); and, with scan set, where every process can be seen,
+// when a scan of every process's descriptors finds one that holds it (such
+// as the runner's children that inherited tree.lock). It may be passing
+// when it is neither, but not every holder can be seen.
+func passage(path string, scan bool) BusyAnswer {
+	ino, err := InodeOf(path)
+	if err != nil {
+		return BusyMayBePassing
+	}
+	holders, _ := HoldersOf(ino) // where the kernel lists none, any busy answer may be passing
+	for _, h := range holders {
+		if h.Exclusive && HeldBy(h.PID, ino) != No {
+			return BusyHeld
+		}
+	}
+	if !SeesAllHolders() {
+		return BusyMayBePassing
+	}
+	if !scan {
+		return BusyPassing
+	}
+	switch pids, complete := ScanHolders(ino); {
+	case len(pids) > 0:
+		return BusyHeld
+	case !complete:
+		return BusyMayBePassing
+	}
+	return BusyPassing
+}

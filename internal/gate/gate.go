@@ -1,0 +1,124 @@
+// Package gate is the content of a takeover gate: the starters waiting to
+// take one directory over, in the order they came (a sequence number they
+// share, never the wall clock), and the escalation of the current attempt
+// against its holder, so that the newest starter wins and the holder is
+// signalled at most once per step however many starters come and go.
+//
+// It knows neither where the gate is kept nor what serialises its writers:
+// the caller reads a State, changes it and writes it back under a lock of
+// its own.
+package gate
+
+import (
+	"time"
+
+	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/liveness"
+)
+
+// Entry is one waiting starter.
+type Entry struct {
+	Seq     uint64            `json:"seq"`
+	Starter liveness.Identity `json:"starter"`
+	Since   time.Time         `json:"since"`
+}
+
+// Attempt is the current takeover attempt against one holder.
+type Attempt struct {
+	For            string    `json:"for"` // the holder's instance ("" when it names none)
+	PID            int       `json:"pid"`
+	Mode           string    `json:"mode"`             // the restart mode requested
+	FirstRequestAt time.Time `json:"first_request_at"` // the grace clock starts here
+	TermAt         time.Time `json:"term_at,omitzero"` // SIGTERM sent
+	KillAt         time.Time `json:"kill_at,omitzero"` // SIGKILL sent
+}
+
+// State is the whole gate.
+type State struct {
+	Seq      uint64   `json:"seq"`      // the last sequence number handed out
+	Admitted uint64   `json:"admitted"` // the sequence number of the last starter admitted
+	Waiting  []Entry  `json:"waiting"`
+	Attempt  *Attempt `json:"attempt,omitempty"`
+}
+
+// UnverifiableTTL is how long a waiting starter whose liveness cannot be
+// verified (another PID namespace) counts as waiting.
+const UnverifiableTTL = time.Hour
+
+// Parse decodes a gate: one JSON object (durable.DecodeObject), or an error
+// saying why not.
+func Parse(data []byte) (State, error) {
+	var g State
+	err := durable.DecodeObject(data, &g)
+	return g, err
+}
+
+// Live reports whether a waiting starter may still be waiting: its identity
+// is verified alive, or cannot be verified and it came within
+// UnverifiableTTL.
+func (e Entry) Live() bool {
+	v, _ := liveness.Check(e.Starter)
+	switch v {
+	case liveness.Self, liveness.Alive:
+		return true
+	case liveness.Dead, liveness.Stale:
+		return false
+	}
+	return time.Since(e.Since) < UnverifiableTTL
+}
+
+// Prune drops the entries of starters that are gone (a kill -9ed starter
+// never blocks the others) and ends an attempt nobody waits for any more.
+func (g *State) Prune() {
+	live := g.Waiting[:0]
+	for _, e := range g.Waiting {
+		if e.Live() {
+			live = append(live, e)
+		}
+	}
+	clear(g.Waiting[len(live):])
+	g.Waiting = live
+	if len(g.Waiting) == 0 {
+		g.Attempt = nil
+	}
+}
+
+// NewerThan reports whether a live starter came after seq, or one after seq
+// was already admitted.
+func (g *State) NewerThan(seq uint64) bool {
+	if g.Admitted > seq {
+		return true
+	}
+	for _, e := range g.Waiting {
+		if e.Seq > seq && e.Live() {
+			return true
+		}
+	}
+	return false
+}
+
+// Next hands out the next sequence number: above every number the gate
+// knows (a hand-edited or corrupt gate may hold an admitted number above
+// Seq), and never wrapping: far up, with nobody waiting, it starts again.
+func (g *State) Next() uint64 {
+	base := max(g.Seq, g.Admitted)
+	for _, e := range g.Waiting {
+		base = max(base, e.Seq)
+	}
+	if base >= 1<<62 && (len(g.Waiting) == 0 || base >= 1<<63) {
+		g.Waiting = nil // only a forged gate gets this far with starters in it
+		base, g.Admitted = 0, 0
+	}
+	g.Seq = base + 1
+	return g.Seq
+}
+
+// Remove drops the entry with seq.
+func (g *State) Remove(seq uint64) {
+	for i, e := range g.Waiting {
+		if e.Seq == seq {
+			g.Waiting = append(g.Waiting[:i], g.Waiting[i+1:]...)
+			return
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package gate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestOrder: sequence numbers rise above everything the gate knows and
+// never wrap; a live starter after seq, or an admission after it, is newer;
+// Remove and Prune drop entries, and Prune ends an attempt nobody waits for.
+func TestOrder(t *testing.T) {
+	self := liveness.Current()
+	g := State{Admitted: 7}
+	assert.Equal(t, uint64(8), g.Next(), "above an admitted number")
+	g.Waiting = []Entry{{Seq: g.Seq, Starter: self, Since: time.Now()}}
+	assert.Equal(t, uint64(9), g.Next())
+	g.Waiting = append(g.Waiting, Entry{Seq: g.Seq, Starter: self, Since: time.Now()})
+	assert.True(t, g.NewerThan(8))
+	assert.False(t, g.NewerThan(9))
+	g.Remove(9)
+	assert.False(t, g.NewerThan(8))
+	assert.True(t, g.NewerThan(6), "admitted after 6")
+
+	forged := State{Seq: 1 << 62}
+	assert.Equal(t, uint64(1), forged.Next(), "far up with nobody waiting, it starts again")
+
+	dead := self
+	dead.StartTicks++ // another process instance: never alive, and long unverifiable where that is all it can be
+	g = State{Waiting: []Entry{{Seq: 1, Starter: dead, Since: time.Now().Add(-2 * UnverifiableTTL)}}, Attempt: &Attempt{PID: 1}}
+	assert.False(t, g.Waiting[0].Live())
+	g.Prune()
+	assert.Empty(t, g.Waiting)
+	assert.Nil(t, g.Attempt)
+}
+
+// TestParse: a gate written as JSON parses back; anything else is an error.
+func TestParse(t *testing.T) {
+	g, err := Parse([]byte(`{"seq":5,"admitted":3,"waiting":[{"seq":4,"starter":{"pid":10},"since":"2024-05-01T10:00:00Z"}],"attempt":{"for":"b","pid":11,"mode":"now","first_request_at":"2024-05-01T10:00:00Z"}}`))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(5), g.Seq)
+	require.Len(t, g.Waiting, 1)
+	assert.Equal(t, 10, g.Waiting[0].Starter.PID)
+	assert.Equal(t, "now", g.Attempt.Mode)
+	_, err = Parse([]byte(`[1]`))
+	assert.Error(t, err)
+}

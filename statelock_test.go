@@ -1,0 +1,47 @@
+//go:build unix || windows
+
+package runnerstate
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestStateLockReentryFailsAtOnce: code run under a directory's state lock
+// that asks for the lock again (here spelled as another path to the same
+// directory) is refused at once with errStateLockReentered, never left to
+// wait for itself until stateLockWait ends with ErrBusy. Another goroutine
+// of the same process is not refused: it is told busy, as a process would
+// be. Afterwards the lock is free and held by nobody.
+func TestStateLockReentryFailsAtOnce(t *testing.T) {
+	dir := tempDir(t)
+	err := updateGate(context.Background(), dir, func(*gateState) error {
+		return withStateLock(filepath.Join(dir, "."), func() error {
+			t.Error("the re-entered lock was granted")
+			return nil
+		})
+	})
+	require.ErrorIs(t, err, errStateLockReentered)
+	assert.NotErrorIs(t, err, ErrBusy, "refused, not waited out")
+	assert.Contains(t, err.Error(), filepath.Join(dir, stateLockName))
+
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	other := make(chan error, 1)
+	require.NoError(t, withStateLock(dir, func() error {
+		go func() { other <- withStateLockCtx(ended, dir, func() error { return nil }) }()
+		err := <-other
+		assert.ErrorIs(t, err, ErrBusy, "another goroutine gets the busy answer")
+		assert.NotErrorIs(t, err, errStateLockReentered)
+		return nil
+	}))
+
+	key, err := filepath.Abs(filepath.Join(dir, stateLockName))
+	require.NoError(t, err)
+	assert.False(t, stateLockHolders.Held(key))
+	require.NoError(t, withStateLockCtx(ended, dir, func() error { return nil }), "free again")
+}
