@@ -25,8 +25,8 @@ import (
 //	go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da -col /pair tree.txt
 
 // BenchmarkAcquire prices tree.lock: Acquire and release of a free directory
-// with the pair of locks every hold takes now (pair=runner+tree), and, in the
-// same run, with runner.lock alone (pair=runner), as before tree.lock.
+// with the pair of locks every hold takes (pair=runner+tree), and, in the
+// same run, with runner.lock alone (pair=runner), the hold without it.
 func BenchmarkAcquire(b *testing.B) {
 	for _, sole := range []bool{false, true} {
 		name := "pair=runner+tree"

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -394,14 +395,31 @@ func (m *faultMatrix) cell(t *testing.T, c *faultCase) []straceCall {
 	return calls
 }
 
+// dirFileNames are the names of dirFiles's single files of the given kinds
+// (every kind when none is given), in the table's order.
+func dirFileNames(kinds ...dirFileKind) []string {
+	var names []string
+	for _, f := range dirFiles {
+		if !f.family() && (len(kinds) == 0 || slices.Contains(kinds, f.kind)) {
+			names = append(names, f.name)
+		}
+	}
+	return names
+}
+
 // faultPaths are every path an operation of the matrix may touch in root,
-// for strace's -P: the directories, the files, and the temporary files the
-// helper whose writer tag is tag may make.
+// for strace's -P: the directories, the files of dirFiles and the matrix's
+// own, and the temporary files the helper whose writer tag is tag may make.
 func faultPaths(root, tag string) []string {
-	names := []string{LockName, treeLockName, stateLockName, RecordName, RestartName, gateName,
-		RecordName + corruptSuffix, RestartName + corruptSuffix, faultStateFile, faultJournal, faultOldName,
-		faultNewName, scopeLockName, scopeOwnerName, syncLockName}
-	written := []string{RecordName, RestartName, gateName, faultStateFile, faultJournal, scopeOwnerName}
+	names := append(dirFileNames(), faultStateFile, faultJournal, faultOldName, faultNewName)
+	written := append(dirFileNames(kindState), faultStateFile, faultJournal)
+	for _, f := range dirFiles {
+		if f.kind == kindSetAside {
+			for _, of := range f.of {
+				names = append(names, of+corruptSuffix)
+			}
+		}
+	}
 	var paths []string
 	for _, dir := range []string{root, scopeDirOf(root), dataDirOf(root)} {
 		paths = append(paths, dir)
@@ -497,7 +515,13 @@ var pathCalls = map[string]bool{"openat": true, "renameat": true, "renameat2": t
 
 // lockFiles are the names of the lock files, whose close the matrix leaves
 // out (see envFaultMatrix).
-var lockFiles = map[string]bool{LockName: true, treeLockName: true, stateLockName: true, scopeLockName: true, syncLockName: true}
+var lockFiles = func() map[string]bool {
+	m := map[string]bool{}
+	for _, name := range dirFileNames(kindLock) {
+		m[name] = true
+	}
+	return m
+}()
 
 // parseStrace reads the trace of one thread.
 func parseStrace(logPath, root string) ([]straceCall, error) {

@@ -11,7 +11,7 @@ import (
 )
 
 // Fuzz targets for every parser of a file or kernel table this package reads.
-// Each file may have been written by an older version, a crashed writer, a
+// Each file may have been written by another version, a crashed writer, a
 // user with an editor or someone hostile, so each parser must answer every
 // input with a value or an error and never panic; where a value can be
 // written back, writing it and parsing again must give the same value.

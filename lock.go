@@ -51,8 +51,9 @@ func TrustFilesystem(types ...string) (restore func()) { return fsinfo.Trust(typ
 // holder fields are hints read at the moment of refusal (by the time you read
 // them the holder may have gone): PID is the holder's pid when known, else 0;
 // Verified says that pid's identity (pid, start ticks, boot id, PID namespace)
-// was confirmed alive, so it is not a recycled pid; Owner names what the holder
-// serves when known (the data dir of a scope owner, see AcquireScope).
+// was confirmed alive, so it is not a recycled pid; Owner is a data dir, not
+// a process: the one the holder serves, when known (a scope's holder, see
+// AcquireScope).
 // Orphan says the directory is held only through tree.lock, by processes of
 // a previous runner's tree (see Inherit): PID is one of them, and Takeover
 // stops them.
@@ -65,7 +66,7 @@ type BusyError struct {
 	Path     string // the lock file
 	PID      int    // holder's pid when known, else 0
 	Verified bool   // PID's identity confirmed alive
-	Owner    string // what the holder serves, when known (a scope's data dir)
+	Owner    string // a data dir: what the holder serves, when known (a scope's); the holder itself is PID
 	Orphan   bool   // held by orphans of a previous runner's tree, through tree.lock
 
 	cause   error // the context's error when a wait ended with the lock still busy

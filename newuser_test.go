@@ -50,7 +50,7 @@ func TestParentThatIsAFileIsNamed(t *testing.T) {
 // Case: each unreadable runner.json a fresh holder sets aside is kept under
 // a name of its own that begins with runner.json.corrupt (the time in it),
 // so a second set-aside keeps the first; at most keepCorrupt stay, the
-// oldest (a bare runner.json.corrupt of older versions first) removed.
+// oldest (a bare runner.json.corrupt, without a time, first) removed.
 func TestSetAsideKeepsEachCopy(t *testing.T) {
 	dir := tempDir(t)
 	captureLog(t)

@@ -635,15 +635,103 @@ func checkStateName(dir, name string) error {
 	return nil
 }
 
+// reservedName reports whether name is one of dirFiles: a file, or a family
+// of files, that runnerstate keeps in a directory it owns.
 func reservedName(name string) bool {
-	switch name {
-	case LockName, RecordName, RestartName, gateName, treeLockName, stateLockName, scopeLockName, scopeOwnerName, syncLockName, startLockName, startName, logName:
-		return true
+	for _, f := range dirFiles {
+		if f.matches(name) {
+			return true
+		}
 	}
-	if strings.HasPrefix(name, RecordName+corruptSuffix) || strings.HasPrefix(name, RestartName+corruptSuffix) {
-		return true // set-aside copies, which a later set-aside may remove
+	return false
+}
+
+// dirFiles are the files runnerstate keeps in the directories it owns: a
+// runner directory, a scope directory (AcquireScope) and a data root
+// (SyncRunning). It is the one list of them: the reserved names of the
+// state-file calls (reservedName), the fault matrix's paths, and the files
+// table in docs/operations.md (TestDocsListTheDirectorysFiles holds it to
+// this one) all come from it. A file the package adds goes here.
+var dirFiles = []dirFile{
+	{name: LockName, kind: kindLock, home: homeRunner, mode: 0o600, writer: "Acquire, Takeover",
+		purpose: "the kernel lock; the holder's Identity and the descriptor it locked through"},
+	{name: treeLockName, kind: kindLock, home: homeRunner, mode: 0o600, writer: "Acquire, Takeover",
+		purpose: "the tree lock, the other of a hold's two, which Inherit lends to jobs"},
+	{name: RecordName, kind: kindState, home: homeRunner, mode: 0o644, writer: "Publish",
+		purpose: "the Record the holder published"},
+	{name: RestartName, kind: kindState, home: homeRunner, mode: 0o644, writer: "RequestRestart",
+		purpose: "a pending restart request"},
+	{name: gateName, kind: kindState, home: homeRunner, mode: 0o644, writer: "Takeover",
+		purpose: "the takeover gate: the waiting starters and the current escalation"},
+	{name: startLockName, kind: kindLock, home: homeRunner, mode: 0o600, writer: "Start",
+		purpose: "serialises Start's attempts; held only while one begins"},
+	{name: startName, kind: kindState, home: homeRunner, mode: 0o644, writer: "Start",
+		purpose: "Start's current attempt, and how it ended when it died before it was ready"},
+	{name: logName, kind: kindLog, home: homeRunner, mode: 0o600, writer: "a runner Start started",
+		purpose: "its stdout and stderr, appended"},
+	{name: stateLockName, kind: kindLock, home: homeRunner, mode: 0o644, writer: "every read-modify-write of the state files",
+		purpose: "the state lock; empty"},
+	{name: "<name>" + corruptSuffix + "-<time>", kind: kindSetAside, of: []string{RecordName, RestartName}, home: homeRunner, mode: 0o644, writer: "a fresh holder",
+		purpose: "an unreadable state file set aside whole; the keepCorrupt newest kept"},
+	{name: ".<name>.tmp-*", kind: kindTemp, home: homeEvery, mode: 0o644, writer: "every write of a state file",
+		purpose: "the new content before it is renamed over <name>; a leftover one is removed by the next writer"},
+	{name: scopeLockName, kind: kindLock, home: homeScope, mode: 0o644, writer: "AcquireScope",
+		purpose: "the scope's kernel lock; the holder's Identity"},
+	{name: scopeOwnerName, kind: kindState, home: homeScope, mode: 0o644, writer: "AcquireScope",
+		purpose: "the ScopeOwner: the data dir the holder serves"},
+	{name: syncLockName, kind: kindLock, home: homeDataRoot, mode: 0o644, writer: "SyncRunning, NoSyncRunning",
+		purpose: "the sync mark: shared by syncs, exclusive for a reset"},
+}
+
+// dirFile is one file of dirFiles, or one family of files.
+type dirFile struct {
+	name    string      // the file's name; for a family, its pattern
+	kind    dirFileKind // how it is kept
+	of      []string    // kindSetAside: the state files whose copies these are
+	home    dirHome     // the directory it is kept in
+	mode    fs.FileMode // the mode it is created with, before the umask
+	writer  string      // the calls that write it
+	purpose string
+}
+
+// dirFileKind says how a file of dirFiles is kept.
+type dirFileKind uint8
+
+const (
+	kindLock     dirFileKind = iota + 1 // its flock is its point; opened in place, never unlinked
+	kindState                           // written whole: a temporary file renamed over it
+	kindLog                             // appended to
+	kindSetAside                        // a family: <name>.corrupt-<time> for each name in of
+	kindTemp                            // a family: .<name>.tmp-<writer>-<random>, a write in flight
+)
+
+// dirHome names the directory a file of dirFiles is kept in.
+type dirHome uint8
+
+const (
+	homeRunner   dirHome = iota + 1 // a runner directory (Acquire, Takeover, Start)
+	homeScope                       // a scope directory (AcquireScope)
+	homeDataRoot                    // a data root (SyncRunning, NoSyncRunning)
+	homeEvery                       // each of the above
+)
+
+// family reports whether f names a family of files rather than one.
+func (f dirFile) family() bool { return f.kind == kindSetAside || f.kind == kindTemp }
+
+// matches reports whether name is f's file, or one of f's family.
+func (f dirFile) matches(name string) bool {
+	switch f.kind {
+	case kindSetAside:
+		for _, of := range f.of {
+			if strings.HasPrefix(name, of+corruptSuffix) {
+				return true // a set-aside copy, which a later set-aside may remove
+			}
+		}
+		return false
+	case kindTemp:
+		return durable.IsTemp(name)
 	}
-	return durable.IsTemp(name)
+	return name == f.name
 }
 
 func splitLines(data []byte) []string {

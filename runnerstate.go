@@ -36,22 +36,9 @@
 //
 // # Files in a runner directory
 //
-//	runner.lock   the kernel lock; one line, the holder's Identity as JSON.
-//	              Never unlinked; its content is cleared on release.
-//	tree.lock     the tree lock, the other of a hold's two (below); the same
-//	              line; held on by the processes the runner started through
-//	              Inherit.
-//	runner.json   the Record the holder published (Publish); removed on release.
-//	restart.json  a pending restart request (RequestRestart).
-//	gate.json     the takeover gate: waiting starters (Takeover, Status).
-//	start.lock    serialises Start's attempts; held only while one begins.
-//	start.json    Start's current attempt: the process it started, and
-//	              its exit status once it died before it was ready.
-//	runner.log    a runner Start started: its stdout and stderr, appended.
-//	.state.lock   the state lock (below).
-//
-// A scope directory (AcquireScope) holds scope.lock and scope.owner.json; a
-// data root (SyncRunning, NoSyncRunning) holds sync.lock.
+// The files runnerstate keeps in a runner directory, a scope directory
+// (AcquireScope) and a data root (SyncRunning), each with its purpose, mode
+// and writer, are listed once, in [docs/operations.md].
 //
 // State files are written atomically: a temporary file in the same
 // directory, fsynced, renamed over the target, and the directory fsynced. No
@@ -81,31 +68,9 @@
 //
 // # What is not promised
 //
-// Each of these is outside what the kernel lock can see:
-//
-//   - A process that closes the descriptor it inherited (a daemon that closes
-//     everything above stderr), or that the runner started without Inherit,
-//     is not part of the tree: once the runner is gone nothing keeps the next
-//     runner out, nor can it be found to be signalled.
-//   - When tree.lock is deleted while held and the runner is then killed
-//     before it stops on RestartLost, its children hold a file that no longer
-//     has a name: the next runner locks a new tree.lock beside them. The same
-//     when both lock files, or the directory, are removed: a runner is told
-//     RestartLost, and nothing in the directory can keep the next one out.
-//   - Only processes that hold one of the locks are ever signalled; a job
-//     that left the tree is the runner's to stop.
-//   - A network filesystem whose type was trusted (TrustFilesystem,
-//     RUNNERSTATE_TRUST_FS) excludes nothing between two machines: each
-//     kernel sees only its own locks. Use the etcd module there.
-//   - Lock, AcquireScope and the sync mark are one lock file each: deleting
-//     or replacing it while held lets the next caller lock a new file
-//     beside the holder, and nothing tells the holder. Keep such files out
-//     of directories that get cleaned or reset.
-//   - On Windows a lock's handle cannot be lent, so Inherit answers
-//     errors.ErrUnsupported and there are no orphans to keep the directory
-//     busy. On macOS and other Unix systems, orphans keep the directory busy
-//     but cannot be named (no system lists another process's locks), so
-//     they are neither listed by Status nor signalled by Takeover.
+// What lies outside what the kernel lock can see (a job that leaves the
+// tree, a lock file deleted while held, two machines on a trusted network
+// filesystem, orphans on Windows and macOS) is listed in [docs/guarantees.md].
 //
 // # Waits
 //
@@ -133,6 +98,9 @@
 // holder is named from runner.json only; SIGTERM does not exist there. A
 // system without file locks (js, wasip1, plan9) builds, and every lock
 // answers ErrLockingUnsupported at run time.
+//
+// [docs/operations.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/operations.md
+// [docs/guarantees.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/guarantees.md
 package runnerstate
 
 import (
@@ -433,7 +401,7 @@ func (p pair) release() {
 // lost still holds its pair's other lock.
 var errTreeBusy = errors.New("tree lock is held")
 
-// withoutTreeLock makes a hold one lock, runner.lock alone, as it was before
+// withoutTreeLock makes a hold one lock, runner.lock alone, without
 // tree.lock: set only by BenchmarkAcquire, to price the second lock.
 var withoutTreeLock bool
 

@@ -746,7 +746,7 @@ func warnOnceTo(log *slog.Logger, key, msg string, args ...any) {
 // later), each checked first to still hold the descriptor. A process that
 // closes its inherited descriptors (a daemon that closes everything above
 // stderr, say) leaves the tree, and nothing can keep it in. Children started
-// without Inherit are not part of the tree, as in v0.1.
+// without Inherit are not part of the tree.
 //
 // Errors: ErrNotHolder (wrapped) unless this process holds dir (Acquire or
 // Takeover); an error naming cmd.Path, leaving cmd unchanged, when cmd has
@@ -790,10 +790,11 @@ type StandbyOptions struct {
 	Logger *slog.Logger
 }
 
-// StandbyResult is how a standby ended.
+// StandbyResult is how a standby ended. Its owner is the runner process
+// that held the directory (not a data dir, as BusyError.Owner is).
 type StandbyResult struct {
 	Resumed          bool // the owner is gone: this process may take the directory
-	PreviousOwnerPID int  // the owner's pid, when one was seen
+	PreviousOwnerPID int  // the pid of the runner that held the directory, when one was seen
 	WorkCompleted    bool // WorkIsComplete returned true
 }
 

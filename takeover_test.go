@@ -400,7 +400,7 @@ func TestStandby(t *testing.T) {
 // Starters launched at the same instant on a free directory: one ends as the
 // verified runner, and no restart request is left pending for it (a request
 // aimed at a starter caught between taking the lock and writing its identity
-// used to be kept for the runner admitted next, which then stopped at once).
+// is not kept for the runner admitted next, which would then stop at once).
 func TestTakeoverSimultaneousStartersLeaveARunner(t *testing.T) {
 	for round := range 3 {
 		dir := tempDir(t)

@@ -22,7 +22,7 @@ import (
 )
 
 // The runner's process tree, a lost lock file, a dead starter's request:
-// three things v0.1 did not promise, each tried here with real processes.
+// each tried here with real processes.
 
 // treeRunner is a tree-runner child and the pids of its three children.
 type treeRunner struct {

@@ -97,9 +97,9 @@ func TestTrustObserverInAChildPIDNamespace(t *testing.T) {
 
 // Case 1, the starter's side: a starter in a sibling container (its own PID
 // namespace, as the runner has its own) leaves its restart request, never
-// signals a holder it cannot see, and waits asleep, not spinning: the
-// earlier one spent 70% of a core finding the lock busy and the list empty
-// in turn. A cooperative runner, asked, goes, and the starter is admitted.
+// signals a holder it cannot see, and waits asleep, not spinning (a starter
+// that finds the lock busy and the list empty in turn spends 70% of a
+// core). A cooperative runner, asked, goes, and the starter is admitted.
 func TestTrustStarterInASiblingPIDNamespace(t *testing.T) {
 	t.Run("stubborn runner", func(t *testing.T) {
 		dir := t.TempDir()

@@ -143,13 +143,13 @@ func BenchmarkTryLock(b *testing.B) {
 }
 
 // BenchmarkTryLockFilesystemCheck prices the filesystem check (one fstatfs
-// of the lock's descriptor, see "Filesystems that do not exclude") in the
-// same run: TryLock and unlock with the check and without it
-// (fsinfo.Skip), one cycle of each per iteration, each timed on its own so
-// that a noisy machine weighs on both alike; and a third, the bare
-// open+flock+close the v0.2 bound is stated against. It reports their
-// medians (check-ns, none-ns, bare-ns) and the ratios of the medians
-// (check/none, check/bare).
+// of the lock's descriptor, see docs/guarantees.md, "Never admitted on a
+// lock that cannot exclude") in the same run: TryLock and unlock with the
+// check and without it (fsinfo.Skip), one cycle of each per iteration, each
+// timed on its own so that a noisy machine weighs on both alike; and a
+// third, the bare open+flock+close TryLock's bound is stated against. It
+// reports their medians (check-ns, none-ns, bare-ns) and the ratios of the
+// medians (check/none, check/bare).
 func BenchmarkTryLockFilesystemCheck(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "x.lock")
 	var took [3][]time.Duration

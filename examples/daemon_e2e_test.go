@@ -17,11 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestDaemonStory plays examples/daemon's story as its README tells it, with
-// the binary built and its default directory (under $TMPDIR): two pings at
-// once start one server; "add 5" borrows the runner role in the foreground
-// while the server's runner stands by, then takes it back; a second serve
-// stands by until the first is asked to go, then serves.
+// TestDaemonStory plays examples/daemon's story as docs/operations.md tells
+// it, with the binary built and its default directory (under $TMPDIR): two
+// pings at once start one server; "add 5" borrows the runner role in the
+// foreground while the server's runner stands by, then takes it back; a
+// second serve stands by until the first is asked to go, then serves.
 func TestDaemonStory(t *testing.T) {
 	bin, tmp := t.TempDir(), t.TempDir()
 	daemon := filepath.Join(bin, "daemon")

@@ -18,8 +18,8 @@ import (
 
 // Case (two FUSE views of one directory, as a new user meets them): through
 // `bindfs real a` and `bindfs real b`, flock through one view is invisible
-// through the other, and three example runners, on a/d, b/d and real/d,
-// were all admitted at once. Now a view is refused by default, naming its
+// through the other, so three example runners, on a/d, b/d and real/d,
+// could all be admitted at once. A view is refused by default, naming its
 // filesystem; and with its type opted in, the runner through a/d is the
 // only one admitted: the others are refused by the cross-check, and
 // runnerctl status there names the runner, never "no runner".

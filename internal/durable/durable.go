@@ -306,7 +306,7 @@ func RemoveIf(dir, name string, limit int, mine func(data []byte) bool) (removed
 // (runner.json.corrupt-20260102T030405.123456789Z), so that an unreadable
 // file is kept for a person to look at while its name is free again, and
 // no earlier copy is replaced. Of the copies, the keep newest stay: older
-// ones (by the time in the name; a bare name+suffix, from older versions,
+// ones (by the time in the name; a bare name+suffix, without a time,
 // is the oldest) are removed. It returns the new path.
 func SetAside(dir, name, suffix string, keep int) (string, error) {
 	path := filepath.Join(dir, name)

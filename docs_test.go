@@ -1,0 +1,257 @@
+//go:build unix || windows
+
+package runnerstate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// filesDoc is the page whose table lists the files of dirFiles.
+const filesDoc = "docs/operations.md"
+
+// docsHomes are the words the files table uses for dirFile.home.
+var docsHomes = map[string]dirHome{"runner": homeRunner, "scope": homeScope, "data root": homeDataRoot, "every": homeEvery}
+
+// TestDocsListTheDirectorysFiles: the files table of docs/operations.md
+// lists the files of dirFiles, no more and no fewer, in the same order,
+// each in the directory and with the mode the code gives it.
+func TestDocsListTheDirectorysFiles(t *testing.T) {
+	data, err := os.ReadFile(filesDoc)
+	require.NoError(t, err)
+	rows := filesTable(t, string(data))
+	var want, got []string
+	for _, f := range dirFiles {
+		home := ""
+		for word, h := range docsHomes {
+			if h == f.home {
+				home = word
+			}
+		}
+		want = append(want, fmt.Sprintf("%s | %s | %04o", f.name, home, f.mode.Perm()))
+	}
+	for _, r := range rows {
+		got = append(got, fmt.Sprintf("%s | %s | %s", r[0], r[1], r[2]))
+	}
+	assert.Equal(t, want, got, "the files table of %s (file | directory | mode) must list dirFiles (record.go): add a file to both", filesDoc)
+}
+
+// filesTable returns the cells of the rows of the table under the heading
+// "## Files in a runner directory", the backticks of each cell removed.
+func filesTable(t *testing.T, doc string) [][]string {
+	t.Helper()
+	_, section, ok := strings.Cut(doc, "\n## Files in a runner directory\n")
+	require.True(t, ok, "%s has a section \"Files in a runner directory\"", filesDoc)
+	if i := strings.Index(section, "\n## "); i >= 0 {
+		section = section[:i]
+	}
+	var rows [][]string
+	header := 0
+	for line := range strings.Lines(section) {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		if header < 2 { // the header and its |---| line
+			header++
+			continue
+		}
+		var cells []string
+		for _, c := range strings.Split(strings.Trim(line, "|"), " | ") {
+			cells = append(cells, strings.Trim(strings.TrimSpace(c), "`"))
+		}
+		require.GreaterOrEqual(t, len(cells), 3, "row %q has a file, a directory and a mode", line)
+		rows = append(rows, cells)
+	}
+	require.NotEmpty(t, rows, "the files table of %s has rows", filesDoc)
+	return rows
+}
+
+// TestReservedNamesAreTheDirectorysFiles: the state-file calls refuse
+// exactly the files of dirFiles: each single file, a set-aside copy of each
+// state file that has them, and a temporary file; a name beside them is a
+// state file of the caller's.
+func TestReservedNamesAreTheDirectorysFiles(t *testing.T) {
+	var reserved []string
+	for _, f := range dirFiles {
+		switch f.kind {
+		case kindSetAside:
+			require.NotEmpty(t, f.of, "%s names the files it sets aside", f.name)
+			for _, of := range f.of {
+				reserved = append(reserved, of+corruptSuffix, of+corruptSuffix+"-20260102T030405.000000000Z")
+			}
+		case kindTemp:
+			reserved = append(reserved, durable.TempPrefix("state")+durable.WriterTag()+"-1")
+		default:
+			assert.Equal(t, filepath.Base(f.name), f.name, "a plain file name")
+			reserved = append(reserved, f.name)
+		}
+		assert.NotZero(t, f.mode&fs.ModePerm, "%s has a mode", f.name)
+		assert.NotEmpty(t, f.writer, "%s has a writer", f.name)
+		assert.NotEmpty(t, f.purpose, "%s has a purpose", f.name)
+	}
+	for _, name := range reserved {
+		assert.True(t, reservedName(name), "%s is reserved", name)
+	}
+	for _, name := range []string{"state", "runner.json.bak", "corrupt", "gate", "runner.lock2", "x.corrupt-1", "tmp-1"} {
+		assert.False(t, reservedName(name), "%s is the caller's", name)
+	}
+	dir := tempDir(t)
+	for _, name := range reserved {
+		assert.ErrorContains(t, SaveLines(dir, name, []string{"x"}), "managed by runnerstate itself", "name %q", name)
+	}
+}
+
+// TestDirFilesHaveTheirModes: the files a runner, a scope and a sync make
+// have the modes dirFiles gives them, less the umask's bits.
+func TestDirFilesHaveTheirModes(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no mode bits on Windows")
+	}
+	ctx := context.Background()
+	root := tempDir(t)
+	dir, scope, data := filepath.Join(root, "runner"), filepath.Join(root, "scope"), filepath.Join(root, "data")
+	release, err := Takeover(ctx, dir, TakeoverOptions{})
+	require.NoError(t, err)
+	require.NoError(t, Publish(dir, Record{Specs: []string{"modes"}}))
+	require.NoError(t, RequestRestart(dir, RestartDrain))
+	releaseScope, err := AcquireScope(ctx, scope, data)
+	require.NoError(t, err)
+	releaseSync, err := SyncRunning(ctx, data)
+	require.NoError(t, err)
+	umask := currentUmask(t, root)
+	seen := 0
+	for _, f := range dirFiles {
+		if f.family() {
+			continue
+		}
+		for _, d := range map[dirHome][]string{homeRunner: {dir}, homeScope: {scope}, homeDataRoot: {data}}[f.home] {
+			fi, err := os.Lstat(filepath.Join(d, f.name))
+			if err != nil {
+				continue // not made by these calls (Start's files)
+			}
+			seen++
+			assert.Equal(t, f.mode.Perm()&^umask, fi.Mode().Perm(), "%s's mode", f.name)
+		}
+	}
+	assert.GreaterOrEqual(t, seen, 9, "the calls made most of the files")
+	releaseSync()
+	releaseScope()
+	release()
+}
+
+// currentUmask is the process's umask, read as the mode a file created
+// 0777 in dir gets.
+func currentUmask(t *testing.T, dir string) fs.FileMode {
+	p := filepath.Join(dir, "umask-probe")
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o777)
+	require.NoError(t, err)
+	fi, err := f.Stat()
+	require.NoError(t, f.Close())
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(p))
+	return 0o777 &^ fi.Mode().Perm()
+}
+
+// mdLinkRE is a relative markdown link: [text](target), target not a URL.
+var mdLinkRE = regexp.MustCompile(`\]\(([^)#:\s]+)(#[^)\s]*)?\)`)
+
+// TestDocsLinksResolve: every relative link of the README and of docs/*.md
+// names a file of the repository, and every #anchor a heading of it.
+func TestDocsLinksResolve(t *testing.T) {
+	pages, err := filepath.Glob("docs/*.md")
+	require.NoError(t, err)
+	pages = append(pages, "README.md")
+	for _, page := range pages {
+		data, err := os.ReadFile(page)
+		require.NoError(t, err)
+		for _, m := range mdLinkRE.FindAllStringSubmatch(string(data), -1) {
+			target := filepath.Join(filepath.Dir(page), filepath.FromSlash(m[1]))
+			_, err := os.Stat(target)
+			if !assert.NoError(t, err, "%s links to %s", page, m[1]) || m[2] == "" {
+				continue
+			}
+			linked, err := os.ReadFile(target)
+			require.NoError(t, err)
+			assert.Contains(t, anchors(string(linked)), m[2][1:], "%s links to %s%s: no such heading", page, m[1], m[2])
+		}
+	}
+}
+
+// anchors are the anchors GitHub gives the headings of a markdown page.
+func anchors(doc string) []string {
+	var out []string
+	seen := map[string]int{}
+	fence := false
+	for line := range strings.Lines(doc) {
+		if strings.HasPrefix(line, "```") {
+			fence = !fence
+		}
+		if fence || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		h := strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, "#")))
+		var b strings.Builder
+		for _, r := range h {
+			switch {
+			case r == ' ' || r == '-':
+				b.WriteRune('-')
+			case r == '_' || 'a' <= r && r <= 'z' || '0' <= r && r <= '9' || r > 127:
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			a += "-" + strconv.Itoa(n)
+		}
+		seen[b.String()]++
+		out = append(out, a)
+	}
+	return out
+}
+
+// TestREADMEQuickStartCompiles: the README's quick start is a program that
+// builds against this package as it is (go build with an overlay that
+// places it in the module, so nothing is written in the tree).
+func TestREADMEQuickStartCompiles(t *testing.T) {
+	gotool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command here: ", err)
+	}
+	data, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	_, qs, ok := strings.Cut(string(data), "\n## Quick start\n")
+	require.True(t, ok, "the README has a quick start")
+	_, code, ok := strings.Cut(qs, "\n```go\n")
+	require.True(t, ok, "the quick start opens with a Go block")
+	code, _, ok = strings.Cut(code, "\n```\n")
+	require.True(t, ok, "the Go block ends")
+	require.Contains(t, code, "package main")
+
+	root, err := filepath.Abs(".")
+	require.NoError(t, err)
+	tmp := t.TempDir()
+	src := filepath.Join(tmp, "main.go")
+	require.NoError(t, os.WriteFile(src, []byte(code+"\n"), 0o644))
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(root, "internal", "readmequickstart", "main.go"): src}})
+	require.NoError(t, err)
+	ov := filepath.Join(tmp, "overlay.json")
+	require.NoError(t, os.WriteFile(ov, overlay, 0o644))
+	cmd := exec.Command(gotool, "build", "-overlay", ov, "-o", filepath.Join(tmp, "quickstart"), "./internal/readmequickstart")
+	out, err := cmd.CombinedOutput()
+	assert.NoError(t, err, "the README's quick start does not build:\n%s", out)
+}
