@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/bridge"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
@@ -173,6 +174,19 @@ func Publish(dir string, rec Record) error {
 		return fmt.Errorf("%w; this process still holds %s, and %s keeps its previous content: call Publish again once that is fixed, or release", err, dir, RecordName)
 	}
 	return err
+}
+
+// The cluster module writes a leader's admission record through
+// bridge.PublishStarting: Ready false, like Takeover's own.
+func init() {
+	bridge.PublishStarting = func(dir string, rec any) error {
+		r, ok := rec.(Record)
+		if !ok {
+			return errorf("publish %s: %T is not a Record", filepath.Join(dir, RecordName), rec)
+		}
+		r.Ready = false
+		return publish(dir, r)
+	}
 }
 
 // publish is Publish without the note that the hold stands, for an

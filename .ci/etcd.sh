@@ -46,7 +46,7 @@ fi
 step "staticcheck"
 go run "$STATICCHECK" ./...
 
-step "benchmarks run once (not a timed check; figures: see etcd/README.md)"
+step "benchmarks run once (not a timed check; figures: see docs/benchmarks.md)"
 benchlog=$(mktemp)
 log=$(mktemp)
 trap 'rm -f "$benchlog" "$log"' EXIT

@@ -321,6 +321,34 @@ func TestBusyErrorWhenContextEnds(t *testing.T) {
 	assert.Equal(t, l.Token(), r.Holder.Token)
 }
 
+// With Dir, the record written at admission is not ready, in the
+// directory and on the key: a runnerstate.Start waits for the leader's own
+// Publish, which makes both ready.
+func TestDirRecordReadyOnlyAfterPublish(t *testing.T) {
+	cli, ctx := setup(t)
+	dir := t.TempDir()
+	o := quiet()
+	o.Dir = dir
+	o.Record = runnerstate.Record{Specs: []string{"dir"}}
+	l, err := Takeover(ctx, cli, "/ready", o)
+	require.NoError(t, err)
+	defer l.Release()
+	rec, running, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	require.True(t, running)
+	assert.Equal(t, []string{"dir"}, rec.Specs)
+	assert.False(t, rec.Ready, "admitted, not yet published by the leader")
+
+	require.NoError(t, l.Publish(ctx, runnerstate.Record{Specs: []string{"dir"}}))
+	rec, _, err = runnerstate.Running(dir)
+	require.NoError(t, err)
+	assert.True(t, rec.Ready)
+	h, ok, err := Running(ctx, cli, "/ready")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.True(t, h.Record.Ready, "the key's record too")
+}
+
 func TestDirLocalFirstReleaseInReverse(t *testing.T) {
 	cli, ctx := setup(t)
 	dir := t.TempDir()

@@ -189,11 +189,30 @@ func (c *cluster) waitHealthy() {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("the etcd cluster did not become healthy within %v (%d answered, %d leaders); member logs in %s", wait, answered, leaders, filepath.Dir(c.members[0].logPath))
+			c.t.Fatalf("the etcd cluster did not become healthy within %v (%d answered, %d leaders)%s", wait, answered, leaders, c.logTails())
+		}
+		for _, m := range c.members {
+			select {
+			case <-m.exited:
+				c.t.Fatalf("etcd member %s exited while the cluster was forming%s", m.name, c.logTails())
+			default:
+			}
 		}
 		// Bounded poll of an outside process's state: nothing to wait on.
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// logTails is the last lines of each member's log, for a failure message:
+// the logs are in the test's temporary directory, which goes with the test.
+func (c *cluster) logTails() string {
+	var b strings.Builder
+	for _, m := range c.members {
+		data, _ := os.ReadFile(m.logPath)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		fmt.Fprintf(&b, "\n--- %s (%s), last lines of its log:\n%s", m.name, m.client, strings.Join(lines[max(0, len(lines)-8):], "\n"))
+	}
+	return b.String()
 }
 
 // raftLeader is the member that leads the raft group now, and a follower.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/internal/bridge"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -53,7 +54,9 @@ func (l *Leadership) start(local func()) {
 	var localRestart <-chan string
 	if l.o.Dir != "" {
 		localRestart = runnerstate.WatchRestart(l.ls.ctx, l.o.Dir)
-		if err := runnerstate.Publish(l.o.Dir, l.rec); err != nil {
+		// Ready false until the leader's own Publish, as a runner's record
+		// at admission (runnerstate.Start waits for it).
+		if err := bridge.PublishStarting(l.o.Dir, l.rec); err != nil {
 			l.log.Warn("runnerstate/etcd: could not publish the record in the local directory", "dir", l.o.Dir, "err", err)
 		}
 	}
@@ -133,7 +136,8 @@ func (l *Leadership) Restart() <-chan string { return l.restart }
 
 // Publish replaces the leader's record on the leader key, fenced: PID and
 // Process are filled in with this process's identity, StartedAt with the
-// admission time when zero. With Options.Dir set it also publishes rec in
+// admission time when zero, and Ready is set (the record written at
+// admission, on the key and in Dir, has Ready false). With Options.Dir set it also publishes rec in
 // the directory's runner.json (runnerstate.Publish). It checks Valid first,
 // and again before each attempt. Attempts go through the package's own
 // connection to each member (dialled with the client's own settings; the
@@ -152,7 +156,7 @@ func (l *Leadership) Publish(ctx context.Context, rec runnerstate.Record) error 
 		return err
 	}
 	self := runnerstate.Self()
-	rec.PID, rec.Process = self.PID, self
+	rec.PID, rec.Process, rec.Ready = self.PID, self, true
 	if rec.StartedAt.IsZero() {
 		rec.StartedAt = l.admittedAt
 	}
