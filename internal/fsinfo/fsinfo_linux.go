@@ -26,15 +26,9 @@ func Judge(fd int, file string) (local bool, err error) {
 			return a.Excludes, verdict(filepath.Dir(file), a)
 		}
 	}
-	var st unix.Statfs_t
-	for {
-		err := unix.Fstatfs(fd, &st)
-		if err == nil {
-			break
-		}
-		if err != unix.EINTR {
-			return false, nil
-		}
+	st, ok := statfs(func(st *unix.Statfs_t) error { return unix.Fstatfs(fd, st) })
+	if !ok {
+		return false, nil
 	}
 	excludes, name := LinuxMagic(int64(st.Type))
 	if excludes {
@@ -64,15 +58,9 @@ func JudgeMount(mount uint64, fd int, file string) (local bool, err error) {
 			return false, verdict(filepath.Dir(file), a)
 		}
 	}
-	var st unix.Statfs_t
-	for {
-		err := unix.Fstatfs(fd, &st)
-		if err == nil {
-			break
-		}
-		if err != unix.EINTR {
-			return false, nil
-		}
+	st, ok := statfs(func(st *unix.Statfs_t) error { return unix.Fstatfs(fd, st) })
+	if !ok {
+		return false, nil
 	}
 	a := Answer{Excludes: true}
 	if excludes, name := LinuxMagic(int64(st.Type)); !excludes {
@@ -114,21 +102,30 @@ func JudgeDir(dir string) error {
 	if a, ok := hooked(dir); ok {
 		return verdict(dir, a)
 	}
-	var st unix.Statfs_t
-	for {
-		err := unix.Statfs(dir, &st)
-		if err == nil {
-			break
-		}
-		if err != unix.EINTR {
-			return nil
-		}
+	st, ok := statfs(func(st *unix.Statfs_t) error { return unix.Statfs(dir, st) })
+	if !ok {
+		return nil
 	}
 	excludes, name := LinuxMagic(int64(st.Type))
 	if excludes {
 		return nil
 	}
 	return verdict(dir, Answer{Type: typeName(unix.AT_FDCWD, dir, int64(st.Type), name)})
+}
+
+// statfs runs call (a statfs(2) or fstatfs(2) into its argument), again
+// when a signal interrupts it. ok is false when it fails: the filesystem
+// cannot be told, and the lock itself then says what it can.
+func statfs(call func(*unix.Statfs_t) error) (st unix.Statfs_t, ok bool) {
+	for {
+		switch err := call(&st); err {
+		case nil:
+			return st, true
+		case unix.EINTR:
+		default:
+			return st, false
+		}
+	}
 }
 
 // TypeOf is the type name of dir's filesystem as mountinfo names it (ext4,
