@@ -180,7 +180,7 @@ func (e *BusyError) Unwrap() error { return e.cause }
 // served, and a waiter in another process is woken by the kernel itself the
 // moment the holder releases.
 func Lock(ctx context.Context, path string) (unlock func(), err error) {
-	l, err := waitLock(ctx, path, filelock.Exclusive, 0o644, inspectorOf(path))
+	l, err := waitLock(ctx, path, filelock.Exclusive, 0o644, inspectByName)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +193,7 @@ func Lock(ctx context.Context, path string) (unlock func(), err error) {
 // the lock for an instant when the holder releases it (and lets it go at
 // once); a TryLock in that instant is refused.
 func TryLock(path string) (unlock func(), err error) {
-	l, err := tryLock(path, filelock.Exclusive, 0o644, inspectorOf(path))
+	l, err := tryLock(path, filelock.Exclusive, 0o644, inspectByName)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +206,7 @@ func TryLock(path string) (unlock func(), err error) {
 // read permission on the file. Errors, waiting and the context are as for
 // Lock.
 func RLock(ctx context.Context, path string) (unlock func(), err error) {
-	l, err := waitLock(ctx, path, filelock.Shared, 0o644, inspectorOf(path))
+	l, err := waitLock(ctx, path, filelock.Shared, 0o644, inspectByName)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +216,7 @@ func RLock(ctx context.Context, path string) (unlock func(), err error) {
 // TryRLock takes a shared lock on the file at path like RLock, without
 // waiting: when an exclusive lock is held it returns a *BusyError.
 func TryRLock(path string) (unlock func(), err error) {
-	l, err := tryLock(path, filelock.Shared, 0o644, inspectorOf(path))
+	l, err := tryLock(path, filelock.Shared, 0o644, inspectByName)
 	if err != nil {
 		return nil, err
 	}
@@ -285,6 +285,11 @@ var inspectors = map[string]inspector{
 	LockName:      inspectRunnerLock,
 	scopeLockName: inspectScopeLock,
 }
+
+// inspectByName is the inspector of Lock, TryLock, RLock and TryRLock: the
+// one inspectorOf picks for the lock's name, looked up only when the lock
+// is busy (so the uncontended path stays as small as the compiler inlines).
+func inspectByName(path string) lockState { return inspectorOf(path)(path) }
 
 // inspectorOf is the inspector Lock, TryLock, RLock and TryRLock use for
 // path, from the table of the protocol's names: so a plain TryLock on a
