@@ -163,7 +163,10 @@ func TestMainJobStory(t *testing.T) {
 	s.waitGone("c", c)
 	t4 := time.Now()
 
-	e := s.start("e")
+	// E's jobs outlast the story (with the default 2 s jobs they could end
+	// by themselves before D is admitted, and D would have no orphan to
+	// stop): they end only when D's takeover signals them.
+	e := s.start("e", "-job", "1h")
 	s.waitHolder("e", e.Process.Pid)
 	s.waitLog("e", "job started")
 	require.NoError(t, e.Process.Signal(syscall.SIGKILL))
