@@ -88,11 +88,7 @@ const nobody = 65534
 // 0700), removed when the test ends.
 func publicDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "runnerstate-hostile-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	return testharness.PublicDir(t)
 }
 
 // asNobody prepares the test binary to run as uid/gid nobody: a copy of it

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -106,10 +107,7 @@ func (s *story) asNobody(name string) (setpriv, bin, public string) {
 	if err != nil {
 		s.t.Skip("needs setpriv (util-linux), to run runnerctl as another user")
 	}
-	public, err = os.MkdirTemp("", "runnerstate-e2e-")
-	require.NoError(s.t, err)
-	s.t.Cleanup(func() { os.RemoveAll(public) })
-	require.NoError(s.t, os.Chmod(public, 0o755))
+	public = testharness.PublicDir(s.t)
 	src := s.runnerctl
 	if name == "runner" {
 		src = s.runner

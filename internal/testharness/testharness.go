@@ -327,3 +327,53 @@ func NeedSymlinks(t testing.TB) {
 		t.Skip("os.Symlink makes no symlinks here (Windows without the privilege; Wine 8's CreateSymbolicLinkW is a stub)")
 	}
 }
+
+// PublicDir makes a directory every user can enter and read (0755), for a
+// test that runs a process as another user; it is removed when the test
+// ends. t.TempDir's directories are 0700, and so may be $TMPDIR itself
+// (mktemp -d makes it so): PublicDir uses the first of $TMPDIR, /tmp and
+// /var/tmp whose every ancestor other users may search, and skips the test,
+// saying why, when none is.
+func PublicDir(t testing.TB) string {
+	t.Helper()
+	var refused []string
+	for _, base := range []string{os.TempDir(), "/tmp", "/var/tmp"} {
+		if why := searchableByOthers(base); why != "" {
+			refused = append(refused, why)
+			continue
+		}
+		dir, err := os.MkdirTemp(base, "runnerstate-public-")
+		if err != nil {
+			refused = append(refused, err.Error())
+			continue
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	t.Skipf("no temporary directory another user can reach, for a process run as another user: %s", strings.Join(refused, "; "))
+	return ""
+}
+
+// searchableByOthers says why other users cannot reach dir (an ancestor
+// without the search bit for others), or "" when they can.
+func searchableByOthers(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err.Error()
+	}
+	for p := abs; ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err.Error()
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Sprintf("%s is %v, which other users may not enter (chmod o+x it, or set TMPDIR to a directory they may)", p, fi.Mode().Perm())
+		}
+		if p == filepath.Dir(p) {
+			return ""
+		}
+	}
+}
