@@ -550,6 +550,8 @@ func TestStart6DiesBeforeReady(t *testing.T) {
 	assert.NotContains(t, se.LogTail, "older runner")
 	assert.Contains(t, se.Error(), dir)
 	assert.Contains(t, se.Error(), strconv.Itoa(se.PID))
+	assert.Contains(t, se.Error(), "exited with status 3 before it was ready")
+	assert.NotContains(t, se.Error(), "exit status 3", "the status is said once")
 	_, ok, err := Running(dir)
 	require.NoError(t, err)
 	assert.False(t, ok, "nothing is left held")
@@ -589,6 +591,32 @@ func TestStart7ContextEndsFirst(t *testing.T) {
 	require.NoError(t, <-done)
 	assert.Equal(t, se.PID, rec.PID, "the later Start waited for the slow one")
 	assert.Len(t, spawns(t, dir), 1)
+}
+
+// 7, the log: a start whose context ends first reports what the process
+// wrote so far, as one that exits does (runnerctl start prints it).
+func TestStart7ContextEndsFirstHasTheLogTail(t *testing.T) {
+	captureLog(t)
+	dir := tempDir(t)
+	said := filepath.Join(t.TempDir(), "said")
+	ctx, cancel := context.WithCancel(background(t))
+	defer cancel()
+	cmd := exec.Command("sh", "-c", `echo I never publish; : >"$0"; exec sleep 3600`, said)
+	errc := make(chan error, 1)
+	go func() { _, err := Start(ctx, dir, cmd, StartOptions{}); errc <- err }()
+	eventually(t, "the started process wrote its line", func() bool { _, err := os.Stat(said); return err == nil })
+	cancel()
+	err := <-errc
+	var se *StartError
+	require.ErrorAs(t, err, &se)
+	t.Cleanup(func() {
+		syscall.Kill(se.PID, syscall.SIGKILL)
+		eventually(t, "the started process is reaped", func() bool { _, err := liveness.Lookup(se.PID); return err != nil })
+	})
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, -1, se.ExitCode)
+	assert.Contains(t, se.LogTail, "I never publish")
+	assert.NotContains(t, se.Error(), "exit status")
 }
 
 // 8. Accept refuses the ready runner: Start starts cmd, whose Takeover

@@ -1050,11 +1050,12 @@ func (e *StartError) Error() string {
 	case e.PID == 0:
 		b.WriteString(": the command could not be started")
 	case e.ExitCode >= 0:
+		// Err is that exit ("exit status 7"): said once.
 		fmt.Fprintf(&b, ": pid %d exited with status %d before it was ready", e.PID, e.ExitCode)
 	default:
 		fmt.Fprintf(&b, ": pid %d is not ready", e.PID)
 	}
-	if e.Err != nil {
+	if e.Err != nil && (e.PID == 0 || e.ExitCode < 0) {
 		b.WriteString(": ")
 		b.WriteString(e.Err.Error())
 	}
@@ -1671,7 +1672,7 @@ func (s *starter) await(ctx context.Context, a startAttempt) (Record, error) {
 		timer.Reset(poll)
 		select {
 		case <-ctx.Done():
-			return Record{}, &StartError{Dir: s.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, Err: ctx.Err()}
+			return Record{}, &StartError{Dir: s.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, LogTail: logTail(a.Log, a.LogFrom), Err: ctx.Err()}
 		case <-w.Changed():
 		case <-readyCh:
 			readyCh = nil

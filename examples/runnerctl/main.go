@@ -127,7 +127,7 @@ var commands = map[string]command{
 	},
 	"start": {
 		synopsis: "start [--dir DIR] [--timeout D] [--json] -- CMD [ARGS...]\n\nMake sure a runner of the directory runs and is ready: when none is, start\nCMD detached (its output appended to DIR/runner.log) and wait until it has\npublished its record; concurrent starts share one attempt. Print the ready\nrunner's record.",
-		exits:    "0 a runner is ready; 1 the runner started did not become ready (its log\ntail is printed), or another error; 2 usage.",
+		exits:    "0 a runner is ready; 1 the runner started did not become ready (its log\ntail is printed), or another error; 2 usage; 130 or 143 interrupted by\nSIGINT or SIGTERM. On a timeout or an interruption the runner started is\nleft running (it may just be slow): a later start waits for it.",
 		rest:     true,
 		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {
 			timeout := fs.Duration("timeout", time.Minute, "give up waiting after this long (0: no limit); the runner is left to finish")
