@@ -92,6 +92,11 @@ func TestRunnerLostLockFileExits72(t *testing.T) {
 	code, help := s.runnerOnce("--help")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, help, "72 a lock file was deleted or replaced")
+	cmd := exec.Command(s.runner, "--help")
+	cmd.Env = s.env()
+	stdout, err := cmd.Output()
+	require.NoError(t, err)
+	assert.Contains(t, string(stdout), "72 a lock file was deleted or replaced", "the help asked for is on stdout")
 }
 
 // asNobody prepares name (the runner or runnerctl) to run as uid and gid

@@ -83,6 +83,9 @@ func run() int {
 		fmt.Fprint(flag.CommandLine.Output(), usage)
 		flag.PrintDefaults()
 	}
+	if helpAsked(os.Args[1:]) {
+		flag.CommandLine.SetOutput(os.Stdout) // asked for, it is the output (runner --help | less); a usage error stays on stderr
+	}
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("self", os.Getpid())
@@ -358,4 +361,18 @@ func jobProcess(d string) int {
 	case sig := <-sigs:
 		return exitCode(sig)
 	}
+}
+
+// helpAsked reports whether args ask for the help (-h, -help, --help)
+// before any "--".
+func helpAsked(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help", "--h":
+			return true
+		}
+	}
+	return false
 }

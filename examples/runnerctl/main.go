@@ -119,7 +119,7 @@ var commands = map[string]command{
 	},
 	"wait": {
 		synopsis: "wait [--dir DIR] [--timeout D]\n\nWait until no runner holds the directory (it released, or died).",
-		exits:    "0 no runner holds it; 75 a runner still holds it when the timeout ends;\n1 error; 2 usage.",
+		exits:    "0 no runner holds it; 75 a runner, or the orphans of a previous\nrunner's tree, still hold it when the timeout ends; 1 error; 2 usage.",
 		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {
 			timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 			return func(dir string, stdout, stderr io.Writer) int { return wait(dir, *timeout, stdout, stderr) }
@@ -350,6 +350,8 @@ func clearStale(dir string, stdout, stderr io.Writer) int {
 	case err != nil:
 		fail(stderr, err)
 		return exitError
+	case cleared && pid == 0:
+		fmt.Fprintln(stdout, "cleared the leftovers of a previous runner (an unreadable record, set aside, names no pid)")
 	case cleared:
 		fmt.Fprintf(stdout, "cleared the leftovers of pid %d\n", pid)
 	default:

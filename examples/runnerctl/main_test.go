@@ -204,3 +204,14 @@ func TestStatusOnAFilesystemThatDoesNotExclude(t *testing.T) {
 	assert.Equal(t, exitNotRunning, code, "trusted, it can tell: 3\n%s", out)
 	assert.Contains(t, out, "nfs4")
 }
+
+// clear-stale of a record that cannot be read sets it aside and says so,
+// without naming a pid it does not know.
+func TestClearStaleOfAnUnreadableRecord(t *testing.T) {
+	dir := testharness.TempDir(t)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "runner.json"), []byte("garbage"), 0o644))
+	code, out, errOut := ctl("clear-stale", "--dir", dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "names no pid")
+	assert.NotContains(t, out, "pid 0")
+}
