@@ -13,6 +13,8 @@ cd "$(dirname "$0")/../etcd"
 STATICCHECK=honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 step() { printf '\n=== etcd: %s\n' "$*"; }
+# A step that stops the script says which command stopped it.
+trap 'echo "etcd.sh: line $LINENO: \"$BASH_COMMAND\" exited $?" >&2' ERR
 
 # The cluster tests run real etcd members: Debian's etcd-server, installed
 # here when missing (idempotent; without apt-get they are skipped, saying so).
@@ -27,7 +29,12 @@ if ! command -v etcd >/dev/null 2>&1; then
 		echo "no etcd binary and no apt-get: TestClusterFaults will be skipped"
 	fi
 fi
-if command -v etcd >/dev/null 2>&1; then etcd --version | head -1; fi
+# Not "etcd --version | head -1": under pipefail, head closing the pipe
+# before etcd's last line is written ends etcd with SIGPIPE, and the script.
+if command -v etcd >/dev/null 2>&1; then
+	version=$(etcd --version)
+	printf '%s\n' "${version%%$'\n'*}"
+fi
 
 step "gofmt"
 unformatted=$(gofmt -l .)
