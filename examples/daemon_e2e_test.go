@@ -23,10 +23,7 @@ import (
 // foreground while the server's runner stands by, then takes it back; a
 // second serve stands by until the first is asked to go, then serves.
 func TestDaemonStory(t *testing.T) {
-	bin, tmp := t.TempDir(), t.TempDir()
-	daemon := filepath.Join(bin, "daemon")
-	out, err := exec.Command("go", "build", "-o", daemon, "./daemon").CombinedOutput()
-	require.NoError(t, err, "go build ./daemon: %s", out)
+	daemon, tmp := buildDaemon(t), t.TempDir()
 	env := append(os.Environ(), "TMPDIR="+tmp)
 	dir := filepath.Join(tmp, "runnerstate-daemon")
 	stack := filepath.Join(dir, "stack")
@@ -121,19 +118,57 @@ func TestDaemonStory(t *testing.T) {
 // TestDaemonPingReportsAFailedStart: a server that cannot start makes ping
 // exit 1 with the tail of its log.
 func TestDaemonPingReportsAFailedStart(t *testing.T) {
-	bin, dir := t.TempDir(), t.TempDir()
-	daemon := filepath.Join(bin, "daemon")
-	out, err := exec.Command("go", "build", "-o", daemon, "./daemon").CombinedOutput()
-	require.NoError(t, err, "go build ./daemon: %s", out)
+	daemon, dir := buildDaemon(t), t.TempDir()
 	// A directory where the server's socket belongs, with something in it.
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "stack", "daemon.sock", "x"), 0o755))
 	cmd := exec.Command(daemon, "ping", "--dir", dir)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, stderr.String())
 	assert.Equal(t, 1, ee.ExitCode())
 	assert.Contains(t, stderr.String(), "exited with status 1")
 	assert.Contains(t, stderr.String(), "could not listen")
+}
+
+// TestDaemonPingSaysTheSocketPathIsTooLong: a --dir whose socket path does not
+// fit a unix socket's address makes the server say so (not bind's bare
+// "invalid argument"), and ping report it with the log's tail.
+func TestDaemonPingSaysTheSocketPathIsTooLong(t *testing.T) {
+	daemon := buildDaemon(t)
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	cmd := exec.Command(daemon, "ping", "--dir", dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, stderr.String())
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Contains(t, stderr.String(), "too long for a unix socket; use a shorter --dir")
+}
+
+// TestDaemonAddTakesANegativeNumber: "add -3" adds minus three (it is not an
+// unknown flag), and "add" without N says what is missing.
+func TestDaemonAddTakesANegativeNumber(t *testing.T) {
+	daemon, dir := buildDaemon(t), t.TempDir()
+	out, err := exec.Command(daemon, "add", "-3", "--dir", dir).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "added -3 in the foreground")
+	assert.Contains(t, string(out), "total -3")
+
+	out, err = exec.Command(daemon, "add", "--dir", dir).CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s", out)
+	assert.Equal(t, 2, ee.ExitCode())
+	assert.Contains(t, string(out), "daemon add: say how much to add")
+}
+
+// buildDaemon builds examples/daemon into the test's temporary directory.
+func buildDaemon(t *testing.T) string {
+	t.Helper()
+	daemon := filepath.Join(t.TempDir(), "daemon")
+	out, err := exec.Command("go", "build", "-o", daemon, "./daemon").CombinedOutput()
+	require.NoError(t, err, "go build ./daemon: %s", out)
+	return daemon
 }

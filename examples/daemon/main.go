@@ -82,9 +82,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", filepath.Join(os.TempDir(), "runnerstate-daemon"), "the daemon's directory")
 	wait := fs.Duration("timeout", time.Minute, "how long ping waits for the server to be ready, and add for the runner role")
-	// Flags may come before or after the command's argument (add N).
+	// Flags may come before or after the command's argument (add N), and
+	// N may be negative (add -3 is a number, not a flag).
 	var rest []string
 	for {
+		if len(args) > 0 && isNumber(args[0]) {
+			rest, args = append(rest, args[0]), args[1:]
+			continue
+		}
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return exitOK
@@ -109,9 +114,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		return d.add(n)
+	case name == "add" && len(rest) == 0:
+		fmt.Fprintln(stderr, "daemon add: say how much to add: daemon add N (a whole number, which may be negative)")
+		return exitUsage
 	}
 	fmt.Fprint(stderr, usage)
 	return exitUsage
+}
+
+// maxSocketPath is the longest path a unix socket may be bound at: sun_path
+// holds 108 bytes on Linux (104 on macOS and the BSDs), ending in a NUL.
+// Longer, bind fails with EINVAL, which names no cause.
+const maxSocketPath = 103
+
+// isNumber reports whether arg is a whole number, such as -3.
+func isNumber(arg string) bool {
+	_, err := strconv.Atoi(arg)
+	return err == nil
 }
 
 type daemon struct {
@@ -209,6 +228,11 @@ func (d daemon) serve() int {
 	}
 	defer release()
 	socket := filepath.Join(d.stack, "daemon.sock")
+	if len(socket) > maxSocketPath {
+		log.Error("serve: the socket's path is too long for a unix socket; use a shorter --dir",
+			"socket", socket, "bytes", len(socket), "max", maxSocketPath)
+		return exitError
+	}
 	os.Remove(socket) // a previous server's, which only the stack's holder may remove
 	ln, err := net.Listen("unix", socket)
 	if err != nil {

@@ -249,7 +249,7 @@ func hint(dir string) {
 	if dir != filepath.Join(os.TempDir(), "runnerstate-demo") {
 		flag = " --dir " + shellQuote(dir)
 	}
-	fmt.Fprintf(os.Stderr, "\nThis runner holds %s. Try, in another terminal (each command line pastes as it is):\n"+
+	fmt.Fprintf(os.Stderr, "\nThis runner holds %s. Try, in another terminal at the root of the runnerstate repository (each command line pastes as it is):\n"+
 		"  who runs here, and is it verified:\n    go run ./examples/runnerctl status%s\n"+
 		"  a second runner takes over from this one:\n    go run ./examples/runner%s\n"+
 		"  it finishes its jobs, then exits:\n    go run ./examples/runnerctl restart --drain%s\n"+
