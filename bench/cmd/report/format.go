@@ -22,6 +22,8 @@ func num(v float64) string {
 // between 1 and 1000: 2.0 µs, 157 µs, 5.3 ms.
 func ns(v float64) string {
 	switch {
+	case v < 0:
+		return "-" + ns(-v)
 	case v >= 1e9:
 		return num(v/1e9) + " s"
 	case v >= 1e6:

@@ -143,3 +143,31 @@ func TestSpliceMarkers(t *testing.T) {
 		})
 	}
 }
+
+// TestFigureFormats: figures show about two significant digits, in the unit
+// that keeps them between 1 and 1000, as the docs' prose writes them.
+func TestFigureFormats(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{ns(2007.5), "2.0 µs"},
+		{ns(28584), "29 µs"},
+		{ns(212049), "212 µs"},
+		{ns(1685545), "1.7 ms"},
+		{ns(750), "750 ns"},
+		{ns(2.5e9), "2.5 s"},
+		{ns(-2945e3), "-2.9 ms"},
+		{us(708.8), "709 µs"},
+		{us(0.5), "500 ns"},
+		{count(174152), "174 k"},
+		{count(6533), "6.5 k"},
+		{count(21), "21"},
+		{whole(3), "3"},
+		{times(0.1949), "0.19×"},
+		{times(3.009), "3.01×"},
+		{times(151.1), "151×"},
+		{pct(0.5436), "54 %"},
+		{pval(0.00216), "p = 0.002"},
+		{mark(true) + mark(false), "✓✗"},
+	} {
+		assert.Equal(t, tc.want, tc.got)
+	}
+}

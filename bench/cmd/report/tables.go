@@ -23,12 +23,15 @@ func coreTable(r *results) string {
 	for _, f := range []func(*results) row{tryLockRow, runningRow, handoffRow, contentionRow, takeoverRow, standbyRow, watchRestartRow, statusRow} {
 		rows = append(rows, f(r))
 	}
-	cpu := r.config["cpu"]
-	if cpu == "" {
-		cpu = "cpu not named"
+	var about []string
+	if cpu := r.config["cpu"]; cpu != "" {
+		about = append(about, cpu)
 	}
-	return fmt.Sprintf("From `bench/results.txt` (%s, %s/%s, %s of each benchmark), medians:\n\n%s",
-		cpu, r.config["goos"], r.config["goarch"], r.runs(), table(rows))
+	if r.config["goos"] != "" {
+		about = append(about, r.config["goos"]+"/"+r.config["goarch"])
+	}
+	about = append(about, r.runs()+" of each benchmark")
+	return fmt.Sprintf("From `bench/results.txt` (%s), medians:\n\n%s", strings.Join(about, ", "), table(rows))
 }
 
 func tryLockRow(r *results) row {
