@@ -7,6 +7,9 @@
 //	cd bench && go test -run '^$' -bench . -count 6 | tee new.txt
 //	go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da new.txt
 //
+// The table of docs/benchmarks.md is written from bench/results.txt, a run
+// saved there, by `go run ./cmd/report`; never edit its figures by hand.
+//
 // Latency benchmarks report percentiles as custom metrics (p50-µs, p99-µs,
 // max-µs); with BENCH_SAMPLES=dir they also write their raw samples there, for
 // `go run ./cmd/chart`.

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// blocks are what the report writes: each marker name in the docs and the
+// function that writes its text from the results. A target in a table is
+// met (✓) or missed (✗) by the figure before it is rounded for display.
+var blocks = []struct {
+	name  string
+	write func(r *results) string
+}{
+	{"core", coreTable},
+}
+
+// coreTable is the table of the core library's figures: each row ours
+// beside the raw syscalls or the peer a user would pick instead, measured
+// in the same run.
+func coreTable(r *results) string {
+	var rows []row
+	for _, f := range []func(*results) row{tryLockRow, runningRow, handoffRow, contentionRow, takeoverRow, standbyRow, watchRestartRow, statusRow} {
+		rows = append(rows, f(r))
+	}
+	var about []string
+	if cpu := r.config["cpu"]; cpu != "" {
+		about = append(about, cpu)
+	}
+	if r.config["goos"] != "" {
+		about = append(about, r.config["goos"]+"/"+r.config["goarch"])
+	}
+	about = append(about, r.runs()+" of each benchmark")
+	return fmt.Sprintf("From `bench/results.txt` (%s), medians:\n\n%s", strings.Join(about, ", "), table(rows))
+}
+
+func tryLockRow(r *results) row {
+	impl := func(name string) float64 { return r.median("TryLock/impl="+name, "ns/op") }
+	ours, raw, checked := impl("runnerstate"), impl("raw-syscalls"), impl("raw-syscalls-checked")
+	gofrs, nightly := impl("gofrs-flock"), impl("nightlyone-lockfile")
+	return row{
+		what: "uncontended exclusive lock+unlock",
+		ours: fmt.Sprintf("`TryLock` %s, %s allocs", ns(ours), whole(r.median("TryLock/impl=runnerstate", "allocs/op"))),
+		peer: fmt.Sprintf("raw `open`+`flock`+`close` %s; the same with `O_NOFOLLOW` and the post-lock `fstat`+`lstat` %s; gofrs/flock %s; nightlyone/lockfile %s",
+			ns(raw), ns(checked), ns(gofrs), ns(nightly)),
+		ratio: fmt.Sprintf("%s raw, %s raw-with-the-checks (%s), %s gofrs/flock; the checks alone %s raw",
+			times(ours/raw), times(ours/checked), pval(r.p("TryLock/impl=runnerstate", "TryLock/impl=raw-syscalls-checked", "ns/op")),
+			times(ours/gofrs), times(checked/raw)),
+		target: fmt.Sprintf("≤ 1.5× raw, or within 5 %% of the checks' floor %s, see below", mark(ours/raw <= 1.5 || ours/checked <= 1.05)),
+	}
+}
+
+func runningRow(r *results) row {
+	counts := []string{"0", "1000", "10000"}
+	var ours, naive, ratio []string
+	var worst, first, last float64
+	for i, n := range counts {
+		o := r.median("Running/locks="+n+"/impl=runnerstate-Running", "ns/op")
+		g := r.median("Running/locks="+n+"/impl=gopsutil-naive", "ns/op")
+		ours, naive, ratio = append(ours, ns(o)), append(naive, ns(g)), append(ratio, times(o/g))
+		worst = max(worst, o/g)
+		if i == 0 {
+			first = o
+		}
+		last = o
+	}
+	return row{
+		what: `"is a runner alive here?" (live, verified holder)`,
+		ours: fmt.Sprintf("`Running` %s at 0 unrelated locks, %s at 1,000, %s at 10,000; %s allocs",
+			ours[0], ours[1], ours[2], whole(r.median("Running/locks=0/impl=runnerstate-Running", "allocs/op"))),
+		peer: fmt.Sprintf("gopsutil `NewProcess`+`IsRunning` on the recorded pid %s, %s and %s, %s allocs",
+			naive[0], naive[1], naive[2], whole(r.median("Running/locks=0/impl=gopsutil-naive", "allocs/op"))),
+		ratio: fmt.Sprintf("%s; 10,000 locks against 0: %s (%s)", strings.Join(ratio, ", "), times(last/first),
+			pval(r.p("Running/locks=10000/impl=runnerstate-Running", "Running/locks=0/impl=runnerstate-Running", "ns/op"))),
+		target: fmt.Sprintf("≤ 0.3× at every count %s; ≤ 1.2× at 10,000 %s, see below", mark(worst <= 0.3), mark(last/first <= 1.2)),
+	}
+}
+
+func handoffRow(r *results) row {
+	at := func(impl, unit string) float64 { return r.median("Handoff/impl="+impl, unit) }
+	p50, p99 := at("runnerstate", "p50-µs"), at("runnerstate", "p99-µs")
+	floor50, floor99, poll50 := at("flock-blocking", "p50-µs"), at("flock-blocking", "p99-µs"), at("gofrs-poll-10ms", "p50-µs")
+	return row{
+		what:   "cross-process handoff",
+		ours:   fmt.Sprintf("`Lock(ctx)` p50 %s, p99 %s", us(p50), us(p99)),
+		peer:   fmt.Sprintf("blocking `flock` p50 %s, p99 %s; gofrs/flock polling 10 ms p50 %s", us(floor50), us(floor99), us(poll50)),
+		ratio:  fmt.Sprintf("p50 %s the floor; %s faster than polling", times(p50/floor50), times(poll50/p50)),
+		target: fmt.Sprintf("p50 ≤ 3× %s, p99 ≤ 5 ms %s, see below", mark(p50/floor50 <= 3), mark(p99 <= 5000)),
+	}
+}
+
+func contentionRow(r *results) row {
+	at := func(impl, unit string) float64 { return r.median("Contention/impl="+impl, unit) }
+	ours, floor := at("runnerstate", "locks/s"), at("flock-blocking", "locks/s")
+	spread, floorSpread := at("runnerstate", "max/median"), at("flock-blocking", "max/median")
+	return row{
+		what: "8 processes × 1000 cycles on one path",
+		ours: fmt.Sprintf("%s locks/s; max wait / median %s; p99 wait %s", count(ours), count(spread), us(at("runnerstate", "p99-wait-µs"))),
+		peer: fmt.Sprintf("blocking `flock` %s locks/s; max / median %s; p99 wait %s",
+			count(floor), count(floorSpread), us(at("flock-blocking", "p99-wait-µs"))),
+		ratio: fmt.Sprintf("%s of the floor's throughput", pct(ours/floor)),
+		target: fmt.Sprintf("≥ 50 %% %s; max ≤ 50× median %s (the floor: %s), see below",
+			mark(ours/floor >= 0.5), mark(spread <= 50), mark(floorSpread <= 50)),
+	}
+}
+
+func takeoverRow(r *results) row {
+	ours, floor := r.median("Takeover/impl=runnerstate", "p50-µs"), r.median("Takeover/impl=old-runner-exit", "p50-µs")
+	return row{
+		what:   "takeover, old runner honours `now`",
+		ours:   fmt.Sprintf("`Takeover` p50 %s", us(ours)),
+		peer:   fmt.Sprintf("the old runner's own exit after the same request, p50 %s", us(floor)),
+		ratio:  fmt.Sprintf("floor + %s", us(ours-floor)),
+		target: fmt.Sprintf("≤ floor + 20 ms %s", mark(ours-floor <= 20e3)),
+	}
+}
+
+func standbyRow(r *results) row {
+	worst := r.median("StandbyWake", "max-µs")
+	return row{
+		what:   "standby wakes after the owner exits",
+		ours:   fmt.Sprintf("`Standby` p50 %s, max %s", us(r.median("StandbyWake", "p50-µs")), us(worst)),
+		target: fmt.Sprintf("≤ 50 ms %s, see below", mark(worst <= 50e3)),
+	}
+}
+
+func watchRestartRow(r *results) row {
+	p50 := r.median("WatchRestart", "p50-µs")
+	return row{
+		what:   "restart request delivered",
+		ours:   fmt.Sprintf("`WatchRestart` p50 %s (including the fsynced write)", us(p50)),
+		target: fmt.Sprintf("~50 ms %s", mark(p50 <= 50e3)),
+	}
+}
+
+func statusRow(r *results) row {
+	at := func(waiting, lines string) float64 {
+		return r.median("Status/waiting="+waiting+"/lines="+lines, "ns/op")
+	}
+	none, ten, hundred, long := at("0", "0"), at("10", "0"), at("100", "0"), at("0", "10000")
+	per10, per100 := (ten-none)/10, (hundred-none)/100
+	return row{
+		what:  "`Status` as work grows",
+		ours:  fmt.Sprintf("0 waiting: %s; 10: %s; 100: %s; 10,000-line state file: %s", ns(none), ns(ten), ns(hundred), ns(long)),
+		peer:  "itself at 0",
+		ratio: fmt.Sprintf("%s per waiting starter at 100, %s at 10 (one identity verification each); a 10,000-line state file %s an empty one: state files are not read", ns(per100), ns(per10), times(long/none)),
+		// Linear: a waiting starter costs the same at 100 as at 10, within
+		// half again, and a long state file costs nothing more.
+		target: fmt.Sprintf("linear %s", mark(per100 <= 1.5*per10 && per10 <= 1.5*per100 && long <= 1.2*none)),
+	}
+}
