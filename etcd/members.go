@@ -104,73 +104,30 @@ func (m *members) close() {
 // those that had not answered within `every` are noted as failed. call must
 // be safe to repeat.
 func hedgeOn[T any](ctx context.Context, m *members, every time.Duration, call func(context.Context, *pin) (T, error)) (T, error) {
-	actx, cancel := context.WithCancel(ctx)
-	type result struct {
-		p   *pin
-		v   T
-		err error
-	}
 	order := m.order()
-	results := make(chan result, len(order))
-	busy := map[*pin]time.Time{}
+	busy := map[*pin]bool{}
 	next := 0
-	launch := func() bool {
+	pick := func() (*pin, bool) {
 		for range order {
 			p := order[next%len(order)]
 			next++
-			if _, ok := busy[p]; ok {
-				continue
+			if !busy[p] {
+				busy[p] = true
+				return p, true
 			}
-			busy[p] = time.Now()
-			go func() {
-				v, err := call(actx, p)
-				results <- result{p, v, err}
-			}()
-			return true
 		}
-		return false
+		return nil, false
 	}
-	defer func() {
-		cancel()
-		for len(busy) > 0 {
-			r := <-results
-			if time.Since(busy[r.p]) >= every {
-				m.note(r.p, false)
-			}
-			delete(busy, r.p)
-		}
-	}()
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	launch()
-	var last result
-	again := true // one relaunch at once after a failure, per period: never a busy loop
-	for {
-		select {
-		case r := <-results:
-			delete(busy, r.p)
-			if r.err == nil || !transient(r.err) || ctx.Err() != nil {
-				m.note(r.p, r.err == nil || !transient(r.err))
-				return r.v, r.err
-			}
+	ended := func(r hedgeResult[T], how attemptEnd) {
+		delete(busy, r.p)
+		switch {
+		case how == attemptAnswered:
+			m.note(r.p, r.err == nil || !transient(r.err))
+		case how == attemptFailed:
 			m.note(r.p, false)
-			last = r
-			if len(busy) == 0 && again {
-				again = false
-				launch()
-			}
-		case <-tick.C:
-			again = true
-			if len(busy) < hedgeInFlight {
-				launch()
-			}
-		case <-ctx.Done():
-			if len(busy) == 0 {
-				return last.v, last.err
-			}
-			r := <-results // cancelled: the attempts end at once
-			delete(busy, r.p)
-			return r.v, r.err
+		case how == attemptCancelled && time.Since(r.started) >= every:
+			m.note(r.p, false)
 		}
 	}
+	return hedgeRun(ctx, every, pick, call, ended)
 }
