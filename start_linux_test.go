@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/startup"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -191,7 +192,7 @@ func stopStarted(t *testing.T, dir string) {
 	t.Cleanup(func() {
 		ids := spawnedIDs(dir)
 		if a, ok := readAttempt(dir); ok {
-			ids = append(ids, a.Child)
+			ids = append(ids, Identity(a.Child))
 		}
 		for _, id := range ids {
 			if p, _, _ := liveness.Pin(liveness.Identity(id)); p != nil {
@@ -638,7 +639,7 @@ func TestStart8AcceptReplacesRefused(t *testing.T) {
 	var se *StartError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, -1, se.ExitCode)
-	assert.ErrorIs(t, err, errRefusedToo)
+	assert.ErrorIs(t, err, startup.ErrRefused)
 	rec, ok, err := Running(dir)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -846,8 +847,8 @@ func TestStartChaos(t *testing.T) {
 		var target Identity
 		if rec, ok, _ := Running(dir); ok && rec.Process.PID != 0 {
 			target = rec.Process
-		} else if a, ok := readAttempt(dir); ok && a.pending() {
-			target = a.Child
+		} else if a, ok := readAttempt(dir); ok && a.Pending() {
+			target = Identity(a.Child)
 		}
 		if p, _, _ := liveness.Pin(liveness.Identity(target)); p != nil {
 			if p.Signal(liveness.SIGKILL) == nil {
@@ -985,7 +986,7 @@ func TestStart3WaiterRefusesTheSharedRecord(t *testing.T) {
 		_, err := Start(background(t), dir, startedRunner(dir, "slow", envStartMeta+"=v1"), StartOptions{Accept: metaIs("v1")})
 		v1 <- err
 	}()
-	eventually(t, "the v1 attempt is under way", func() bool { a, ok := readAttempt(dir); return ok && a.pending() })
+	eventually(t, "the v1 attempt is under way", func() bool { a, ok := readAttempt(dir); return ok && a.Pending() })
 	v2 := make(chan Record, 1)
 	go func() {
 		rec, err := Start(background(t), dir, startedRunner(dir, "ready", envStartMeta+"=v2"), StartOptions{Accept: metaIs("v2")})

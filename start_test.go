@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/startup"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -55,14 +56,7 @@ func rolePortableRunner(dir string) int {
 // been reaped.
 func reaped(dir string) bool {
 	abs, _ := filepath.Abs(dir)
-	localStarts.Lock()
-	defer localStarts.Unlock()
-	for k := range localStarts.m {
-		if k.dir == abs {
-			return false
-		}
-	}
-	return true
+	return startup.Reaped(abs)
 }
 
 // Start starts a runner detached, returns its ready record, and reaps it

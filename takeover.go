@@ -1,7 +1,6 @@
 package runnerstate
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,10 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
@@ -23,6 +20,7 @@ import (
 	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/runnerstate/runnerstate/internal/sdnotify"
 	"github.com/runnerstate/runnerstate/internal/spawn"
+	"github.com/runnerstate/runnerstate/internal/startup"
 )
 
 // ErrSuperseded is Takeover's answer to a starter when a newer starter came
@@ -1072,26 +1070,12 @@ func (e *StartError) Is(target error) bool { return target == ErrStartFailed }
 // Unwrap returns Err.
 func (e *StartError) Unwrap() error { return e.Err }
 
-// errRefusedToo is a StartError's Err when Accept refused the runner Start
-// itself started.
-var errRefusedToo = errors.New("the runner this call started is refused by Accept too; it is left running")
-
 // The start files of a runner directory.
 const (
 	startLockName = "start.lock" // serialises Start's attempts
 	startName     = "start.json" // the current attempt
 	logName       = "runner.log" // a started runner's output, by default
 )
-
-// startAttemptEnv names, in a started runner's environment, the attempt
-// that started it (start.json's seq): a hint for its logs and tests.
-const startAttemptEnv = "RUNNERSTATE_START_ATTEMPT"
-
-// maxLogTail bounds a StartError's LogTail.
-const maxLogTail = 4 << 10
-
-// startPoll is how often Start looks where nothing notifies it.
-const startPoll = 10 * time.Millisecond
 
 // Start returns the record of a ready runner in dir that opts.Accept
 // accepts, starting cmd, detached, when there is none. Ready means: the
@@ -1218,8 +1202,13 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 	} else if cmd.Stdout != nil && cmd.Stderr != nil {
 		opts.Log = ""
 	}
-	s := &starter{dir: dir, abs: abs, cmd: cmd, opts: opts, accept: accept, since: since}
-	return s.run(ctx)
+	c := &startup.Call[Record]{Dir: dir, Abs: abs, Protocol: startFiles{dir: dir, log: opts.Logger}, Looks: &startLooks,
+		Cmd: cmd, Log: opts.Log, Accept: accept, Since: since}
+	rec, err := c.Run(ctx)
+	if f, ok := err.(*startup.Failure); ok {
+		return rec, &StartError{Dir: abs, PID: f.PID, ExitCode: f.ExitCode, Log: f.Log, LogTail: f.LogTail, Err: f.Err}
+	}
+	return rec, err
 }
 
 // checkStartInput refuses what Start can tell is wrong before it creates
@@ -1261,23 +1250,8 @@ func checkStartInput(dir string, cmd *exec.Cmd, opts StartOptions) error {
 	return nil
 }
 
-// startAttempt is the content of start.json: one attempt of Start.
-type startAttempt struct {
-	Seq      uint64    `json:"seq"`
-	By       Identity  `json:"by"`              // the caller that started it
-	Child    Identity  `json:"child"`           // the process started (Instance empty)
-	Began    time.Time `json:"began"`           // when it was started
-	Log      string    `json:"log,omitempty"`   // where its output goes
-	LogFrom  int64     `json:"log_from"`        // the log's size when it began
-	Failed   bool      `json:"failed,omitzero"` // it exited before it was ready
-	ExitCode int       `json:"exit_code"`
-	Err      string    `json:"err,omitempty"`
-	LogTail  string    `json:"log_tail,omitempty"`
-	Ended    time.Time `json:"ended,omitzero"`
-}
-
 // readAttempt reads start.json; a missing or unreadable one is no attempt.
-func readAttempt(dir string) (startAttempt, bool) {
+func readAttempt(dir string) (startup.Attempt, bool) {
 	a, ok, _ := readAttemptErr(dir)
 	return a, ok
 }
@@ -1285,195 +1259,27 @@ func readAttempt(dir string) (startAttempt, bool) {
 // readAttemptErr is readAttempt that also says when start.json's path is
 // unusable (a symlink, a directory, another non-regular file): no attempt
 // can be recorded there until it is moved away.
-func readAttemptErr(dir string) (startAttempt, bool, error) {
-	a, state, err := readState(filepath.Join(dir, startName), func(data []byte) (startAttempt, error) {
-		var a startAttempt
-		err := durable.DecodeObject(data, &a)
-		return a, err
-	})
+func readAttemptErr(dir string) (startup.Attempt, bool, error) {
+	a, state, err := readState(filepath.Join(dir, startName), startup.Parse)
 	if state == fileCorrupt && unusablePath(err) {
-		return startAttempt{}, false, err
+		return startup.Attempt{}, false, err
 	}
 	return a, state == fileOK && a.Seq > 0, nil
 }
 
-// writeAttempt replaces start.json; the caller holds start.lock. It is not
-// synced: an attempt describes live processes, which a power loss ends.
-func writeAttempt(dir string, a startAttempt) error {
-	data, err := jsonLine(a)
-	if err != nil {
-		return err
-	}
-	return public(durable.WriteVolatile(dir, startName, data))
-}
-
-// pending reports whether a is in progress: its process lives and it has
-// not failed. (Whether it is ready is the caller's to see.)
-func (a startAttempt) pending() bool {
-	if a.Failed || a.Child.PID <= 0 {
-		return false
-	}
-	v, _ := liveness.Check(liveness.Identity(a.Child))
-	return v == liveness.Alive
-}
-
-// inProgress reports whether a has not ended: its process lives, or it has
-// exited and the caller that started it, still alive, is about to record
-// how (its reaper writes Ended, and Failed when it was not ready).
-func (a startAttempt) inProgress() bool {
-	if a.Failed || !a.Ended.IsZero() || a.Child.PID <= 0 {
-		return false
-	}
-	return a.pending() || verifiedAlive(a.By)
-}
-
 // startedBy reports whether rec is the record of a's process.
-func (a startAttempt) startedBy(rec Record) bool {
-	return a.Child.PID > 0 && sameProcess(rec.Process, a.Child)
-}
-
-// failure is a's outcome as a *StartError.
-func (a startAttempt) failure(dir string) *StartError {
-	e := &StartError{Dir: dir, PID: a.Child.PID, ExitCode: a.ExitCode, Log: a.Log, LogTail: a.LogTail}
-	if a.Err != "" {
-		e.Err = errors.New(a.Err)
-	}
-	return e
+func startedBy(a startup.Attempt, rec Record) bool {
+	return a.Child.PID > 0 && sameProcess(rec.Process, Identity(a.Child))
 }
 
 // startingOf is the process of dir's attempt in progress, for Status: alive,
 // not failed, and not (yet) the ready holder rec.
 func startingOf(dir string, rec Record) Identity {
 	a, ok := readAttempt(dir)
-	if !ok || !a.pending() || (rec.Ready && a.startedBy(rec)) {
+	if !ok || !a.Pending() || (rec.Ready && startedBy(a, rec)) {
 		return Identity{}
 	}
-	return a.Child
-}
-
-// localStarts are the attempts this process started and whose process
-// still lives, by directory and sequence, so that its other callers learn
-// the exit status too.
-var localStarts = struct {
-	sync.Mutex
-	m map[localKey]*localStart
-}{m: map[localKey]*localStart{}}
-
-type localKey struct {
-	dir string
-	seq uint64
-}
-
-// localStart is a process this process started.
-type localStart struct {
-	child *spawn.Child
-	ready atomic.Bool // seen ready (its descriptor, or its record)
-}
-
-func localChild(abs string, seq uint64) *localStart {
-	localStarts.Lock()
-	defer localStarts.Unlock()
-	return localStarts.m[localKey{abs, seq}]
-}
-
-// starter is one Start call.
-type starter struct {
-	dir, abs string
-	cmd      *exec.Cmd
-	opts     StartOptions
-	accept   func(Record) bool
-	since    time.Time
-	spawned  bool // this call started cmd: it never starts another
-}
-
-// errAgain says a wait ended in a state Start must look at again.
-var errAgain = errors.New("look again")
-
-func (s *starter) run(ctx context.Context) (Record, error) {
-	lockPath := filepath.Join(s.dir, startLockName)
-	w := dirwatch.New(s.dir)
-	defer w.Close()
-	woke := time.Now()
-	for {
-		// A ready runner, or an attempt in progress, is seen without
-		// start.lock, which only a caller about to start one needs: a
-		// crowd of callers never queues on it, and sees a runner ready
-		// even while the caller that started it still holds it.
-		look := s.lookAfter(woke)
-		if look.err != nil {
-			return Record{}, look.err
-		}
-		if look.ready && s.accept(look.rec) {
-			return look.rec, nil
-		}
-		if a := look.att; look.haveAtt && a.inProgress() && !s.spawned && !(look.ready && a.startedBy(look.rec)) {
-			rec, err := s.await(ctx, a)
-			if err != errAgain {
-				return rec, err
-			}
-			woke = time.Now()
-			continue
-		}
-		// start.lock busy: another caller is deciding or starting. Rather
-		// than queue behind every other caller's probe, wait for what it
-		// records (or look again in 10 ms), and take the attempt it made.
-		l, err := filelock.TryLock(lockPath, filelock.Exclusive, 0o600)
-		if errors.Is(err, filelock.ErrWouldBlock) {
-			if err := w.Wait(ctx, startPoll, nil); err != nil {
-				return Record{}, &StartError{Dir: s.abs, ExitCode: -1, Err: err}
-			}
-			woke = time.Now()
-			continue
-		}
-		if err != nil {
-			return Record{}, public(err)
-		}
-		rec, held, ready, err := probeStart(s.dir)
-		if err != nil {
-			l.Release()
-			return Record{}, err
-		}
-		if ready && s.accept(rec) {
-			l.Release()
-			return rec, nil
-		}
-		a, have, err := readAttemptErr(s.dir)
-		if err != nil {
-			l.Release()
-			return Record{}, err
-		}
-		switch {
-		case have && ready && a.startedBy(rec) && s.spawned:
-			l.Release()
-			return Record{}, s.refused(a)
-		case have && a.inProgress() && !(ready && a.startedBy(rec)):
-			l.Release()
-			rec, err = s.await(ctx, a)
-		case have && a.Failed && a.Ended.After(s.since):
-			// It failed while this call waited for start.lock.
-			l.Release()
-			return Record{}, a.failure(s.abs)
-		case held && !ready:
-			// Held, not ready, and nothing this package started: a
-			// runner being admitted, or one that cannot be verified.
-			// Wait for it, start nothing.
-			l.Release()
-			rec, err = s.awaitHolder(ctx, rec.PID)
-		case s.spawned:
-			l.Release()
-			return Record{}, &StartError{Dir: s.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, Err: errors.New("the runner this call started is gone, and no attempt is recorded for it")}
-		default:
-			a, err = s.spawn(a.Seq + 1)
-			l.Release()
-			if err != nil {
-				return Record{}, err
-			}
-			rec, err = s.await(ctx, a)
-		}
-		if err != errAgain {
-			return rec, err
-		}
-	}
+	return Identity(a.Child)
 }
 
 // probeStart is Running's answer: the record, whether the lock is held, and
@@ -1483,287 +1289,80 @@ func probeStart(dir string) (rec Record, held, ready bool, err error) {
 	return rec, held, held && rec.Ready && rec.Process.PID != 0, err
 }
 
-// refused is the answer when Accept refused the runner this call started.
-func (s *starter) refused(a startAttempt) error {
-	return &StartError{Dir: s.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, Err: errRefusedToo}
+// startLooks shares, between the Start calls of this process, their looks
+// at each directory.
+var startLooks startup.Looks[Record]
+
+// startFiles is a runner directory's side of a Start call
+// (startup.Protocol): Running's answer, start.json, start.lock, the log,
+// and this package's words for what happened.
+type startFiles struct {
+	dir string
+	log *slog.Logger // the call's
 }
 
-// spawn starts cmd as attempt seq, holding start.lock, and records it.
-func (s *starter) spawn(seq uint64) (startAttempt, error) {
-	a := startAttempt{Seq: seq, By: Self(), Log: s.opts.Log, Began: time.Now(), ExitCode: -1}
-	var out *os.File
-	if s.opts.Log != "" {
-		f, size, err := spawn.OpenLog(s.opts.Log)
-		if err != nil {
-			return a, public(err)
-		}
-		defer f.Close()
-		out, a.LogFrom = f, size
-	}
-	s.spawned = true
-	ls := &localStart{}
-	key := localKey{s.abs, seq}
-	started := make(chan struct{})
-	env := []string{startAttemptEnv + "=" + strconv.FormatUint(seq, 10)}
-	child, err := spawn.Start(s.cmd, env, out, s.abs, func(c *spawn.Child) {
-		<-started
-		settleStart(s.dir, a, ls, c)
-		localStarts.Lock()
-		delete(localStarts.m, key)
-		localStarts.Unlock()
-	})
+func (d startFiles) Probe() (Record, bool, bool, error) { return probeStart(d.dir) }
+
+func (d startFiles) Clone(rec Record) Record {
+	rec.Specs = slices.Clone(rec.Specs)
+	rec.Meta = slices.Clone(rec.Meta)
+	return rec
+}
+
+func (d startFiles) StartedBy(a startup.Attempt, rec Record) bool { return startedBy(a, rec) }
+
+func (d startFiles) PID(rec Record) int { return rec.PID }
+
+func (d startFiles) Read() (startup.Attempt, bool, error) { return readAttemptErr(d.dir) }
+
+// Write replaces start.json; the caller holds start.lock. It is not
+// synced: an attempt describes live processes, which a power loss ends.
+func (d startFiles) Write(a startup.Attempt) error {
+	data, err := jsonLine(a)
 	if err != nil {
-		close(started)
-		return a, &StartError{Dir: s.abs, ExitCode: -1, Log: s.opts.Log, Err: err}
+		return err
 	}
-	ls.child = child
-	a.Child = Identity{PID: child.PID}
-	if id, err := liveness.Lookup(child.PID); err == nil {
-		a.Child = Identity(id)
-	}
-	localStarts.Lock()
-	localStarts.m[key] = ls
-	localStarts.Unlock()
-	if err := writeAttempt(s.dir, a); err != nil {
-		s.opts.Logger.Warn("runnerstate: could not record the start attempt; other callers may not see it", "dir", s.dir, "path", filepath.Join(s.dir, startName), "err", err)
-	}
-	close(started)
-	s.opts.Logger.Info("runnerstate: started the runner", "dir", s.dir, "pid", child.PID, "log", s.opts.Log)
-	return a, nil
+	return public(durable.WriteVolatile(d.dir, startName, data))
 }
 
-// settleStart records, in start.json, that attempt a's process exited:
-// when, and, when it exited before it was ready, its exit status and log
-// tail, for the callers that wait on it. Called by the reaper once the
-// process has exited.
-func settleStart(dir string, a startAttempt, ls *localStart, c *spawn.Child) {
-	wasReady := ls.ready.Load()
-	select {
-	case <-c.Ready():
-		wasReady = true
-	default:
+func (d startFiles) TryLock() (func(), error) {
+	l, err := filelock.TryLock(filepath.Join(d.dir, startLockName), filelock.Exclusive, 0o600)
+	if errors.Is(err, filelock.ErrWouldBlock) {
+		return nil, startup.ErrBusy
 	}
+	if err != nil {
+		return nil, public(err)
+	}
+	return l.Release, nil
+}
+
+// Lock waits for start.lock, at most as long as for the state lock.
+func (d startFiles) Lock() (func(), error) {
 	ctx, cancel := context.WithTimeout(context.Background(), stateLockWait)
 	defer cancel()
-	l, err := waitLock(ctx, filepath.Join(dir, startLockName), filelock.Exclusive, 0o600, inspectLock)
-	if isNotExist(err) {
-		return // the directory is gone, and its attempt with it
-	}
+	l, err := waitLock(ctx, filepath.Join(d.dir, startLockName), filelock.Exclusive, 0o600, inspectLock)
 	if err != nil {
-		logger().Warn("runnerstate: could not record that the runner started has exited", "dir", dir, "pid", c.PID, "err", err)
-		return
+		return nil, err
 	}
-	defer l.Release()
-	cur, ok := readAttempt(dir)
-	if !ok || cur.Seq != a.Seq || cur.Failed || !cur.Ended.IsZero() {
-		return
-	}
-	cur.Ended = time.Now()
-	if !wasReady {
-		cur.Failed, cur.ExitCode = true, c.ExitCode()
-		if err := c.WaitErr(); err != nil {
-			cur.Err = err.Error()
-		} else {
-			cur.Err = "exited before it was ready"
-		}
-		cur.LogTail = logTail(cur.Log, cur.LogFrom)
-	}
-	if err := writeAttempt(dir, cur); err != nil {
-		logger().Warn("runnerstate: could not record that the runner started has exited", "dir", dir, "pid", c.PID, "err", err)
-	}
+	return l.Release, nil
 }
 
-// logTail is the last lines written to the log at path from offset on, at
-// most maxLogTail bytes; "" when there is no log or it cannot be read.
-func logTail(path string, from int64) string {
-	if path == "" {
-		return ""
-	}
-	data, err := readFile(path, maxStateSize)
-	if err != nil || int64(len(data)) <= from {
-		return ""
-	}
-	data = data[from:]
-	if len(data) > maxLogTail {
-		data = data[len(data)-maxLogTail:]
-		if i := bytes.IndexByte(data, '\n'); i >= 0 && i < len(data)-1 {
-			data = data[i+1:]
-		}
-	}
-	return string(data)
+func (d startFiles) OpenLog(path string) (*os.File, int64, error) {
+	f, size, err := spawn.OpenLog(path)
+	return f, size, public(err)
 }
 
-// exitFailure is the failure of attempt a, whose process exited before it
-// was ready, as this process learned it.
-func (s *starter) exitFailure(a startAttempt, code int, err error) *StartError {
-	if err == nil {
-		err = errors.New("exited before it was ready")
-	}
-	return &StartError{Dir: s.abs, PID: a.Child.PID, ExitCode: code, Log: a.Log, LogTail: logTail(a.Log, a.LogFrom), Err: err}
+func (d startFiles) Started(pid int, log string) {
+	d.log.Info("runnerstate: started the runner", "dir", d.dir, "pid", pid, "log", log)
 }
 
-// outcomeWait bounds how long a caller that saw the process of another
-// process's attempt exit waits for that starter to record the exit status,
-// while the starter lives.
-const outcomeWait = 2 * time.Second
-
-// await waits on attempt a: until its process is ready (or another ready
-// runner that Accept accepts appears), it exited first, or ctx ends.
-// errAgain when the state changed under it (a newer attempt, or a ready
-// process of a's that Accept refuses: the caller's own attempt replaces it).
-func (s *starter) await(ctx context.Context, a startAttempt) (Record, error) {
-	var exited, readyCh <-chan struct{}
-	local := localChild(s.abs, a.Seq)
-	if local != nil {
-		exited, readyCh = local.child.Exited(), local.child.Ready()
-	} else if p, _, _ := liveness.Pin(liveness.Identity(a.Child)); p != nil {
-		ew := liveness.WatchExit(ctx, p, nil)
-		defer ew.Stop()
-		exited = ew.Exited()
-	} else {
-		exited = closedChan
-	}
-	w := dirwatch.New(s.dir)
-	defer w.Close()
-	poll := startPoll
-	if w.Changed() != nil {
-		poll = w.Interval()
-	}
-	timer := time.NewTimer(poll)
-	defer timer.Stop()
-	var goneAt time.Time
-	woke := time.Now()
-	for {
-		l := s.lookAfter(woke)
-		rec, ready := l.rec, l.ready
-		if l.err != nil {
-			return Record{}, l.err
-		}
-		if ready && a.startedBy(rec) {
-			if local != nil {
-				local.ready.Store(true)
-			}
-			switch {
-			case s.accept(rec):
-				return rec, nil
-			case s.spawned:
-				return Record{}, s.refused(a)
-			}
-			return Record{}, errAgain
-		}
-		if ready && s.accept(rec) {
-			return rec, nil
-		}
-		if cur, ok := l.att, l.haveAtt; ok && cur.Seq != a.Seq {
-			return Record{}, errAgain
-		} else if ok && cur.Failed {
-			return Record{}, cur.failure(s.abs)
-		} else if ok && !cur.Ended.IsZero() {
-			return Record{}, errAgain // it was ready, and has exited since
-		}
-		if !goneAt.IsZero() {
-			switch {
-			case local != nil:
-				return Record{}, s.exitFailure(a, local.child.ExitCode(), local.child.WaitErr())
-			case time.Since(goneAt) > outcomeWait || !verifiedAlive(a.By):
-				return Record{}, s.exitFailure(a, -1, nil)
-			}
-		}
-		timer.Reset(poll)
-		select {
-		case <-ctx.Done():
-			return Record{}, &StartError{Dir: s.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, LogTail: logTail(a.Log, a.LogFrom), Err: ctx.Err()}
-		case <-w.Changed():
-		case <-readyCh:
-			readyCh = nil
-		case <-exited:
-			exited, goneAt, poll = nil, time.Now(), startPoll
-		case <-timer.C:
-		}
-		woke = time.Now()
-	}
+func (d startFiles) NotRecorded(err error) {
+	d.log.Warn("runnerstate: could not record the start attempt; other callers may not see it", "dir", d.dir, "path", filepath.Join(d.dir, startName), "err", err)
 }
 
-// startLook is what a caller waiting on an attempt looks at: Running's
-// answer and the attempt record.
-type startLook struct {
-	rec         Record
-	held, ready bool
-	err         error
-	att         startAttempt
-	haveAtt     bool
+func (d startFiles) NotSettled(pid int, err error) {
+	logger().Warn("runnerstate: could not record that the runner started has exited", "dir", d.dir, "pid", pid, "err", err)
 }
-
-// lookShare is the last look at one directory taken by a waiter of this
-// process, which every waiter woken before it began may use: a crowd of
-// callers in one process woken by one change looks once, not once each.
-type lookShare struct {
-	mu sync.Mutex
-	at time.Time // when the look began
-	l  startLook
-}
-
-var startLooks sync.Map // absolute dir -> *lookShare
-
-// lookAfter returns a look at the directory that began after woke: a
-// concurrent waiter's, or its own.
-func (s *starter) lookAfter(woke time.Time) startLook {
-	v, _ := startLooks.LoadOrStore(s.abs, &lookShare{})
-	sh := v.(*lookShare)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if !sh.at.After(woke) {
-		at := time.Now()
-		var l startLook
-		l.rec, l.held, l.ready, l.err = probeStart(s.dir)
-		l.att, l.haveAtt = readAttempt(s.dir)
-		sh.at, sh.l = at, l
-	}
-	l := sh.l
-	l.rec.Specs = slices.Clone(l.rec.Specs)
-	l.rec.Meta = slices.Clone(l.rec.Meta)
-	return l
-}
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// verifiedAlive reports whether id is verified alive.
-func verifiedAlive(id Identity) bool {
-	v, _ := liveness.Check(liveness.Identity(id))
-	return v == liveness.Alive || v == liveness.Self
-}
-
-// awaitHolder waits while dir is held by a runner that is not ready and was
-// not started by an attempt: until it is ready, the lock is free, an
-// attempt appears, or ctx ends (a *StartError naming pid, the holder).
-func (s *starter) awaitHolder(ctx context.Context, pid int) (Record, error) {
-	w := dirwatch.New(s.dir)
-	defer w.Close()
-	for {
-		if err := w.Wait(ctx, startPoll, nil); err != nil {
-			return Record{}, &StartError{Dir: s.abs, PID: pid, ExitCode: -1, Err: err}
-		}
-		_, held, ready, err := probeStart(s.dir)
-		if err != nil {
-			return Record{}, err
-		}
-		if a, ok := readAttempt(s.dir); ready || !held || (ok && a.pending()) {
-			return Record{}, errAgain
-		}
-	}
-}
-
-// The readiness a process started by Start owes its starter: the descriptor
-// it was given, taken from the environment when the package is loaded (so
-// that no process it starts inherits it), and written on the first Publish
-// of the directory it was started for.
-var readiness struct {
-	sync.Mutex
-	f      *os.File
-	forDir string
-}
-
-func init() { readiness.f, readiness.forDir = spawn.TakeReadiness() }
 
 // sdReady sends the service manager's READY=1 once per process.
 var sdReady sync.Once
@@ -1771,14 +1370,7 @@ var sdReady sync.Once
 // notifyReady tells whoever waits for this runner of dir that it is ready:
 // the process that started it through Start, and a service manager.
 func notifyReady(dir string) {
-	readiness.Lock()
-	if f := readiness.f; f != nil && sameDirPath(dir, readiness.forDir) {
-		readiness.f = nil
-		// An error is the starter gone, or done already (it saw the
-		// record first): it looks at the directory in any case.
-		spawn.SignalReady(f)
-	}
-	readiness.Unlock()
+	startup.Ready(dir)
 	sdReady.Do(func() {
 		sock := sdnotify.Socket()
 		if sock == "" {
@@ -1788,14 +1380,4 @@ func notifyReady(dir string) {
 			logger().Warn("runnerstate: could not tell the service manager this runner is ready", "socket", sock, "err", err)
 		}
 	})
-}
-
-// sameDirPath reports whether dir is the directory at path.
-func sameDirPath(dir, path string) bool {
-	if abs, err := filepath.Abs(dir); err == nil && abs == path {
-		return true
-	}
-	a, err1 := durable.KeyOf(dir)
-	b, err2 := durable.KeyOf(path)
-	return err1 == nil && err2 == nil && a == b
 }
