@@ -59,7 +59,7 @@ const (
 
 // drainGrace is the Grace of a drain asked with no Grace: it never ends, so
 // the runner is never signalled and the wait ends with ctx.
-const drainGrace time.Duration = -1
+const drainGrace = gate.Unending
 
 func (o TakeoverOptions) withDefaults() TakeoverOptions {
 	if o.Mode == "" {
@@ -260,20 +260,10 @@ const maxLostInAdmission = 16
 // starter registers, so that a wait for the lock ends at once then; stop
 // ends the watch.
 func (t *takeover) watchNewer(ctx context.Context) (context.Context, func()) {
-	supCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w := dirwatch.New(t.dir)
-		defer w.Close()
-		for w.Wait(supCtx, 0, nil) == nil {
-			if g, _ := readGate(t.dir); g.NewerThan(t.seq) {
-				cancel()
-				return
-			}
-		}
-	}()
-	return supCtx, func() { cancel(); <-done }
+	return dirwatch.Until(ctx, t.dir, func() bool {
+		g, _ := readGate(t.dir)
+		return g.NewerThan(t.seq)
+	})
 }
 
 // waitForPair tries the pair of locks and, while it is busy, takes the next
@@ -401,7 +391,7 @@ func (t *takeover) step(ctx context.Context) (time.Time, error) {
 	if due != 0 {
 		t.signal(due, t.lockPath)
 	}
-	return clampNext(now, next), ctx.Err()
+	return gate.Clamp(now, next, dirwatch.SafetyInterval), ctx.Err()
 }
 
 // stepTree is step while runner.lock is free and tree.lock held. A runner
@@ -429,7 +419,7 @@ func (t *takeover) stepTree(ctx context.Context) (time.Time, error) {
 		if err == nil && due != 0 {
 			t.signal(due, filepath.Join(t.dir, treeLockName))
 		}
-		return clampNext(now, next), err
+		return gate.Clamp(now, next, dirwatch.SafetyInterval), err
 	case occOrphans:
 	default:
 		return now, nil // it changed since the attempt: try again at once
@@ -439,7 +429,7 @@ func (t *takeover) stepTree(ctx context.Context) (time.Time, error) {
 	if err == nil && due != 0 {
 		t.signalOrphans(due)
 	}
-	return clampNext(now, next), err
+	return gate.Clamp(now, next, dirwatch.SafetyInterval), err
 }
 
 // look inspects the holder and pins it when it may be signalled: verified
@@ -514,7 +504,7 @@ func (t *takeover) decide(ctx context.Context, now time.Time, at attempt) (due l
 		if !at.canSignal {
 			return nil
 		}
-		due, next = escalate(*g.Attempt, now, at.grace, t.opts.KillAfter)
+		due, next = gate.Escalate(*g.Attempt, now, at.grace, t.opts.KillAfter)
 		switch due {
 		case liveness.SIGTERM:
 			g.Attempt.TermAt = now
@@ -545,44 +535,6 @@ func (t *takeover) ask(g *gateState, st lockState) error {
 	return nil
 }
 
-// escalate decides the next step against a holder that may be signalled, in
-// the attempt a: SIGTERM once grace has passed since its first request,
-// SIGKILL once killAfter has passed since the SIGTERM, each once (never a
-// SIGTERM when grace is drainGrace). It returns
-// the signal due now (0 when none) and when the next step is due (zero when
-// none is left). It is a pure function of its arguments: the caller records
-// a signal it sends in a (TermAt, KillAt), so that every starter of the
-// attempt sees it was sent.
-func escalate(a gateAttempt, now time.Time, grace, killAfter time.Duration) (due liveness.Signal, next time.Time) {
-	termDue := a.FirstRequestAt.Add(grace)
-	switch {
-	case a.TermAt.IsZero() && grace == drainGrace:
-		return 0, time.Time{} // a drain with no grace: wait for the runner
-	case a.TermAt.IsZero() && now.Before(termDue):
-		return 0, termDue
-	case a.TermAt.IsZero():
-		return liveness.SIGTERM, now.Add(killAfter)
-	case !a.KillAt.IsZero():
-		return 0, time.Time{}
-	case now.Before(a.TermAt.Add(killAfter)):
-		return 0, a.TermAt.Add(killAfter)
-	}
-	return liveness.SIGKILL, time.Time{}
-}
-
-// clampNext bounds when the next look is due: at least a millisecond from
-// now, and at most the directory watcher's safety interval, so that a holder
-// that leaves without a wake-up is still seen.
-func clampNext(now, next time.Time) time.Time {
-	switch {
-	case next.IsZero(), next.After(now.Add(dirwatch.SafetyInterval)):
-		return now.Add(dirwatch.SafetyInterval)
-	case next.Before(now.Add(time.Millisecond)):
-		return now.Add(time.Millisecond)
-	}
-	return next
-}
-
 // signal sends sig to the pinned holder, which re-verifies it first, when it
 // still holds the lock of lockPath.
 func (t *takeover) signal(sig liveness.Signal, lockPath string) {
@@ -599,7 +551,7 @@ func (t *takeover) signal(sig liveness.Signal, lockPath string) {
 	// still names as the holder. (The kernel has no "signal if it holds the
 	// lock"; what is left is the microseconds between this look and the
 	// signal, against a process that is verified and pinned.)
-	if !stillHolds(lockPath, t.pinned.PID()) {
+	if !filelock.StillHolds(lockPath, t.pinned.PID()) {
 		t.log.Info("runnerstate: takeover did not signal the runner: it released the directory", "dir", t.dir, "pid", t.pinned.PID(), "signal", sig.String())
 		return
 	}
@@ -635,23 +587,6 @@ func (t *takeover) signalOrphans(sig liveness.Signal) {
 		}
 		p.Close()
 	}
-}
-
-// stillHolds reports whether pid still holds the lock of path as far as the
-// kernel tells: exactly from the process's own descriptors when they can be
-// read, else from the kernel's lock list; true where the kernel tells
-// nothing (the pin's verification is then all there is).
-func stillHolds(path string, pid int) bool {
-	if ino, err := filelock.InodeOf(path); err == nil {
-		switch filelock.HeldBy(pid, ino) {
-		case filelock.Yes:
-			return true
-		case filelock.No:
-			return false
-		}
-	}
-	holds, known := filelock.HoldsExclusive(path, pid)
-	return holds || !known
 }
 
 // admit makes this starter the runner, holding p: if it is still the newest

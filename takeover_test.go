@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/filelock"
+	"github.com/runnerstate/runnerstate/internal/gate"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
@@ -513,35 +514,6 @@ func TestTakeoverContextEndsDuringAdmission(t *testing.T) {
 	require.NoError(t, old.Stop())
 }
 
-// The escalation decision, as data: SIGTERM once Grace has passed since the
-// attempt's first request, SIGKILL once KillAfter has passed since the
-// SIGTERM, each once, and when to look again.
-func TestEscalate(t *testing.T) {
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	grace, killAfter := 5*time.Second, 3*time.Second
-	sec := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Second))) }
-	for _, tc := range []struct {
-		name     string
-		attempt  gateAttempt
-		now      time.Time
-		wantSig  liveness.Signal
-		wantNext time.Time
-	}{
-		{"just asked", gateAttempt{FirstRequestAt: t0}, t0, 0, sec(5)},
-		{"within grace", gateAttempt{FirstRequestAt: t0}, sec(4.9), 0, sec(5)},
-		{"grace ended", gateAttempt{FirstRequestAt: t0}, sec(5), liveness.SIGTERM, sec(8)},
-		{"long after grace", gateAttempt{FirstRequestAt: t0}, sec(60), liveness.SIGTERM, sec(63)},
-		{"terminated, within kill-after", gateAttempt{FirstRequestAt: t0, TermAt: sec(5)}, sec(7), 0, sec(8)},
-		{"kill-after ended", gateAttempt{FirstRequestAt: t0, TermAt: sec(5)}, sec(8), liveness.SIGKILL, time.Time{}},
-		{"killed already", gateAttempt{FirstRequestAt: t0, TermAt: sec(5), KillAt: sec(8)}, sec(30), 0, time.Time{}},
-		{"a clock that went back", gateAttempt{FirstRequestAt: t0, TermAt: sec(5)}, sec(1), 0, sec(8)},
-	} {
-		sig, next := escalate(tc.attempt, tc.now, grace, killAfter)
-		assert.Equal(t, tc.wantSig, sig, tc.name)
-		assert.Equal(t, tc.wantNext, next, tc.name)
-	}
-}
-
 // Case: a drain asked with no Grace waits for the runner and is never
 // escalated, however long it takes; RestartNow keeps DefaultGrace, and a
 // Grace that is set escalates a drain too.
@@ -559,10 +531,10 @@ func TestDrainWithNoGraceWaitsForTheDrain(t *testing.T) {
 		{"drain, explicit grace", TakeoverOptions{Mode: RestartDrain, Grace: time.Minute}, liveness.SIGTERM},
 	} {
 		o := tc.opts.withDefaults()
-		sig, _ := escalate(gateAttempt{FirstRequestAt: t0}, hourLater, o.Grace, o.KillAfter)
+		sig, _ := gate.Escalate(gateAttempt{FirstRequestAt: t0}, hourLater, o.Grace, o.KillAfter)
 		assert.Equal(t, tc.wantSig, sig, tc.name)
 		if tc.wantSig != 0 {
-			sig, _ = escalate(gateAttempt{FirstRequestAt: t0}, t0.Add(time.Second), o.Grace, o.KillAfter)
+			sig, _ = gate.Escalate(gateAttempt{FirstRequestAt: t0}, t0.Add(time.Second), o.Grace, o.KillAfter)
 			assert.Zero(t, sig, "%s: not before its grace", tc.name)
 		}
 	}

@@ -48,3 +48,32 @@ func TestParse(t *testing.T) {
 	_, err = Parse([]byte(`[1]`))
 	assert.Error(t, err)
 }
+
+// The escalation decision, as data: SIGTERM once Grace has passed since the
+// attempt's first request, SIGKILL once KillAfter has passed since the
+// SIGTERM, each once, and when to look again.
+func TestEscalate(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	grace, killAfter := 5*time.Second, 3*time.Second
+	sec := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Second))) }
+	for _, tc := range []struct {
+		name     string
+		attempt  Attempt
+		now      time.Time
+		wantSig  liveness.Signal
+		wantNext time.Time
+	}{
+		{"just asked", Attempt{FirstRequestAt: t0}, t0, 0, sec(5)},
+		{"within grace", Attempt{FirstRequestAt: t0}, sec(4.9), 0, sec(5)},
+		{"grace ended", Attempt{FirstRequestAt: t0}, sec(5), liveness.SIGTERM, sec(8)},
+		{"long after grace", Attempt{FirstRequestAt: t0}, sec(60), liveness.SIGTERM, sec(63)},
+		{"terminated, within kill-after", Attempt{FirstRequestAt: t0, TermAt: sec(5)}, sec(7), 0, sec(8)},
+		{"kill-after ended", Attempt{FirstRequestAt: t0, TermAt: sec(5)}, sec(8), liveness.SIGKILL, time.Time{}},
+		{"killed already", Attempt{FirstRequestAt: t0, TermAt: sec(5), KillAt: sec(8)}, sec(30), 0, time.Time{}},
+		{"a clock that went back", Attempt{FirstRequestAt: t0, TermAt: sec(5)}, sec(1), 0, sec(8)},
+	} {
+		sig, next := Escalate(tc.attempt, tc.now, grace, killAfter)
+		assert.Equal(t, tc.wantSig, sig, tc.name)
+		assert.Equal(t, tc.wantNext, next, tc.name)
+	}
+}
