@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/await"
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
@@ -769,8 +770,8 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 	if opts.Logger == nil {
 		opts.Logger = logger()
 	}
-	s := &standby{dir: dir, opts: opts, w: dirwatch.New(dir), exited: make(chan struct{}, 1), nextCheck: time.Now()}
-	defer s.close()
+	s := &standby{dir: dir, opts: opts, wait: await.New(dir, opts.Interval, opts.WorkIsComplete)}
+	defer s.wait.Close()
 	for {
 		st := inspectRunner(dir)
 		if st.err != nil {
@@ -788,10 +789,11 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 		} else {
 			s.follow(ctx, st)
 		}
-		if s.workCompleted() {
+		if s.wait.Checked() {
+			s.res.WorkCompleted = true
 			return s.res, nil
 		}
-		if err := s.w.Wait(ctx, s.untilCheck(), s.exited); err != nil {
+		if err := s.wait.Wait(ctx); err != nil {
 			if occ == occOrphans || occ == occLostFile {
 				return s.res, treeBusyError(dir, err)
 			}
@@ -815,20 +817,16 @@ func startingNow(dir string) (Identity, bool) {
 	return Identity{}, false
 }
 
-// standby is one Standby's state: the owner it follows and when it next asks
-// WorkIsComplete.
+// standby is one Standby's state: the owner it names, and its wait.
 type standby struct {
-	dir       string
-	opts      StandbyOptions
-	res       StandbyResult
-	w         *dirwatch.Watcher
-	exited    chan struct{} // signalled when the pinned owner exits
-	owner     *liveness.ExitWatch
-	nextCheck time.Time
+	dir  string
+	opts StandbyOptions
+	res  StandbyResult
+	wait *await.Waiter
 }
 
-// follow names a new owner once, and pins a verified one to wake when it
-// exits.
+// follow names a new owner once, and follows a verified one to wake when
+// it exits.
 func (s *standby) follow(ctx context.Context, st lockState) {
 	occ := st.occupancy()
 	if !occ.held() {
@@ -839,39 +837,9 @@ func (s *standby) follow(ctx context.Context, st lockState) {
 		s.res.PreviousOwnerPID = st.pid
 		s.opts.Logger.Info("runnerstate: standing by while another runner owns the directory", "dir", s.dir, "pid", st.pid, "verified", occ.verified())
 	}
-	if occ.verified() && st.verdict == liveness.Alive && (s.owner == nil || s.owner.PID() != st.pid) {
-		s.owner.Stop()
-		s.owner = nil
-		if p, _, _ := liveness.Pin(liveness.Identity(st.holder)); p != nil {
-			s.owner = liveness.WatchExit(ctx, p, s.exited)
-		}
+	if occ.verified() && st.verdict == liveness.Alive {
+		s.wait.Follow(ctx, liveness.Identity(st.holder))
 	}
-}
-
-// workCompleted asks WorkIsComplete when it is due.
-func (s *standby) workCompleted() bool {
-	if s.opts.WorkIsComplete == nil || time.Now().Before(s.nextCheck) {
-		return false
-	}
-	if s.opts.WorkIsComplete() {
-		s.res.WorkCompleted = true
-		return true
-	}
-	s.nextCheck = time.Now().Add(s.opts.Interval)
-	return false
-}
-
-// untilCheck bounds the next wait by the next WorkIsComplete (0: no bound).
-func (s *standby) untilCheck() time.Duration {
-	if s.opts.WorkIsComplete == nil {
-		return 0
-	}
-	return max(time.Until(s.nextCheck), time.Millisecond)
-}
-
-func (s *standby) close() {
-	s.owner.Stop()
-	s.w.Close()
 }
 
 // The takeover gate: gate.json holds a gate.State (internal/gate). It is
