@@ -1121,27 +1121,8 @@ func checkStartInput(dir string, cmd *exec.Cmd, opts StartOptions) error {
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
 		return pathError("Start", dir, durable.ErrNotDir)
 	}
-	if cmd.Err != nil {
-		return errorf("Start %s: the command cannot be run: %w", dir, cmd.Err)
-	}
-	if cmd.Path == "" {
-		return errorf("Start %s: the command has no path; build it with exec.Command", dir)
-	}
-	if strings.ContainsRune(cmd.Path, filepath.Separator) || strings.ContainsRune(cmd.Path, '/') {
-		fi, err := os.Stat(cmd.Path)
-		if err != nil {
-			return errorf("Start %s: the command %s cannot be run: %w", dir, cmd.Path, err)
-		}
-		if fi.IsDir() {
-			return errorf("Start %s: the command %s is a directory", dir, cmd.Path)
-		}
-	} else if _, err := exec.LookPath(cmd.Path); err != nil {
-		return errorf("Start %s: the command %s is not in PATH: %w", dir, cmd.Path, err)
-	}
-	for name, s := range map[string]any{"stdin": cmd.Stdin, "stdout": cmd.Stdout, "stderr": cmd.Stderr} {
-		if _, ok := s.(*os.File); s != nil && !ok {
-			return errorf("Start %s: the command's %s %v", dir, name, spawn.ErrStream)
-		}
+	if err := spawn.Check(cmd); err != nil {
+		return errorf("Start %s: %w", dir, err)
 	}
 	if opts.Log != "" {
 		if fi, err := os.Lstat(opts.Log); err == nil {

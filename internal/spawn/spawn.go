@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,13 +102,8 @@ var ErrStream = errors.New("must be nil or an *os.File: a pipe back to the start
 // an *os.File; errors.ErrUnsupported where processes cannot be started;
 // otherwise cmd.Start's error.
 func Start(cmd *exec.Cmd, env []string, out *os.File, readyFor string, onExit func(*Child)) (*Child, error) {
-	for name, s := range map[string]any{"stdin": cmd.Stdin, "stdout": cmd.Stdout, "stderr": cmd.Stderr} {
-		if s == nil {
-			continue
-		}
-		if _, ok := s.(*os.File); !ok {
-			return nil, fmt.Errorf("the command's %s %w", name, ErrStream)
-		}
+	if err := checkStreams(cmd); err != nil {
+		return nil, err
 	}
 	if cmd.Stdout == nil && out != nil {
 		cmd.Stdout = out
@@ -143,6 +139,45 @@ func Start(cmd *exec.Cmd, env []string, out *os.File, readyFor string, onExit fu
 	}
 	go reap(c, cmd, onExit)
 	return c, nil
+}
+
+// Check refuses what can be told wrong about cmd before it is started: an
+// error it carries already, no path, a path that cannot be run or is a
+// directory, a name that is not in PATH, a stream that is not an *os.File
+// (ErrStream, wrapped). Each message begins with "the command"; the caller
+// says what it was starting.
+func Check(cmd *exec.Cmd) error {
+	if cmd.Err != nil {
+		return fmt.Errorf("the command cannot be run: %w", cmd.Err)
+	}
+	if cmd.Path == "" {
+		return errors.New("the command has no path; build it with exec.Command")
+	}
+	if strings.ContainsRune(cmd.Path, filepath.Separator) || strings.ContainsRune(cmd.Path, '/') {
+		fi, err := os.Stat(cmd.Path)
+		if err != nil {
+			return fmt.Errorf("the command %s cannot be run: %w", cmd.Path, err)
+		}
+		if fi.IsDir() {
+			return fmt.Errorf("the command %s is a directory", cmd.Path)
+		}
+	} else if _, err := exec.LookPath(cmd.Path); err != nil {
+		return fmt.Errorf("the command %s is not in PATH: %w", cmd.Path, err)
+	}
+	return checkStreams(cmd)
+}
+
+// checkStreams refuses a standard stream of cmd that is not an *os.File.
+func checkStreams(cmd *exec.Cmd) error {
+	for name, s := range map[string]any{"stdin": cmd.Stdin, "stdout": cmd.Stdout, "stderr": cmd.Stderr} {
+		if s == nil {
+			continue
+		}
+		if _, ok := s.(*os.File); !ok {
+			return fmt.Errorf("the command's %s %w", name, ErrStream)
+		}
+	}
+	return nil
 }
 
 // cleanEnv is env (this process's when nil) without NOTIFY_SOCKET and the
