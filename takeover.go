@@ -189,8 +189,7 @@ type takeover struct {
 // register takes the next sequence number and enters the waiting list.
 func (t *takeover) register(ctx context.Context) error {
 	return updateGate(ctx, t.dir, func(g *gateState) error {
-		t.seq = g.Next()
-		g.Waiting = append(g.Waiting, gateEntry{Seq: t.seq, Starter: liveness.Identity(t.self), Since: t.start})
+		t.seq = g.Join(liveness.Identity(t.self), t.start)
 		return nil
 	})
 }
@@ -353,13 +352,7 @@ var errNotNewest = errors.New("not the newest starter")
 // when the gate still lists it, the newest starter.
 func (t *takeover) superseded() error {
 	g, _ := readGate(t.dir)
-	var newest gateEntry
-	for _, e := range g.Waiting {
-		if e.Seq > t.seq && e.Seq > newest.Seq && e.Live() {
-			newest = e
-		}
-	}
-	if newest.Starter.PID > 0 {
+	if newest := g.Newest(t.seq); newest.Starter.PID > 0 {
 		return fmt.Errorf("%w %s: pid %d started after this one", ErrSuperseded, t.dir, newest.Starter.PID)
 	}
 	return fmt.Errorf("%w %s", ErrSuperseded, t.dir)
@@ -494,9 +487,7 @@ func (t *takeover) decide(ctx context.Context, now time.Time, at attempt) (due l
 		if g.NewerThan(t.seq) {
 			return errNotNewest
 		}
-		if a := g.Attempt; a == nil || a.For != at.key || a.PID != at.pid {
-			g.Attempt = &gateAttempt{For: at.key, PID: at.pid, FirstRequestAt: now}
-		}
+		g.Against(at.key, at.pid, now)
 		if at.ask {
 			if err := t.ask(g, at.st); err != nil {
 				return err
@@ -505,13 +496,7 @@ func (t *takeover) decide(ctx context.Context, now time.Time, at attempt) (due l
 		if !at.canSignal {
 			return nil
 		}
-		due, next = gate.Escalate(*g.Attempt, now, at.grace, t.opts.KillAfter)
-		switch due {
-		case liveness.SIGTERM:
-			g.Attempt.TermAt = now
-		case liveness.SIGKILL:
-			g.Attempt.KillAt = now
-		}
+		due, next = g.Step(now, at.grace, t.opts.KillAfter)
 		return nil
 	})
 	return due, next, err

@@ -122,3 +122,46 @@ func (g *State) Remove(seq uint64) {
 		}
 	}
 }
+
+// Join enters starter, which came at since, in the waiting list under the
+// next sequence number (Next), and returns that number.
+func (g *State) Join(starter liveness.Identity, since time.Time) uint64 {
+	seq := g.Next()
+	g.Waiting = append(g.Waiting, Entry{Seq: seq, Starter: starter, Since: since})
+	return seq
+}
+
+// Newest is the newest live starter that came after seq; a zero Entry when
+// there is none.
+func (g *State) Newest(seq uint64) Entry {
+	var newest Entry
+	for _, e := range g.Waiting {
+		if e.Seq > seq && e.Seq > newest.Seq && e.Live() {
+			newest = e
+		}
+	}
+	return newest
+}
+
+// Against makes the current attempt the one against the holder named by
+// its instance (holder) and pid: the current one when it is against that
+// holder, else a new one whose grace clock starts now.
+func (g *State) Against(holder string, pid int, now time.Time) {
+	if a := g.Attempt; a == nil || a.For != holder || a.PID != pid {
+		g.Attempt = &Attempt{For: holder, PID: pid, FirstRequestAt: now}
+	}
+}
+
+// Step is Escalate for the current attempt, which records the signal due
+// now as sent (TermAt or KillAt is now), so that every starter of the
+// attempt sees it was sent and none sends it again.
+func (g *State) Step(now time.Time, grace, killAfter time.Duration) (due liveness.Signal, next time.Time) {
+	due, next = Escalate(*g.Attempt, now, grace, killAfter)
+	switch due {
+	case liveness.SIGTERM:
+		g.Attempt.TermAt = now
+	case liveness.SIGKILL:
+		g.Attempt.KillAt = now
+	}
+	return due, next
+}

@@ -77,3 +77,34 @@ func TestEscalate(t *testing.T) {
 		assert.Equal(t, tc.wantNext, next, tc.name)
 	}
 }
+
+// TestJoinNewestAgainstStep: a starter joins under the next number; the
+// newest live starter after a number is found; an attempt is kept against
+// the same holder and begun afresh against another; a step records the
+// signal it decides as sent, so the next step does not send it again.
+func TestJoinNewestAgainstStep(t *testing.T) {
+	self := liveness.Current()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	var g State
+	first := g.Join(self, t0)
+	second := g.Join(self, t0)
+	assert.Equal(t, []uint64{1, 2}, []uint64{first, second})
+	assert.Equal(t, second, g.Newest(first).Seq)
+	assert.Zero(t, g.Newest(second), "none after the newest")
+
+	g.Against("a", 10, t0)
+	g.Against("a", 10, t0.Add(time.Minute))
+	assert.Equal(t, t0, g.Attempt.FirstRequestAt, "the same holder keeps its attempt")
+	g.Against("b", 11, t0.Add(time.Minute))
+	assert.Equal(t, Attempt{For: "b", PID: 11, FirstRequestAt: t0.Add(time.Minute)}, *g.Attempt, "another holder begins a new one")
+
+	start := g.Attempt.FirstRequestAt
+	sig, _ := g.Step(start.Add(5*time.Second), 5*time.Second, 3*time.Second)
+	assert.Equal(t, liveness.SIGTERM, sig)
+	assert.Equal(t, start.Add(5*time.Second), g.Attempt.TermAt)
+	sig, _ = g.Step(start.Add(6*time.Second), 5*time.Second, 3*time.Second)
+	assert.Zero(t, sig, "SIGTERM is sent once")
+	sig, _ = g.Step(start.Add(8*time.Second), 5*time.Second, 3*time.Second)
+	assert.Equal(t, liveness.SIGKILL, sig)
+	assert.Equal(t, start.Add(8*time.Second), g.Attempt.KillAt)
+}
