@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -19,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // before its interval, and a wait ends when it is due.
 func TestCheckedIsAskedWhenDue(t *testing.T) {
 	asked := 0
-	w := New(t.TempDir(), time.Millisecond, func() bool { asked++; return asked == 2 })
+	w := New(testharness.TempDir(t), time.Millisecond, func() bool { asked++; return asked == 2 })
 	defer w.Close()
 	assert.False(t, w.Checked())
 	assert.Equal(t, 1, asked, "asked at once")
@@ -30,7 +31,7 @@ func TestCheckedIsAskedWhenDue(t *testing.T) {
 	}
 	assert.Equal(t, 2, asked)
 
-	none := New(t.TempDir(), time.Millisecond, nil)
+	none := New(testharness.TempDir(t), time.Millisecond, nil)
 	defer none.Close()
 	assert.False(t, none.Checked(), "no check, never checked")
 }
@@ -49,7 +50,7 @@ func TestFollowWakesOnTheExit(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w := New(t.TempDir(), 0, nil)
+	w := New(testharness.TempDir(t), 0, nil)
 	defer w.Close()
 	w.Follow(ctx, id)
 	owner := w.owner

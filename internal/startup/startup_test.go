@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -14,13 +15,13 @@ import (
 // TestLogTail: the tail starts at the attempt's offset, is at most
 // MaxLogTail bytes, begins at a line when it was cut, and is "" for no log.
 func TestLogTail(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "runner.log")
+	path := filepath.Join(testharness.TempDir(t), "runner.log")
 	older := "an older runner's line\n"
 	require.NoError(t, os.WriteFile(path, []byte(older+"boom\n"), 0o600))
 	assert.Equal(t, "boom\n", LogTail(path, int64(len(older))))
 	assert.Empty(t, LogTail(path, 1<<20), "nothing written since the offset")
 	assert.Empty(t, LogTail("", 0))
-	assert.Empty(t, LogTail(filepath.Join(t.TempDir(), "absent"), 0))
+	assert.Empty(t, LogTail(filepath.Join(testharness.TempDir(t), "absent"), 0))
 
 	long := strings.Repeat("0123456789abcdef\n", 2*MaxLogTail/17)
 	require.NoError(t, os.WriteFile(path, []byte(long+"last\n"), 0o600))
