@@ -15,7 +15,7 @@ import (
 // TestLogTail: the tail starts at the attempt's offset, is at most
 // MaxLogTail bytes, begins at a line when it was cut, and is "" for no log.
 func TestLogTail(t *testing.T) {
-	path := filepath.Join(testharness.TempDir(t), "runner.log")
+	path := filepath.Join(testharness.TempDir(t), "out.log")
 	older := "an older runner's line\n"
 	require.NoError(t, os.WriteFile(path, []byte(older+"boom\n"), 0o600))
 	assert.Equal(t, "boom\n", LogTail(path, int64(len(older))))
@@ -34,13 +34,13 @@ func TestLogTail(t *testing.T) {
 // TestAttemptRecord: a record parses back with its failure, and anything
 // but one JSON object is an error.
 func TestAttemptRecord(t *testing.T) {
-	a, err := Parse([]byte(`{"seq":3,"child":{"pid":42},"log":"/d/runner.log","failed":true,"exit_code":7,"err":"exit status 7","log_tail":"boom\n"}`))
+	a, err := Parse([]byte(`{"seq":3,"child":{"pid":42},"log":"/d/out.log","failed":true,"exit_code":7,"err":"exit status 7","log_tail":"boom\n"}`))
 	require.NoError(t, err)
 	assert.Equal(t, uint64(3), a.Seq)
 	assert.False(t, a.Pending(), "a failed attempt is not pending")
 	assert.False(t, a.InProgress())
 	f := a.Failure()
-	assert.Equal(t, Failure{PID: 42, ExitCode: 7, Log: "/d/runner.log", LogTail: "boom\n", Err: f.Err}, *f)
+	assert.Equal(t, Failure{PID: 42, ExitCode: 7, Log: "/d/out.log", LogTail: "boom\n", Err: f.Err}, *f)
 	assert.EqualError(t, f.Err, "exit status 7")
 	assert.Nil(t, Attempt{Seq: 1}.Failure().Err, "no reason recorded, none made up")
 	_, err = Parse([]byte(`[1]`))
