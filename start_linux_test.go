@@ -37,7 +37,7 @@ import (
 // its environment (envStartMode).
 
 const (
-	envStartMode   = "RS_TEST_START_MODE"   // ready (default), slow, never, die:N, kill, refuse-takeover
+	envStartMode   = "RS_TEST_START_MODE"   // ready (default), slow, never, linger, die:N, kill, refuse-takeover
 	envStartMeta   = "RS_TEST_START_META"   // the Meta it publishes, a JSON string
 	envStartReport = "RS_TEST_START_REPORT" // a file it writes what it sees of itself into
 )
@@ -70,7 +70,8 @@ const spawnsName = "spawns"
 // to stderr once the file "go" exists in dir and exits N; "kill" kills
 // itself with SIGKILL; otherwise Takeover, and "slow" waits for "go" before
 // its Publish, "never" never publishes. It runs until a restart request or
-// SIGTERM.
+// SIGTERM; "linger" then lets go of the directory and lives on until the
+// file "gone" exists in dir, as a runner that cleans up after its release.
 func roleStartedRunner(dir string) int {
 	terms := make(chan os.Signal, 1)
 	signal.Notify(terms, syscall.SIGTERM)
@@ -85,15 +86,16 @@ func roleStartedRunner(dir string) int {
 	if report := os.Getenv(envStartReport); report != "" {
 		writeStartReport(report)
 	}
-	waitGo := func() {
+	waitFor := func(name string) {
 		deadline := time.Now().Add(childWait)
 		for time.Now().Before(deadline) {
-			if _, err := os.Stat(filepath.Join(dir, "go")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
 				return
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
+	waitGo := func() { waitFor("go") }
 	switch {
 	case strings.HasPrefix(mode, "die:"):
 		waitGo()
@@ -132,6 +134,10 @@ func roleStartedRunner(dir string) int {
 	select {
 	case <-WatchRestart(wctx, dir):
 	case <-terms:
+	}
+	if mode == "linger" {
+		release()
+		waitFor("gone")
 	}
 	return 0
 }
@@ -1016,4 +1022,41 @@ func TestStart10SymlinkedStartFilesRefused(t *testing.T) {
 			assert.Empty(t, spawns(t, dir))
 		})
 	}
+}
+
+// A runner Start started, once ready, ends its attempt: after it lets go of
+// the directory, while it still lives (cleaning up), Status says nothing is
+// starting, and the next Start starts a new runner at once rather than wait
+// for the lingering one to be ready again, then report it "exited before it
+// was ready".
+func TestStartAfterAReadyRunnerLetGo(t *testing.T) {
+	dir := t.TempDir()
+	stopStarted(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), childWait)
+	defer cancel()
+	first, err := Start(ctx, dir, startedRunner(dir, "linger"), StartOptions{})
+	require.NoError(t, err)
+	// Marked by its Publish, just after the record Start returned.
+	eventually(t, "the ready runner marks its attempt", func() bool {
+		a, ok := readAttempt(dir)
+		return ok && a.Ready
+	})
+
+	require.NoError(t, RequestRestart(dir, RestartNow))
+	eventually(t, "the first runner lets go", func() bool {
+		_, held, _ := Running(dir)
+		return !held
+	})
+	p, v, why := liveness.Pin(liveness.Identity(first.Process))
+	require.NotNil(t, p, "the first runner lingers: %v (%s)", v, why)
+	defer p.Close()
+	r, err := Status(dir)
+	require.NoError(t, err)
+	assert.Zero(t, r.Starting, "nothing is starting while the ready runner lingers")
+
+	second, err := Start(ctx, dir, startedRunner(dir, "ready"), StartOptions{})
+	require.NoError(t, err, "a new runner is started")
+	assert.NotEqual(t, first.PID, second.PID)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gone"), nil, 0o600))
+	require.NoError(t, RequestRestart(dir, RestartNow))
 }

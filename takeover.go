@@ -1237,9 +1237,15 @@ func (d startFiles) NotSettled(pid int, err error) {
 var sdReady sync.Once
 
 // notifyReady tells whoever waits for this runner of dir that it is ready:
-// the process that started it through Start, and a service manager.
+// the process that started it through Start (and start.json, whose attempt
+// is over from then on), and a service manager.
 func notifyReady(dir string) {
-	startup.Ready(dir)
+	if startup.Ready(dir) {
+		isSelf := func(child liveness.Identity) bool { return sameProcess(Identity(child), Self()) }
+		if err := startup.MarkReady(startFiles{dir: dir}, isSelf); err != nil {
+			logger().Warn("runnerstate: could not record in the start attempt that this runner is ready", "dir", dir, "path", filepath.Join(dir, startName), "err", err)
+		}
+	}
 	sdReady.Do(func() {
 		sock := sdnotify.Socket()
 		if sock == "" {

@@ -86,7 +86,8 @@ var ErrStream = errors.New("must be nil or an *os.File: a pipe back to the start
 // NOTIFY_SOCKET and any variable of the readiness descriptor, and out as
 // its stdout and stderr where cmd leaves them nil. readyFor names what the
 // process is to say it is ready for (ReadyForEnv); "" passes no readiness
-// descriptor. Where descriptors cannot be passed (Windows), none is.
+// descriptor. Where descriptors cannot be passed (Windows), none is, and
+// ReadyForEnv alone says what the process was started for.
 //
 // It changes cmd: Env, ExtraFiles (the readiness descriptor appended),
 // SysProcAttr (Setsid set, Setpgid, Setctty and Foreground cleared on Unix;
@@ -112,12 +113,15 @@ func Start(cmd *exec.Cmd, env []string, out *os.File, readyFor string, onExit fu
 		cmd.Stderr = out
 	}
 	var readyR, readyW *os.File
+	if readyFor != "" {
+		env = append(env, ReadyForEnv+"="+readyFor)
+	}
 	if readyFor != "" && canPassFiles {
 		var err error
 		if readyR, readyW, err = os.Pipe(); err != nil {
 			return nil, err
 		}
-		env = append(env, ReadyFDEnv+"="+strconv.Itoa(3+len(cmd.ExtraFiles)), ReadyForEnv+"="+readyFor)
+		env = append(env, ReadyFDEnv+"="+strconv.Itoa(3+len(cmd.ExtraFiles)))
 		cmd.ExtraFiles = append(cmd.ExtraFiles, readyW)
 	}
 	cmd.Env = append(cleanEnv(cmd.Env), env...)
@@ -247,19 +251,21 @@ func reap(c *Child, cmd *exec.Cmd, onExit func(*Child)) {
 // TakeReadiness returns the readiness descriptor this process was given by
 // its starter and what it is ready for, and removes both variables from
 // the environment so that no process this one starts mistakes one of its
-// own descriptors for it. The descriptor is made close-on-exec. It returns
-// nil, "" when there is none, or when the number names no pipe.
+// own descriptors for it. The descriptor is made close-on-exec; it is nil
+// when there is none (always, on Windows), or when the number names no
+// pipe. What the process is ready for is returned whenever the starter
+// named it, "" otherwise.
 func TakeReadiness() (*os.File, string) {
 	fdStr, ok := os.LookupEnv(ReadyFDEnv)
-	if !ok {
-		return nil, ""
-	}
 	readyFor := os.Getenv(ReadyForEnv)
 	os.Unsetenv(ReadyFDEnv)
 	os.Unsetenv(ReadyForEnv)
+	if !ok {
+		return nil, readyFor
+	}
 	fd, err := strconv.Atoi(fdStr)
 	if err != nil || fd < 3 {
-		return nil, ""
+		return nil, readyFor
 	}
 	return readinessFile(fd), readyFor
 }

@@ -23,17 +23,21 @@ import (
 // output goes, and, once it died before it was ready, its exit status and
 // log tail.
 type Attempt struct {
-	Seq      uint64            `json:"seq"`
-	By       liveness.Identity `json:"by"`              // the caller that started it
-	Child    liveness.Identity `json:"child"`           // the process started (Instance empty)
-	Began    time.Time         `json:"began"`           // when it was started
-	Log      string            `json:"log,omitempty"`   // where its output goes
-	LogFrom  int64             `json:"log_from"`        // the log's size when it began
-	Failed   bool              `json:"failed,omitzero"` // it exited before it was ready
-	ExitCode int               `json:"exit_code"`
-	Err      string            `json:"err,omitempty"`
-	LogTail  string            `json:"log_tail,omitempty"`
-	Ended    time.Time         `json:"ended,omitzero"`
+	Seq     uint64            `json:"seq"`
+	By      liveness.Identity `json:"by"`              // the caller that started it
+	Child   liveness.Identity `json:"child"`           // the process started (Instance empty)
+	Began   time.Time         `json:"began"`           // when it was started
+	Log     string            `json:"log,omitempty"`   // where its output goes
+	LogFrom int64             `json:"log_from"`        // the log's size when it began
+	Failed  bool              `json:"failed,omitzero"` // it exited before it was ready
+	// Ready is set by the process started, once it is ready (see
+	// MarkReady): from then on the attempt is over, succeeded, even when
+	// that process lets go of the directory and lingers before it exits.
+	Ready    bool      `json:"ready,omitzero"`
+	ExitCode int       `json:"exit_code"`
+	Err      string    `json:"err,omitempty"`
+	LogTail  string    `json:"log_tail,omitempty"`
+	Ended    time.Time `json:"ended,omitzero"`
 }
 
 // Parse decodes an attempt record: one JSON object (durable.DecodeObject),
@@ -44,10 +48,11 @@ func Parse(data []byte) (Attempt, error) {
 	return a, err
 }
 
-// Pending reports whether a is in progress: its process lives and it has
-// not failed. (Whether it is ready is the caller's to see.)
+// Pending reports whether a is in progress: its process lives, and it has
+// neither failed nor been ready. (Whether it is ready now, before it has
+// recorded so, is the caller's to see.)
 func (a Attempt) Pending() bool {
-	if a.Failed || a.Child.PID <= 0 {
+	if a.Failed || a.Ready || a.Child.PID <= 0 {
 		return false
 	}
 	v, _ := liveness.Check(a.Child)
@@ -56,9 +61,10 @@ func (a Attempt) Pending() bool {
 
 // InProgress reports whether a has not ended: its process lives, or it has
 // exited and the caller that started it, still alive, is about to record
-// how (its reaper writes Ended, and Failed when it was not ready).
+// how (its reaper writes Ended, and Failed when it was not ready). An
+// attempt whose process has been ready has ended.
 func (a Attempt) InProgress() bool {
-	if a.Failed || !a.Ended.IsZero() || a.Child.PID <= 0 {
+	if a.Failed || a.Ready || !a.Ended.IsZero() || a.Child.PID <= 0 {
 		return false
 	}
 	return a.Pending() || verifiedAlive(a.By)

@@ -260,7 +260,7 @@ func settle[R any](p Protocol[R], a Attempt, ls *local, c *spawn.Child) {
 		return
 	}
 	cur.Ended = time.Now()
-	if !wasReady {
+	if !wasReady && !cur.Ready {
 		cur.Failed, cur.ExitCode = true, c.ExitCode()
 		if err := c.WaitErr(); err != nil {
 			cur.Err = err.Error()
@@ -335,8 +335,8 @@ func (c *Call[R]) await(ctx context.Context, a Attempt) (R, error) {
 			return zero, errAgain
 		} else if ok && cur.Failed {
 			return zero, cur.Failure()
-		} else if ok && !cur.Ended.IsZero() {
-			return zero, errAgain // it was ready, and has exited since
+		} else if ok && (!cur.Ended.IsZero() || cur.Ready) {
+			return zero, errAgain // it was ready, and has let go or exited since
 		}
 		if !goneAt.IsZero() {
 			switch {

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/runnerstate/runnerstate/internal/spawn"
 )
 
@@ -17,22 +18,49 @@ var readiness struct {
 	sync.Mutex
 	f      *os.File
 	forDir string
+	told   bool // Ready has answered true
 }
 
 func init() { readiness.f, readiness.forDir = spawn.TakeReadiness() }
 
 // Ready tells the process that started this one, through its readiness
 // descriptor, that this process is ready, when dir is the directory it was
-// started for. Only the first call for that directory writes it.
-func Ready(dir string) {
+// started for. Only the first call for that directory writes it, and
+// returns true: the caller then marks the attempt ready (MarkReady).
+func Ready(dir string) (first bool) {
 	readiness.Lock()
 	defer readiness.Unlock()
-	if f := readiness.f; f != nil && sameDirPath(dir, readiness.forDir) {
+	if readiness.told || readiness.forDir == "" || !sameDirPath(dir, readiness.forDir) {
+		return false
+	}
+	readiness.told = true
+	if f := readiness.f; f != nil {
 		readiness.f = nil
 		// An error is the starter gone, or done already (it saw the
 		// record first): it looks at the directory in any case.
 		spawn.SignalReady(f)
 	}
+	return true
+}
+
+// MarkReady records in the attempt record that its process, this one (isSelf
+// says whether an identity is), has been ready: the attempt is over, and
+// once this process lets go of the directory, a caller starts another
+// instead of waiting for it to be ready again. It takes the attempt lock
+// (the starter holds it until it has recorded the attempt); an attempt of
+// another process, or none, is left as it is.
+func MarkReady[R any](p Protocol[R], isSelf func(liveness.Identity) bool) error {
+	release, err := p.Lock()
+	if err != nil {
+		return err
+	}
+	defer release()
+	a, ok, err := p.Read()
+	if err != nil || !ok || a.Ready || a.Failed || !isSelf(a.Child) {
+		return err
+	}
+	a.Ready = true
+	return p.Write(a)
 }
 
 // sameDirPath reports whether dir is the directory at path.
