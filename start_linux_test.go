@@ -586,6 +586,17 @@ func TestStart7ContextEndsFirst(t *testing.T) {
 	require.NoError(t, err, "left running")
 	v, _ := liveness.Check(id)
 	assert.Equal(t, liveness.Alive, v)
+	assert.NotContains(t, se.Error(), "ran no command of its own", "this call started it")
+
+	// A later Start whose context ends first ran no command: it says whose
+	// attempt it waited for, and how to end that one.
+	short, cancelShort := context.WithTimeout(background(t), 50*time.Millisecond)
+	defer cancelShort()
+	_, err = Start(short, dir, startedRunner(dir, "slow"), StartOptions{})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "this call ran no command of its own")
+	assert.Contains(t, err.Error(), fmt.Sprintf("stop pid %d to start another", se.PID))
+	assert.Len(t, spawns(t, dir), 1)
 
 	done := make(chan error, 1)
 	var rec Record

@@ -213,7 +213,9 @@ func (t *takeover) withdraw() {
 			if err := durable.Remove(t.dir, RestartName); err != nil {
 				return public(err)
 			}
-			t.log.Info("runnerstate: takeover withdrew its restart request", "dir", t.dir, "mode", req.Mode)
+			// A runner that WatchRestart has told already goes on:
+			// withdrawing cannot call a drain or a stop back.
+			t.log.Info("runnerstate: takeover withdrew its restart request (a runner already acting on it still drains or stops, and nothing takes its place)", "dir", t.dir, "mode", req.Mode)
 		}
 		return nil
 	})

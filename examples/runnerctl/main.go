@@ -272,7 +272,7 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 		row("stale pids", pidWords(r.Stale))
 	}
 	for i, w := range r.Warnings {
-		row(first(i, "warnings"), printable(w))
+		row(first(i, "warnings"), prose(w))
 	}
 	tw.Flush()
 	return code
@@ -333,6 +333,9 @@ func restart(dir, mode string, stdout, stderr io.Writer) int {
 	if r.Holder.PID > 0 {
 		who = "pid " + strconv.Itoa(r.Holder.PID)
 	}
+	if pending == "" {
+		pending = "none: the runner has taken it already"
+	}
 	fmt.Fprintf(stdout, "restart requested: %s (pending: %s) for %s\n", mode, pending, who)
 	return exitOK
 }
@@ -342,10 +345,10 @@ func clearStale(dir string, stdout, stderr io.Writer) int {
 	var be *runnerstate.BusyError
 	switch {
 	case errors.As(err, &be) && be.Orphan:
-		fmt.Fprintf(stderr, "runnerctl: no runner runs, but the orphans of a previous one do (pid %d); nothing is cleared while they hold the directory: %s\n", pid, printable(err.Error()))
+		fmt.Fprintf(stderr, "runnerctl: no runner runs, but the orphans of a previous one do (pid %d); nothing is cleared while they hold the directory: %s\n", pid, prose(err.Error()))
 		return exitBusy
 	case errors.As(err, &be):
-		fmt.Fprintf(stderr, "runnerctl: a runner is running (pid %d); nothing is stale: %s\n", pid, printable(err.Error()))
+		fmt.Fprintf(stderr, "runnerctl: a runner is running (pid %d); nothing is stale: %s\n", pid, prose(err.Error()))
 		return exitBusy
 	case err != nil:
 		fail(stderr, err)
@@ -380,7 +383,7 @@ func wait(dir string, timeout time.Duration, stdout, stderr io.Writer) int {
 }
 
 func fail(stderr io.Writer, err error) {
-	fmt.Fprintln(stderr, "runnerctl:", printable(err.Error()))
+	fmt.Fprintln(stderr, "runnerctl:", prose(err.Error()))
 }
 
 // printable returns s as it is when every rune in it prints as itself, and
@@ -392,6 +395,19 @@ func fail(stderr io.Writer, err error) {
 func printable(s string) string {
 	for _, r := range s {
 		if r == utf8.RuneError || (r == '\\' && filepath.Separator != '\\') || r == '"' || !unicode.IsGraphic(r) || (unicode.IsSpace(r) && r != ' ') {
+			return strconv.QuoteToGraphic(s)
+		}
+	}
+	return s
+}
+
+// prose is printable for text of the library's own that quotes paths itself
+// (errors, warnings) and for a record's JSON: quotes and backslashes are
+// its own and are left as they are; it is quoted whole only when it holds
+// a control character, an invalid byte or a space other than ' '.
+func prose(s string) string {
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsGraphic(r) || (unicode.IsSpace(r) && r != ' ') {
 			return strconv.QuoteToGraphic(s)
 		}
 	}
@@ -443,7 +459,7 @@ func start(dir string, timeout time.Duration, asJSON bool, argv []string, stdout
 	row("ready", printable(rec.Process.String()))
 	row("started", rec.StartedAt.Format(time.RFC3339))
 	if len(rec.Meta) > 0 {
-		row("meta", printable(string(rec.Meta)))
+		row("meta", prose(string(rec.Meta)))
 	}
 	tw.Flush()
 	return exitOK

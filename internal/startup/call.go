@@ -3,6 +3,7 @@ package startup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -349,7 +350,14 @@ func (c *Call[R]) await(ctx context.Context, a Attempt) (R, error) {
 		timer.Reset(poll)
 		select {
 		case <-ctx.Done():
-			return zero, &Failure{PID: a.Child.PID, ExitCode: -1, Log: a.Log, LogTail: LogTail(a.Log, a.LogFrom), Err: ctx.Err()}
+			err := ctx.Err()
+			if !c.spawned {
+				// The caller's command never ran: say whose attempt it
+				// waited for, and how to end it.
+				err = fmt.Errorf("%w, waiting for the attempt pid %d made at %s (this call ran no command of its own; while that process lives and is not ready, every Start waits for it: stop pid %d to start another)",
+					err, a.By.PID, a.Began.Format(time.RFC3339), a.Child.PID)
+			}
+			return zero, &Failure{PID: a.Child.PID, ExitCode: -1, Log: a.Log, LogTail: LogTail(a.Log, a.LogFrom), Err: err}
 		case <-w.Changed():
 		case <-readyCh:
 			readyCh = nil
