@@ -104,9 +104,7 @@
 package runnerstate
 
 import (
-	"bytes"
 	"cmp"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -116,12 +114,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/fsinfo"
+	"github.com/runnerstate/runnerstate/internal/holder"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
 
@@ -430,7 +428,7 @@ func tryPair(dir string) (pair, error) {
 
 // crossCheck refuses the runner lock l, just taken, when it is proven not
 // to exclude, whatever the filesystem claims to be: the identity in it is
-// another holder's (see heldElsewhere), who holds it at the same time
+// another holder's (see holder.Elsewhere), who holds it at the same time
 // through another mount. The error is ErrLockingUnsupported naming that
 // holder. Anything short of proof (no identity, a dead or unverifiable one,
 // a descriptor that is closed, carries no lock, or is open on a file of this
@@ -451,56 +449,14 @@ func crossCheck(l *filelock.File) error {
 	if err != nil {
 		return nil
 	}
-	holderPath, held := heldElsewhere(lc.Identity, lc.FD, ours)
-	if !held || !sameFileAs(l, lc.PID, lc.FD, data) {
+	holderPath, held := holder.Elsewhere(liveness.Identity(lc.Identity), lc.FD, ours, LockName)
+	if !held || !holder.SameFile(l, lc.PID, lc.FD, data) {
 		return nil
 	}
 	dir := filepath.Dir(l.Path())
 	logger().Warn("runnerstate: refused a runner lock that does not exclude: another process holds it through another mount",
 		"path", l.Path(), "pid", lc.PID, "holder_path", holderPath, "filesystem", fsinfo.TypeOf(dir))
 	return public(filelock.NotExcluding(l.Path(), fsinfo.TypeOf(dir), lc.PID, holderPath))
-}
-
-// sameFileAs reports whether the lock file l, which this process holds, is
-// the very file the descriptor fd of pid is open on, by a mark: random
-// bytes, as long as what the file holds (old), written through l and read
-// back through pid's descriptor. (As long, because a network or FUSE mount
-// may still believe the file has its old length.) A copy of a runner
-// directory made while its runner ran (cp -a to another disk) carries the
-// same identity, but never shows the mark. old is written back in any case:
-// it is the other holder's when the file is shared, and a caller
-// (ClearStale) still reads it.
-func sameFileAs(l *filelock.File, pid, fd int, old []byte) bool {
-	mark := make([]byte, len(old))
-	rand.Read(mark)
-	for i := range mark {
-		mark[i] = "0123456789abcdef"[mark[i]&15]
-	}
-	defer l.WriteContent(old)
-	if l.WriteContent(mark) != nil {
-		return false
-	}
-	seen, err := filelock.ReadThrough(pid, fd, len(mark))
-	return err == nil && bytes.Equal(seen, mark)
-}
-
-// heldElsewhere reports whether id, verified alive, holds a runner lock
-// through its descriptor fd on another mount than ours (the Inode of the
-// lock file as this process sees it): that descriptor is open on a file
-// named runner.lock of another device and carries an exclusive lock. The
-// descriptor is read before the identity is verified (liveness.CheckHolder
-// says why that order proves it is the holder). It returns the lock file's
-// path as the holder sees it.
-func heldElsewhere(id Identity, fd int, ours filelock.Inode) (holderPath string, held bool) {
-	if fd < 0 || id.PID <= 0 {
-		return "", false
-	}
-	_, held, _ = liveness.CheckHolder(liveness.Identity(id), func() bool {
-		p, ino, locked := filelock.LockThrough(id.PID, fd)
-		holderPath = p
-		return locked == filelock.Yes && filepath.Base(p) == LockName && ino.Dev != ours.Dev
-	})
-	return holderPath, held
 }
 
 // busyIfHeld answers a lock file this process may not open (another user's)
@@ -619,9 +575,7 @@ func acquire(dir string, since time.Time) (*hold, error) {
 // unusablePath reports whether err refuses a path that no retry can use
 // until it is moved away: a symlink, a directory or another non-regular
 // file where a regular file belongs.
-func unusablePath(err error) bool {
-	return errors.Is(err, durable.ErrSymlink) || errors.Is(err, durable.ErrIsDir) || errors.Is(err, durable.ErrNotRegular)
-}
+func unusablePath(err error) bool { return durable.Unusable(err) }
 
 // writeIdentity writes this hold's identity, and each lock's descriptor,
 // into both lock files, and makes them private.
@@ -1282,200 +1236,26 @@ func (st lockState) alive() bool {
 
 // name takes id as the holder's name and checks it.
 func (st *lockState) name(id Identity) {
-	var why string
 	st.holder, st.named = id, true
-	st.verdict, why = liveness.Check(liveness.Identity(id))
-	st.reason = id.String() + ": " + st.verdict.String() + " (" + why + ")"
+	st.verdict, st.reason = holder.Check(liveness.Identity(id))
 }
 
-// inspectLock looks at a lock file without touching the lock: who holds it,
-// and whether the identity written in it is that holder and alive. The
-// answer comes from the cheapest reading that is exact:
-//
-//  1. the lock file names a live holder and the descriptor it locked
-//     through, and /proc/<pid>/fdinfo/<fd> shows that lock: one small read,
-//     whatever else the machine holds;
-//  2. otherwise the kernel's lock list (/proc/locks), read whole (its cost
-//     grows with every lock on the machine); when it lists no holder but
-//     was read in several passes, which can miss an entry, a probe decides,
-//     and a lock found held is named from the list read again;
-//  3. in a child PID namespace, where the list leaves out processes outside
-//     it, a lock it shows free is probed (a shared lock taken and dropped at
-//     once), and one found held is held by a process not visible from here;
-//  4. where the kernel lists no holders at all (not Linux), a probe.
-//
-// A shared lock counts as held too: it refuses Acquire as surely as an
-// exclusive one (any user who can read the file can take one).
+// inspectLock looks at the lock file at path without touching the lock
+// (holder.Inspect says how): who holds it, and whether the identity written
+// in it, as this package writes it (lockContent), is that holder and alive.
 func inspectLock(path string) lockState {
-	var st lockState
-	ino, err := st.readContent(path)
-	switch {
-	case st.err != nil:
-		return st
-	case isNotExist(err):
-		return lockState{}
-	case err != nil:
-		st.probe(path) // the kernel cannot be asked about this file; a probe says why
-		return st
+	h := holder.Inspect(path, maxLockContent, parseHolder)
+	return lockState{
+		held: h.Held, pid: h.PID, verified: h.Verified, holder: Identity(h.Holder), named: h.Named,
+		verdict: h.Verdict, fd: h.FD, silent: h.Silent, hidden: h.Hidden, reason: h.Reason, err: public(h.Err),
 	}
-	if st.confirmedVia(ino) {
-		return st
-	}
-	holders, known := filelock.HoldersOf(ino)
-	if !known {
-		return st.probeThenName(path, ino)
-	}
-	st.fromHolders(holders)
-	if !st.held && !filelock.SeesAllHolders() {
-		st.probeHidden(path)
-	}
-	return st
 }
 
-// readContent reads the identity in the lock file at path and checks it. It
-// sets st.err for a path that cannot be a lock file, and returns the file it
-// read, or the error of finding one when it could not read it (the file
-// does not exist, or cannot be read: then it is looked up by path).
-func (st *lockState) readContent(path string) (filelock.Inode, error) {
-	data, id, err := durable.ReadFileID(path, maxLockContent)
-	switch {
-	case isNotExist(err):
-		return filelock.Inode{}, err
-	case unusablePath(err):
-		st.err = public(err)
-		return filelock.Inode{}, nil
-	case errors.Is(err, syscall.ENOTDIR):
-		st.err = public(durable.NotDir(filepath.Dir(path)))
-		return filelock.Inode{}, nil
-	case errors.Is(err, fs.ErrPermission):
-		st.reason, st.silent = "cannot read "+path+" (permission denied)", true
-		return filelock.InodeOf(path)
-	case err != nil && !errors.Is(err, durable.ErrTooLarge):
-		st.reason, st.silent = "cannot read "+path+": "+durable.Unwrap(err).Error(), true
-		return filelock.InodeOf(path)
-	}
-	ino := filelock.Inode{Dev: id.Dev, Ino: id.Ino}
+// parseHolder is holder.Parse for the line a holder writes into its lock
+// file (lockContent).
+func parseHolder(data []byte) (liveness.Identity, int, bool) {
 	lc, err := lockLineMemo.parse(data)
-	if err != nil {
-		st.reason, st.silent = path+" names no holder", true
-		return ino, nil
-	}
-	st.holder, st.named, st.fd = lc.Identity, true, lc.FD
-	return ino, nil
-}
-
-// confirmedVia is the exact, O(1) answer: the lock file names its holder and
-// the descriptor it locked through, and /proc/<pid>/fdinfo/<fd> shows that
-// lock, read before the holder's start identity (liveness.CheckHolder says
-// why that order proves it is the holder). Otherwise it checks the named
-// identity the ordinary way, for the slower readings to use.
-func (st *lockState) confirmedVia(ino filelock.Inode) bool {
-	if !st.named {
-		return false
-	}
-	if st.fd > 0 {
-		v, held, why := liveness.CheckHolder(liveness.Identity(st.holder), func() bool {
-			return filelock.HeldVia(st.holder.PID, st.fd, ino) == filelock.Yes
-		})
-		if held {
-			st.verdict, st.reason = v, st.holder.String()+": "+v.String()+" ("+why+")"
-			st.held, st.pid, st.verified, st.via = true, st.holder.PID, true, viaLockFile
-			return true
-		}
-	}
-	st.name(st.holder)
-	return false
-}
-
-// probeThenName decides by a probe where the kernel's list could not: it
-// lists no holders at all (not Linux), or listed none in a read of several
-// passes, which can miss an entry (see filelock.Holders). A lock found held
-// is then named from the list, read again (lookAgain); where it still lists
-// no holder, the probe's answer stands.
-func (st *lockState) probeThenName(path string, ino filelock.Inode) lockState {
-	unprobed := *st
-	st.probe(path)
-	if errors.Is(st.err, fs.ErrPermission) && filelock.ListsHolders() {
-		// Another user's lock file, which this process may not open to
-		// probe: the kernel's list, read again, is the evidence left.
-		unprobed.fromHolders(lookAgain(ino))
-		return unprobed
-	}
-	if st.err != nil || !st.held || !filelock.ListsHolders() {
-		return *st
-	}
-	if holders := lookAgain(ino); len(holders) > 0 {
-		unprobed.fromHolders(holders)
-		return unprobed
-	}
-	return *st
-}
-
-// lookAgain reads the kernel's lock list again, up to five times, for a lock
-// a probe found held while a read in several passes listed no holder: most
-// likely a pass missed the entry. It returns the first holders listed.
-func lookAgain(ino filelock.Inode) []filelock.Holder {
-	for range 5 {
-		if holders, _ := filelock.HoldersOf(ino); len(holders) > 0 {
-			return holders
-		}
-	}
-	return nil
-}
-
-// fromHolders decides from the kernel's holders: held when any matches the
-// file, verified when the identity in it is alive and holds it exclusively.
-func (st *lockState) fromHolders(holders []filelock.Holder) {
-	var firstPID int
-	for _, h := range holders {
-		if st.named && h.PID == st.holder.PID {
-			st.held, st.pid = true, h.PID
-			st.verified = st.alive() && h.Exclusive
-			if st.verified {
-				return
-			}
-			continue
-		}
-		if h.DevMatch {
-			st.held = true
-			if firstPID == 0 || h.Exclusive {
-				firstPID = h.PID
-			}
-		}
-	}
-	if st.pid == 0 {
-		st.pid = firstPID
-	}
-	if st.held && st.named && !st.verified {
-		st.reason = fmt.Sprintf("the kernel names pid %d as the holder, not the lock file's %s", st.pid, st.holder)
-	}
-}
-
-// probe decides by taking and dropping a shared lock, where the kernel lists
-// no holders.
-func (st *lockState) probe(path string) {
-	held, err := filelock.ProbeHeld(path)
-	if err != nil {
-		st.err = public(err)
-		return
-	}
-	st.held = held
-	if held && st.alive() {
-		st.pid, st.verified = st.holder.PID, true
-	}
-}
-
-// probeHidden probes a lock the kernel's list shows free from a child PID
-// namespace, where the list leaves out processes outside it. Held means held
-// by a process this one cannot see, and so can neither name by pid nor
-// signal: the lock file's identity, if any, is from its own namespace.
-func (st *lockState) probeHidden(path string) {
-	held, err := filelock.ProbeHeld(path)
-	if err != nil || !held {
-		return
-	}
-	st.held, st.hidden, st.pid = true, true, 0
-	st.reason = "held by a process not visible from this PID namespace"
+	return liveness.Identity(lc.Identity), lc.FD, err == nil
 }
 
 // inspectRunner is inspectLock for dir's runner lock, which runner.json can
@@ -1526,7 +1306,7 @@ func inspectRunner(dir string) lockState {
 }
 
 // elsewhere makes a runner lock that looks free held when the identity in
-// it holds it through another mount (heldElsewhere): the kernel excludes
+// it holds it through another mount (holder.Elsewhere): the kernel excludes
 // nothing between the two mounts, but a runner runs, and a probe never says
 // otherwise. Status also asks it of a lock found held, for its warning (the
 // kernel may have matched the holder by inode number alone).
@@ -1536,7 +1316,7 @@ func (st *lockState) elsewhere(dir string) {
 	if err != nil {
 		return
 	}
-	holderPath, held := heldElsewhere(st.holder, st.fd, ours)
+	holderPath, held := holder.Elsewhere(liveness.Identity(st.holder), st.fd, ours, LockName)
 	if !held {
 		return
 	}
@@ -1580,16 +1360,13 @@ func confirmFromRecord(dir string) (st lockState, ok bool) {
 	if err != nil {
 		return lockState{}, false
 	}
-	v, held, why := liveness.CheckHolder(liveness.Identity(rec.Process), func() bool {
-		return filelock.HeldVia(rec.PID, rec.LockFD, ino) == filelock.Yes
-	})
+	v, held, reason := holder.Confirm(liveness.Identity(rec.Process), rec.LockFD, ino)
 	if !held {
 		return lockState{}, false
 	}
 	return lockState{
 		held: true, pid: rec.PID, verified: true, holder: rec.Process, named: true,
-		verdict: v, via: viaRecordLock, fd: rec.LockFD,
-		reason: rec.Process.String() + ": " + v.String() + " (" + why + ")",
+		verdict: v, via: viaRecordLock, fd: rec.LockFD, reason: reason,
 	}, true
 }
 
@@ -1664,23 +1441,9 @@ func treeBusyError(dir string, cause error) *BusyError {
 }
 
 // verifiedTreeHolder pins pid when it is alive and holds dir's tree.lock,
-// checked after the pin (so the pinned process is the holder); else nil.
-// The caller closes it.
+// checked after the pin (holder.Pinned); else nil. The caller closes it.
 func verifiedTreeHolder(dir string, pid int) *liveness.Process {
-	id, err := liveness.Lookup(pid)
-	if err != nil {
-		return nil
-	}
-	p, _, _ := liveness.Pin(id)
-	if p == nil {
-		return nil
-	}
-	ino, err := filelock.InodeOf(filepath.Join(dir, treeLockName))
-	if err != nil || filelock.HeldBy(pid, ino) != filelock.Yes {
-		p.Close()
-		return nil
-	}
-	return p
+	return holder.Pinned(pid, filepath.Join(dir, treeLockName))
 }
 
 // dirWarnings reports what is odd about dir itself.

@@ -68,6 +68,13 @@ var (
 	ErrTooLarge = errors.New("file is larger than a record can be")
 )
 
+// Unusable reports whether err refuses a path that no retry can use until
+// it is moved away: a symlink, a directory or another non-regular file
+// where a regular file belongs.
+func Unusable(err error) bool {
+	return errors.Is(err, ErrSymlink) || errors.Is(err, ErrIsDir) || errors.Is(err, ErrNotRegular)
+}
+
 // ErrNotDurable says a change was made but its directory could not be
 // synced: it is in place and every reader sees it, but it is not known to
 // survive a power loss (after one, either the old state or the new may be
