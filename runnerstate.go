@@ -111,7 +111,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -188,88 +187,10 @@ var warned = struct {
 // errBadName refuses a state file name that is not a plain file name.
 var errBadName = errors.New("is not a plain file name of its own")
 
-// pathError names the operation and path. The operation carries the package
-// name so that every message starts with it, and a system error says what to
-// do (durable.Advise).
-func pathError(op, path string, err error) error {
-	if durable.IsNotDir(err) {
-		return public(durable.NotDir(path)) // name the file that stands in the way
-	}
-	if d := denied(path, err); d != nil {
-		return d
-	}
-	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: durable.Advise(err)}
-}
-
-// denied is durable.Denied for a permission error on path: an error naming
-// the directory this process may not enter, or nil.
-func denied(path string, err error) error {
-	if !errors.Is(err, fs.ErrPermission) {
-		return nil
-	}
-	return durable.Denied("runnerstate: ", path, durable.Unwrap(err))
-}
-
 // errorf formats an error whose message starts with the package name.
 func errorf(format string, args ...any) error {
 	return fmt.Errorf("runnerstate: "+format, args...)
 }
-
-// public turns an error from an internal package into this package's
-// vocabulary: the *fs.PathError it is gets an Op that names the package, so
-// that every message starts with "runnerstate: ", a system error says what to
-// do (durable.Advise), and a filesystem's refusal of locks becomes
-// ErrLockingUnsupported. Anything else passes as it is.
-func public(err error) error {
-	pe, ok := err.(*fs.PathError)
-	if !ok {
-		return err
-	}
-	var ue *filelock.UnsupportedError
-	if errors.As(pe.Err, &ue) {
-		return &fs.PathError{Op: "runnerstate: lock", Path: pe.Path, Err: lockingUnsupported{ue.Err}}
-	}
-	if strings.HasPrefix(pe.Op, "runnerstate: ") {
-		return err
-	}
-	if durable.IsNotDir(pe.Err) {
-		return public(durable.NotDir(pe.Path)) // name the file that stands in the way
-	}
-	if d := denied(pe.Path, pe.Err); d != nil {
-		return d
-	}
-	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: durable.Advise(pe.Err)}
-}
-
-// lockingUnsupported is ErrLockingUnsupported for one path, with the
-// system's answer (ENOLCK, EOPNOTSUPP...) as its cause: its message is the
-// sentinel's without the package name, which the *fs.PathError around it
-// already starts with.
-type lockingUnsupported struct{ cause error }
-
-func (e lockingUnsupported) Error() string {
-	var fe *fsinfo.Error
-	if errors.As(e.cause, &fe) {
-		return notExcluding(fe)
-	}
-	return strings.TrimPrefix(ErrLockingUnsupported.Error(), "runnerstate: ") + " (" + e.cause.Error() + ")"
-}
-
-// notExcluding is the message of a lock refused on a filesystem whose locks
-// do not exclude: what it is, and what to do.
-func notExcluding(fe *fsinfo.Error) string {
-	typ := cmp.Or(fe.Type, "unknown")
-	advice := "use a directory on a local disk, or the etcd module to coordinate several machines"
-	if fe.Holder > 0 {
-		return fmt.Sprintf("locks on %s (%s) do not exclude: pid %d (verified alive) holds %s through another mount (%s) at the same time; %s",
-			fe.Dir, typ, fe.Holder, LockName, fe.HolderPath, advice)
-	}
-	return fmt.Sprintf("%s is on %s, whose file locks do not exclude processes that reach it through another mount or another machine; %s, or, when every process reaches it through this one mount on this one machine, opt in with %s=%s (or TrustFilesystem)",
-		fe.Dir, typ, advice, fsinfo.TrustEnv, typ)
-}
-
-func (e lockingUnsupported) Is(target error) bool { return target == ErrLockingUnsupported }
-func (e lockingUnsupported) Unwrap() error        { return e.cause }
 
 // isNotExist reports whether err says a path does not exist.
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
@@ -445,11 +366,7 @@ func crossCheck(l *filelock.File) error {
 	if !ok {
 		return nil
 	}
-	ours, err := filelock.InodeOf(l.Path())
-	if err != nil {
-		return nil
-	}
-	holderPath, held := holder.Elsewhere(liveness.Identity(lc.Identity), lc.FD, ours, LockName)
+	holderPath, held := holder.Elsewhere(liveness.Identity(lc.Identity), lc.FD, l.Path())
 	if !held || !holder.SameFile(l, lc.PID, lc.FD, data) {
 		return nil
 	}
@@ -944,7 +861,7 @@ func stalePIDs(dir string, st lockState) []int {
 		// runner.json names the verified holder, which wrote its identity
 		// into runner.lock when it took the lock, before any runner.json of
 		// its own: neither file names a predecessor, and runner.lock, which
-		// carries the lock, is left unopened (see confirmFromRecord).
+		// carries the lock, is left unopened (see holder.InspectPair).
 		return nil
 	}
 	var stale []int
@@ -1108,283 +1025,60 @@ func refusedStatus(r Report, dir string, refused error) Report {
 	return r
 }
 
-// lockState is what inspectLock learned about a lock file: whether it is
-// held, and who holds it as far as that can be proven.
-type lockState struct {
-	held       bool             // someone holds the lock (kernel or probe)
-	pid        int              // the holder's pid as far as it can be trusted, else 0
-	verified   bool             // holder's identity is confirmed alive and it holds the lock
-	holder     Identity         // who holds it: the verified identity, else the best name known
-	named      bool             // holder names a process (from the lock file, runner.json or the kernel)
-	verdict    liveness.Verdict // of holder, when named
-	via        confirmation     // how a verified holder was confirmed
-	fd         int              // the descriptor the lock file says its holder locked through
-	silent     bool             // the lock file names nobody: empty, erased, unparsable, unreadable
-	hidden     bool             // held by a process not visible from this PID namespace
-	otherMount bool             // held through another mount of the lock file (elsewhere)
-	lostFile   bool             // held through tree.lock only: runner.lock was lost under the holder
-	treeHeld   bool             // runner.lock free, tree.lock held: orphans (or a holder not visible)
-	reason     string           // why the holder is not verified
-	notes      []string         // what else Status should say about the lock file
-	err        error            // the lock path is unusable (symlink, directory...)
-}
-
-// occupancy is what a lockState says holds the lock, or the directory for
-// inspectRunner: the one answer callers switch on. The facts that belong to
-// each case are lockState's: pid, holder, verdict and reason for a holder;
-// notes for Status; orphans are listed by orphans().
-type occupancy uint8
-
-const (
-	occFree       occupancy = iota // nothing holds it
-	occVerified                    // a holder whose identity is verified alive and holds the lock
-	occUnverified                  // a holder that cannot be verified (pid when the kernel names it)
-	occHidden                      // a holder not visible from this PID namespace: never named by pid, never signalled
-	occOrphans                     // runner.lock free, tree.lock held: orphans of a previous runner's tree
-	occLostFile                    // runner.lock lost under its runner, which still holds tree.lock (verified)
-)
-
-// String names the occupancy, for logs and test failures.
-func (o occupancy) String() string {
-	switch o {
-	case occFree:
-		return "free"
-	case occVerified:
-		return "verified holder"
-	case occUnverified:
-		return "unverified holder"
-	case occHidden:
-		return "hidden holder"
-	case occOrphans:
-		return "orphans"
-	case occLostFile:
-		return "lost lock file"
-	}
-	return fmt.Sprintf("occupancy(%d)", uint8(o))
-}
-
-// held reports whether a process holds the lock itself (or, for a lost lock
-// file, the tree.lock that stands for it): every occupancy but free and
-// orphans.
-func (o occupancy) held() bool { return o != occFree && o != occOrphans }
-
-// verified reports whether the holder's identity is verified alive: a
-// verified holder, or the runner of a lost lock file.
-func (o occupancy) verified() bool { return o == occVerified || o == occLostFile }
-
-// occupancy is the answer st gives: the only place its flags are decoded.
-// (A verified holder implies held, and so do hidden and lostFile; treeHeld
-// implies runner.lock free; lostFile implies verified.)
-func (st lockState) occupancy() occupancy {
-	switch {
-	case st.lostFile:
-		return occLostFile
-	case st.verified:
-		return occVerified
-	case st.hidden:
-		return occHidden
-	case st.held:
-		return occUnverified
-	case st.treeHeld:
-		return occOrphans
-	}
-	return occFree
-}
-
-// namedHolder is the identity a held lock's holder is known by (the lock
-// file's, runner.json's or the kernel's naming); ok is false when the lock is
-// not held or names nobody.
-func (st lockState) namedHolder() (id Identity, ok bool) {
-	if !st.occupancy().held() || !st.named {
-		return Identity{}, false
-	}
-	return st.holder, true
-}
-
-// confirmation is how a holder was verified.
-type confirmation uint8
-
-const (
-	viaLockFile   confirmation = iota // the lock file's identity, held per the kernel
-	viaRecord                         // runner.json's identity, the pid the kernel names
-	viaRecordLock                     // runner.json's identity and lock descriptor, per its fdinfo
-)
-
-// warnings are what Status says about a held lock at lockPath.
-func (st lockState) warnings(lockPath string) []string {
-	w := append([]string(nil), st.notes...)
-	switch {
-	case st.hidden && st.verdict == liveness.OtherNamespace:
-		w = append(w, fmt.Sprintf("%s is held by a process not visible from this PID namespace: the lock file names %s of another PID namespace; it is never signalled", lockPath, st.holder))
-	case st.hidden:
-		w = append(w, fmt.Sprintf("%s is held by a process not visible from this PID namespace; it is never signalled", lockPath))
-	case st.verdict == liveness.Foreign:
-		w = append(w, fmt.Sprintf("%s names a holder on another machine (%s); it is never signalled", lockPath, st.holder))
-	case st.verdict == liveness.OtherNamespace:
-		w = append(w, fmt.Sprintf("%s names a holder in another PID namespace (%s); it is never signalled", lockPath, st.holder))
-	}
-	if st.occupancy() == occUnverified {
-		w = append(w, fmt.Sprintf("the holder of %s cannot be verified (%s)", lockPath, st.reason))
-	}
-	return w
-}
-
-// alive reports whether the holder's identity is verified alive.
-func (st lockState) alive() bool {
-	return st.verdict == liveness.Alive || st.verdict == liveness.Self
-}
-
-// name takes id as the holder's name and checks it.
-func (st *lockState) name(id Identity) {
-	st.holder, st.named = id, true
-	st.verdict, st.reason = holder.Check(liveness.Identity(id))
-}
-
-// inspectLock looks at the lock file at path without touching the lock
-// (holder.Inspect says how): who holds it, and whether the identity written
-// in it, as this package writes it (lockContent), is that holder and alive.
-func inspectLock(path string) lockState {
-	h := holder.Inspect(path, maxLockContent, parseHolder)
-	return lockState{
-		held: h.Held, pid: h.PID, verified: h.Verified, holder: Identity(h.Holder), named: h.Named,
-		verdict: h.Verdict, fd: h.FD, silent: h.Silent, hidden: h.Hidden, reason: h.Reason, err: public(h.Err),
-	}
-}
-
-// parseHolder is holder.Parse for the line a holder writes into its lock
-// file (lockContent).
-func parseHolder(data []byte) (liveness.Identity, int, bool) {
-	lc, err := lockLineMemo.parse(data)
-	return liveness.Identity(lc.Identity), lc.FD, err == nil
-}
-
-// inspectRunner is inspectLock for dir's runner lock, which runner.json can
-// also name: when the lock file names nobody and the kernel could not
-// confirm the holder (runner.lock cannot be read, as by another user, whom
-// its 0600 keeps out, and who may not read that process's descriptors
-// either; it was erased; or, on Windows, a locked file cannot be read at
-// all), runner.json's identity is trusted when it is verified alive and is
-// the pid the kernel names (or, where the kernel names none, when the lock
-// is held).
-//
-// When runner.lock is free, tree.lock tells the rest: held by the live
-// runner it names (through the descriptor it recorded), that runner lost
-// its runner.lock and still runs (lostFile); held otherwise, a previous
-// runner's children still live (treeHeld: orphans).
+// inspectRunner is inspectLock for dir's runner lock, as the runner
+// protocol reads its directory (holder.InspectPair says how): runner.json
+// also names the holder, with the descriptor it locks runner.lock through
+// (Record.LockFD), and tree.lock, held by the runner and the children it
+// started, says what holds the directory when runner.lock is free (lostFile:
+// the runner lost runner.lock and still runs; treeHeld: orphans).
 func inspectRunner(dir string) lockState {
-	if st, ok := confirmFromRecord(dir); ok {
-		return st
-	}
-	st := inspectLock(filepath.Join(dir, LockName))
-	if st.err != nil {
-		return st
-	}
-	if !st.held && st.named {
-		st.elsewhere(dir)
-	}
-	if !st.held {
-		return inspectTree(dir, st)
-	}
-	if st.occupancy() != occUnverified || !st.silent {
-		return st
-	}
-	rec, state, _ := readRecord(dir)
-	if state != fileOK || (st.pid != 0 && rec.PID != st.pid) || (st.pid == 0 && filelock.ListsHolders()) {
-		return st
-	}
-	why := st.reason
-	saved := st
-	st.name(rec.Process)
-	if !st.alive() {
-		return saved
-	}
-	st.pid, st.verified, st.via = rec.PID, true, viaRecord
-	if filelock.CarriesContent { // elsewhere runner.json is how a holder is always named
-		st.notes = append(st.notes, fmt.Sprintf("%s; the holder was named from %s", why, RecordName))
+	p := holder.InspectPair(holder.Pair{
+		Lock: filepath.Join(dir, LockName), Tree: filepath.Join(dir, treeLockName),
+		Limit: maxLockContent, Parse: parseHolder, Hint: func() (holder.Hint, bool) { return recordHint(dir) },
+	})
+	st := stateOf(p.State)
+	st.via, st.lostFile, st.treeHeld = p.Via, p.LostFile, p.TreeHeld
+	switch {
+	case p.OtherMount != "":
+		st.heldThrough(dir, p.OtherMount)
+	case p.LostFile:
+		st.notes = append(st.notes, fmt.Sprintf("%s was lost (deleted, renamed or replaced while held): its holder still runs and holds %s", filepath.Join(dir, LockName), filepath.Join(dir, treeLockName)))
+	case p.Via == holder.ViaHint && filelock.CarriesContent: // elsewhere runner.json is how a holder is always named
+		st.notes = append(st.notes, fmt.Sprintf("%s; the holder was named from %s", p.Unnamed, RecordName))
 	}
 	return st
 }
 
-// elsewhere makes a runner lock that looks free held when the identity in
-// it holds it through another mount (holder.Elsewhere): the kernel excludes
-// nothing between the two mounts, but a runner runs, and a probe never says
-// otherwise. Status also asks it of a lock found held, for its warning (the
-// kernel may have matched the holder by inode number alone).
-func (st *lockState) elsewhere(dir string) {
-	path := filepath.Join(dir, LockName)
-	ours, err := filelock.InodeOf(path)
-	if err != nil {
-		return
+// recordHint is the holder runner.json names, for holder.Pair.
+func recordHint(dir string) (holder.Hint, bool) {
+	rec, state, _ := readRecord(dir)
+	if state != fileOK || rec.PID != rec.Process.PID {
+		return holder.Hint{}, false
 	}
-	holderPath, held := holder.Elsewhere(liveness.Identity(st.holder), st.fd, ours, LockName)
-	if !held {
-		return
-	}
+	return holder.Hint{ID: liveness.Identity(rec.Process), FD: rec.LockFD}, true
+}
+
+// heldThrough makes st the state of dir's runner lock held by its named
+// holder through another mount, where the holder sees it at holderPath
+// (holder.Elsewhere), with the note Status gives: file locks exclude
+// nothing between the two mounts, but a runner runs.
+func (st *lockState) heldThrough(dir, holderPath string) {
 	st.held, st.pid, st.verified, st.via, st.otherMount = true, st.holder.PID, true, viaLockFile, true
 	st.notes = append(st.notes, fmt.Sprintf("%s is held by pid %d through another mount (%s): file locks on %s do not exclude between the two, so no runner can be admitted here safely; use one path on a local disk",
-		path, st.holder.PID, holderPath, cmp.Or(fsinfo.TypeOf(dir), "this filesystem")))
+		filepath.Join(dir, LockName), st.holder.PID, holderPath, cmp.Or(fsinfo.TypeOf(dir), "this filesystem")))
 }
 
-// elsewhereToo is elsewhere for Status, asked of a lock found held whose
-// named holder was not already found through another mount, for its warning
-// (the kernel may have matched the holder by inode number alone); only
-// where the lock file carries content.
+// elsewhereToo is, for Status, holder.Elsewhere asked of a lock found held
+// whose named holder was not already found through another mount, for its
+// warning (the kernel may have matched the holder by inode number alone);
+// only where the lock file carries content.
 func (st *lockState) elsewhereToo(dir string) {
-	if _, ok := st.namedHolder(); ok && !st.otherMount && filelock.CarriesContent {
-		st.elsewhere(dir)
+	if _, ok := st.namedHolder(); !ok || st.otherMount || !filelock.CarriesContent {
+		return
 	}
-}
-
-// confirmFromRecord is the probe that touches no lock: runner.json names the
-// holder and the descriptor it locks runner.lock through (Record.LockFD),
-// and /proc/<pid>/fdinfo/<fd> shows that process's exclusive lock on the
-// file now at runner.lock, read before its start identity (see
-// liveness.CheckHolder for why that order proves it holds it).
-//
-// It opens no file that carries a lock and makes no flock call: only a stat
-// of runner.lock, a read of runner.json (replaced whole on every write, so
-// never locked) and the one fdinfo file. That matters beside a process that
-// reads /proc/locks (lslocks, a monitoring agent): every such read takes the
-// kernel's lock table for writing, and the close of any descriptor on a file
-// with a flock on it (fs/locks.c locks_remove_flock) waits for it, however
-// many locks the machine holds. ok is false wherever this cannot confirm the
-// holder (no runner.json, or one from a runner not holding now; another
-// user's process; a symlink or a directory at runner.lock), and inspectLock
-// decides as before.
-func confirmFromRecord(dir string) (st lockState, ok bool) {
-	rec, state, _ := readRecord(dir)
-	if state != fileOK || rec.LockFD <= 0 || rec.PID <= 0 || rec.PID != rec.Process.PID {
-		return lockState{}, false
+	if holderPath, held := holder.Elsewhere(liveness.Identity(st.holder), st.fd, filepath.Join(dir, LockName)); held {
+		st.heldThrough(dir, holderPath)
 	}
-	ino, err := filelock.InodeOf(filepath.Join(dir, LockName))
-	if err != nil {
-		return lockState{}, false
-	}
-	v, held, reason := holder.Confirm(liveness.Identity(rec.Process), rec.LockFD, ino)
-	if !held {
-		return lockState{}, false
-	}
-	return lockState{
-		held: true, pid: rec.PID, verified: true, holder: rec.Process, named: true,
-		verdict: v, via: viaRecordLock, fd: rec.LockFD, reason: reason,
-	}, true
-}
-
-// inspectTree looks at tree.lock for a directory whose runner.lock (st) is
-// free.
-func inspectTree(dir string, st lockState) lockState {
-	tree := inspectLock(filepath.Join(dir, treeLockName))
-	switch {
-	case tree.err != nil:
-		st.err = tree.err
-	case tree.verified && tree.alive():
-		tree.lostFile = true
-		tree.notes = append(tree.notes, fmt.Sprintf("%s was lost (deleted, renamed or replaced while held): its holder still runs and holds %s", filepath.Join(dir, LockName), filepath.Join(dir, treeLockName)))
-		return tree
-	case tree.held:
-		st.treeHeld = true
-	}
-	return st
 }
 
 // orphans lists the processes that hold dir's tree.lock, from a scan of every

@@ -264,25 +264,6 @@ func Confirm(id liveness.Identity, fd int, ino filelock.Inode) (v liveness.Verdi
 	return v, held, reason(id, v, why)
 }
 
-// Elsewhere reports whether id, verified alive, holds a lock through its
-// descriptor fd on another mount than ours (the Inode of the lock file as
-// this process sees it): that descriptor is open on a file named name of
-// another device and carries an exclusive lock. The descriptor is read
-// before the identity is verified (liveness.CheckHolder says why that order
-// proves it is the holder). It returns the lock file's path as the holder
-// sees it.
-func Elsewhere(id liveness.Identity, fd int, ours filelock.Inode, name string) (holderPath string, held bool) {
-	if fd < 0 || id.PID <= 0 {
-		return "", false
-	}
-	_, held, _ = liveness.CheckHolder(id, func() bool {
-		p, ino, locked := filelock.LockThrough(id.PID, fd)
-		holderPath = p
-		return locked == filelock.Yes && filepath.Base(p) == name && ino.Dev != ours.Dev
-	})
-	return holderPath, held
-}
-
 // SameFile reports whether the lock file l, which this process holds, is
 // the very file the descriptor fd of pid is open on, by a mark: random
 // bytes, as long as what the file holds (old), written through l and read
