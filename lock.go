@@ -51,6 +51,86 @@ var ErrLockingUnsupported = errors.New("runnerstate: file locking is not support
 // concurrent use.
 func TrustFilesystem(types ...string) (restore func()) { return fsinfo.Trust(types...) }
 
+// This package's words for the errors of internal packages.
+
+// pathError names the operation and path. The operation carries the package
+// name so that every message starts with it, and a system error says what to
+// do (durable.Advise).
+func pathError(op, path string, err error) error {
+	if durable.IsNotDir(err) {
+		return public(durable.NotDir(path)) // name the file that stands in the way
+	}
+	if d := denied(path, err); d != nil {
+		return d
+	}
+	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: durable.Advise(err)}
+}
+
+// denied is durable.Denied for a permission error on path: an error naming
+// the directory this process may not enter, or nil.
+func denied(path string, err error) error {
+	if !errors.Is(err, fs.ErrPermission) {
+		return nil
+	}
+	return durable.Denied("runnerstate: ", path, durable.Unwrap(err))
+}
+
+// public turns an error from an internal package into this package's
+// vocabulary: the *fs.PathError it is gets an Op that names the package, so
+// that every message starts with "runnerstate: ", a system error says what to
+// do (durable.Advise), and a filesystem's refusal of locks becomes
+// ErrLockingUnsupported. Anything else passes as it is.
+func public(err error) error {
+	pe, ok := err.(*fs.PathError)
+	if !ok {
+		return err
+	}
+	var ue *filelock.UnsupportedError
+	if errors.As(pe.Err, &ue) {
+		return &fs.PathError{Op: "runnerstate: lock", Path: pe.Path, Err: lockingUnsupported{ue.Err}}
+	}
+	if strings.HasPrefix(pe.Op, "runnerstate: ") {
+		return err
+	}
+	if durable.IsNotDir(pe.Err) {
+		return public(durable.NotDir(pe.Path)) // name the file that stands in the way
+	}
+	if d := denied(pe.Path, pe.Err); d != nil {
+		return d
+	}
+	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: durable.Advise(pe.Err)}
+}
+
+// lockingUnsupported is ErrLockingUnsupported for one path, with the
+// system's answer (ENOLCK, EOPNOTSUPP...) as its cause: its message is the
+// sentinel's without the package name, which the *fs.PathError around it
+// already starts with.
+type lockingUnsupported struct{ cause error }
+
+func (e lockingUnsupported) Error() string {
+	var fe *fsinfo.Error
+	if errors.As(e.cause, &fe) {
+		return notExcluding(fe)
+	}
+	return strings.TrimPrefix(ErrLockingUnsupported.Error(), "runnerstate: ") + " (" + e.cause.Error() + ")"
+}
+
+// notExcluding is the message of a lock refused on a filesystem whose locks
+// do not exclude: what it is, and what to do.
+func notExcluding(fe *fsinfo.Error) string {
+	typ := cmp.Or(fe.Type, "unknown")
+	advice := "use a directory on a local disk, or the etcd module to coordinate several machines"
+	if fe.Holder > 0 {
+		return fmt.Sprintf("locks on %s (%s) do not exclude: pid %d (verified alive) holds %s through another mount (%s) at the same time; %s",
+			fe.Dir, typ, fe.Holder, LockName, fe.HolderPath, advice)
+	}
+	return fmt.Sprintf("%s is on %s, whose file locks do not exclude processes that reach it through another mount or another machine; %s, or, when every process reaches it through this one mount on this one machine, opt in with %s=%s (or TrustFilesystem)",
+		fe.Dir, typ, advice, fsinfo.TrustEnv, typ)
+}
+
+func (e lockingUnsupported) Is(target error) bool { return target == ErrLockingUnsupported }
+func (e lockingUnsupported) Unwrap() error        { return e.cause }
+
 // BusyError is the answer of every lock attempt that found the lock held. The
 // holder fields are hints read at the moment of refusal (by the time you read
 // them the holder may have gone): PID is the holder's pid when known, else 0;
@@ -268,139 +348,6 @@ func keepIfLive(ctx context.Context, live bool, path string, release func()) err
 	return &BusyError{Path: path, cause: ctx.Err(), letGo: true}
 }
 
-// busyError describes the holder of path as inspect reads it. cause is the
-// context's error when a wait ended.
-func busyError(path string, cause error, inspect inspector) *BusyError {
-	st := inspect(path)
-	return &BusyError{Path: path, PID: st.pid, Verified: st.occupancy().verified(), cause: cause}
-}
-
-// An inspector reads what a busy answer says of the holder of the lock at
-// path. Every call that can be refused names the inspector of the lock it
-// takes: the lock layer itself never decides by a file's name.
-type inspector func(path string) lockState
-
-// inspectors is the protocol's table from a lock file's name to the
-// inspector that names its holder. Where the lock file cannot name its
-// holder (Windows), the files beside it can: a runner directory's
-// runner.lock is named from runner.json as Running names it; a scope's lock
-// from its sidecar. Any other lock is named by inspectLock alone.
-var inspectors = map[string]inspector{
-	LockName:      inspectRunnerLock,
-	scopeLockName: inspectScopeLock,
-}
-
-// inspectByName is the inspector of Lock, TryLock, RLock and TryRLock: the
-// one inspectorOf picks for the lock's name, looked up only when the lock
-// is busy (so the uncontended path stays as small as the compiler inlines).
-func inspectByName(path string) lockState { return inspectorOf(path)(path) }
-
-// inspectorOf is the inspector Lock, TryLock, RLock and TryRLock use for
-// path, from the table of the protocol's names: so a plain TryLock on a
-// runner.lock names the runner as Acquire's refusal does, on every platform.
-func inspectorOf(path string) inspector {
-	if inspect, ok := inspectors[filepath.Base(path)]; ok {
-		return inspect
-	}
-	return inspectLock
-}
-
-// inspectRunnerLock names the holder of a runner directory's runner.lock as
-// Running does (inspectRunner), or as this very process when it holds the
-// directory and has not published yet.
-func inspectRunnerLock(path string) lockState {
-	dir := filepath.Dir(path)
-	st := inspectRunner(dir)
-	if h := holdOf(dir); st.occupancy().held() && st.pid == 0 && h != nil {
-		st.pid, st.verified = h.self.PID, true
-	}
-	return st
-}
-
-// inspectScopeLock names the holder of a scope's scope.lock from its sidecar
-// (inspectScope).
-func inspectScopeLock(path string) lockState { return inspectScope(filepath.Dir(path)) }
-
-// This package's words for the errors of internal packages.
-
-// pathError names the operation and path. The operation carries the package
-// name so that every message starts with it, and a system error says what to
-// do (durable.Advise).
-func pathError(op, path string, err error) error {
-	if durable.IsNotDir(err) {
-		return public(durable.NotDir(path)) // name the file that stands in the way
-	}
-	if d := denied(path, err); d != nil {
-		return d
-	}
-	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: durable.Advise(err)}
-}
-
-// denied is durable.Denied for a permission error on path: an error naming
-// the directory this process may not enter, or nil.
-func denied(path string, err error) error {
-	if !errors.Is(err, fs.ErrPermission) {
-		return nil
-	}
-	return durable.Denied("runnerstate: ", path, durable.Unwrap(err))
-}
-
-// public turns an error from an internal package into this package's
-// vocabulary: the *fs.PathError it is gets an Op that names the package, so
-// that every message starts with "runnerstate: ", a system error says what to
-// do (durable.Advise), and a filesystem's refusal of locks becomes
-// ErrLockingUnsupported. Anything else passes as it is.
-func public(err error) error {
-	pe, ok := err.(*fs.PathError)
-	if !ok {
-		return err
-	}
-	var ue *filelock.UnsupportedError
-	if errors.As(pe.Err, &ue) {
-		return &fs.PathError{Op: "runnerstate: lock", Path: pe.Path, Err: lockingUnsupported{ue.Err}}
-	}
-	if strings.HasPrefix(pe.Op, "runnerstate: ") {
-		return err
-	}
-	if durable.IsNotDir(pe.Err) {
-		return public(durable.NotDir(pe.Path)) // name the file that stands in the way
-	}
-	if d := denied(pe.Path, pe.Err); d != nil {
-		return d
-	}
-	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: durable.Advise(pe.Err)}
-}
-
-// lockingUnsupported is ErrLockingUnsupported for one path, with the
-// system's answer (ENOLCK, EOPNOTSUPP...) as its cause: its message is the
-// sentinel's without the package name, which the *fs.PathError around it
-// already starts with.
-type lockingUnsupported struct{ cause error }
-
-func (e lockingUnsupported) Error() string {
-	var fe *fsinfo.Error
-	if errors.As(e.cause, &fe) {
-		return notExcluding(fe)
-	}
-	return strings.TrimPrefix(ErrLockingUnsupported.Error(), "runnerstate: ") + " (" + e.cause.Error() + ")"
-}
-
-// notExcluding is the message of a lock refused on a filesystem whose locks
-// do not exclude: what it is, and what to do.
-func notExcluding(fe *fsinfo.Error) string {
-	typ := cmp.Or(fe.Type, "unknown")
-	advice := "use a directory on a local disk, or the etcd module to coordinate several machines"
-	if fe.Holder > 0 {
-		return fmt.Sprintf("locks on %s (%s) do not exclude: pid %d (verified alive) holds %s through another mount (%s) at the same time; %s",
-			fe.Dir, typ, fe.Holder, LockName, fe.HolderPath, advice)
-	}
-	return fmt.Sprintf("%s is on %s, whose file locks do not exclude processes that reach it through another mount or another machine; %s, or, when every process reaches it through this one mount on this one machine, opt in with %s=%s (or TrustFilesystem)",
-		fe.Dir, typ, advice, fsinfo.TrustEnv, typ)
-}
-
-func (e lockingUnsupported) Is(target error) bool { return target == ErrLockingUnsupported }
-func (e lockingUnsupported) Unwrap() error        { return e.cause }
-
 // What is known of a lock's holder.
 
 // lockState is what inspectLock learned about a lock file: whether it is
@@ -556,3 +503,56 @@ func parseHolder(data []byte) (liveness.Identity, int, bool) {
 	lc, err := lockLineMemo.parse(data)
 	return liveness.Identity(lc.Identity), lc.FD, err == nil
 }
+
+// busyError describes the holder of path as inspect reads it. cause is the
+// context's error when a wait ended.
+func busyError(path string, cause error, inspect inspector) *BusyError {
+	st := inspect(path)
+	return &BusyError{Path: path, PID: st.pid, Verified: st.occupancy().verified(), cause: cause}
+}
+
+// An inspector reads what a busy answer says of the holder of the lock at
+// path. Every call that can be refused names the inspector of the lock it
+// takes: the lock layer itself never decides by a file's name.
+type inspector func(path string) lockState
+
+// inspectors is the protocol's table from a lock file's name to the
+// inspector that names its holder. Where the lock file cannot name its
+// holder (Windows), the files beside it can: a runner directory's
+// runner.lock is named from runner.json as Running names it; a scope's lock
+// from its sidecar. Any other lock is named by inspectLock alone.
+var inspectors = map[string]inspector{
+	LockName:      inspectRunnerLock,
+	scopeLockName: inspectScopeLock,
+}
+
+// inspectByName is the inspector of Lock, TryLock, RLock and TryRLock: the
+// one inspectorOf picks for the lock's name, looked up only when the lock
+// is busy (so the uncontended path stays as small as the compiler inlines).
+func inspectByName(path string) lockState { return inspectorOf(path)(path) }
+
+// inspectorOf is the inspector Lock, TryLock, RLock and TryRLock use for
+// path, from the table of the protocol's names: so a plain TryLock on a
+// runner.lock names the runner as Acquire's refusal does, on every platform.
+func inspectorOf(path string) inspector {
+	if inspect, ok := inspectors[filepath.Base(path)]; ok {
+		return inspect
+	}
+	return inspectLock
+}
+
+// inspectRunnerLock names the holder of a runner directory's runner.lock as
+// Running does (inspectRunner), or as this very process when it holds the
+// directory and has not published yet.
+func inspectRunnerLock(path string) lockState {
+	dir := filepath.Dir(path)
+	st := inspectRunner(dir)
+	if h := holdOf(dir); st.occupancy().held() && st.pid == 0 && h != nil {
+		st.pid, st.verified = h.self.PID, true
+	}
+	return st
+}
+
+// inspectScopeLock names the holder of a scope's scope.lock from its sidecar
+// (inspectScope).
+func inspectScopeLock(path string) lockState { return inspectScope(filepath.Dir(path)) }

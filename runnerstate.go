@@ -111,6 +111,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -217,15 +218,7 @@ func ensureRunnerDir(dir string) error {
 	if err := ensureDir(dir); err != nil {
 		return err
 	}
-	for _, name := range []string{LockName, treeLockName, stateLockName, gateName} {
-		p := filepath.Join(dir, name)
-		if fi, err := os.Lstat(p); err == nil {
-			if err := durable.CheckMode(p, fi.Mode()); err != nil {
-				return public(err)
-			}
-		}
-	}
-	return nil
+	return public(durable.CheckEntries(dir, LockName, treeLockName, stateLockName, gateName))
 }
 
 // This process's holds.
@@ -349,31 +342,18 @@ func tryPair(dir string) (pair, error) {
 
 // crossCheck refuses the runner lock l, just taken, when it is proven not
 // to exclude, whatever the filesystem claims to be: the identity in it is
-// another holder's (see holder.Elsewhere), who holds it at the same time
-// through another mount. The error is ErrLockingUnsupported naming that
-// holder. Anything short of proof (no identity, a dead or unverifiable one,
-// a descriptor that is closed, carries no lock, or is open on a file of this
-// very filesystem, which the kernel would have excluded) admits.
+// another holder's, who holds it at the same time through another mount
+// (holder.Shared). The error is ErrLockingUnsupported naming that holder.
+// Anything short of proof admits.
 func crossCheck(l *filelock.File) error {
-	if !filelock.CarriesContent || l.Empty() {
-		return nil // released cleanly: nobody is named
-	}
-	data, err := l.ReadContent(maxLockContent)
-	if err != nil || len(data) == 0 {
-		return nil
-	}
-	lc, ok := parseLockLine(data)
-	if !ok {
-		return nil
-	}
-	holderPath, held := holder.Elsewhere(liveness.Identity(lc.Identity), lc.FD, l.Path())
-	if !held || !holder.SameFile(l, lc.PID, lc.FD, data) {
+	pid, holderPath, shared := holder.Shared(l, maxLockContent, parseHolder)
+	if !shared {
 		return nil
 	}
 	dir := filepath.Dir(l.Path())
 	logger().Warn("runnerstate: refused a runner lock that does not exclude: another process holds it through another mount",
-		"path", l.Path(), "pid", lc.PID, "holder_path", holderPath, "filesystem", fsinfo.TypeOf(dir))
-	return public(filelock.NotExcluding(l.Path(), fsinfo.TypeOf(dir), lc.PID, holderPath))
+		"path", l.Path(), "pid", pid, "holder_path", holderPath, "filesystem", fsinfo.TypeOf(dir))
+	return public(filelock.NotExcluding(l.Path(), fsinfo.TypeOf(dir), pid, holderPath))
 }
 
 // busyIfHeld answers a lock file this process may not open (another user's)
@@ -645,9 +625,8 @@ func (h *hold) cleanUp() error {
 }
 
 // lost says whether the hold lost a lock file: one of its pair was deleted,
-// renamed or replaced while held, or the directory is gone. why names which.
-// Only proof counts: a lock file or directory that cannot be checked (its
-// stat fails with EIO, EACCES...) is not lost.
+// renamed or replaced while held, or the directory is gone
+// (filelock.Lost). why names which.
 func (h *hold) lost() (bool, string) {
 	h.mu.Lock()
 	released := h.released
@@ -655,15 +634,7 @@ func (h *hold) lost() (bool, string) {
 	if released {
 		return false, ""
 	}
-	if _, err := os.Stat(h.dir); isNotExist(err) {
-		return true, h.dir + " is gone"
-	}
-	for _, l := range h.locks() {
-		if ok, err := l.AtPath(); !ok && err == nil {
-			return true, l.Path() + " was removed or replaced while held"
-		}
-	}
-	return false, ""
+	return filelock.Lost(h.dir, h.locks()...)
 }
 
 // heal writes this hold's identity back into runner.lock when another
@@ -686,23 +657,6 @@ func (h *hold) heal() {
 		}
 		writeIdentity(l, h.self)
 	}
-}
-
-// letGo frees l, a lock this process holds on a file it wrote its identity
-// into. While l is still the file at its path, cleanup first removes what
-// names this process beside it (a record, a sidecar), then the identity is
-// cleared, so that a successor never finds the lock free while a file still
-// names this process. When the file was replaced under l, nothing at the
-// path is this hold's, and only the lock is freed. cleanup's error is
-// returned; the lock is freed in any case.
-func letGo(l *filelock.File, cleanup func() error) error {
-	defer l.Release()
-	if ok, _ := l.AtPath(); !ok {
-		return nil
-	}
-	err := cleanup()
-	l.WriteContent(nil)
-	return err
 }
 
 // Running reports whether a runner holds dir's lock now, and who. The kernel
@@ -836,7 +790,7 @@ func StalePIDs(dir string) []int {
 	}
 	var pids []int
 	add := func(pid int) {
-		if pid > 0 && !containsPID(pids, pid) {
+		if pid > 0 && !slices.Contains(pids, pid) {
 			pids = append(pids, pid)
 		}
 	}
@@ -891,15 +845,6 @@ func stalePIDs(dir string, st lockState) []int {
 		stale = append(stale, pid)
 	}
 	return stale
-}
-
-func containsPID(pids []int, pid int) bool {
-	for _, p := range pids {
-		if p == pid {
-			return true
-		}
-	}
-	return false
 }
 
 // Report is everything an operator needs to know about a runner directory,
@@ -1095,20 +1040,11 @@ func orphans(dir string, except int) (pids []int, complete bool) {
 	all, complete := filelock.ScanHolders(ino)
 	waiting, _ := waitingStarters(dir)
 	for _, pid := range all {
-		if pid != except && !isWaiting(waiting, pid) {
+		if pid != except && !slices.ContainsFunc(waiting, func(s Identity) bool { return s.PID == pid }) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids, complete
-}
-
-func isWaiting(starters []Identity, pid int) bool {
-	for _, s := range starters {
-		if s.PID == pid {
-			return true
-		}
-	}
-	return false
 }
 
 // treeBusyError is Acquire's refusal when only tree.lock is held: it names a
@@ -1150,11 +1086,8 @@ func dirWarnings(dir string) []string {
 	if durable.OpenToAll(fi) {
 		warnings = append(warnings, fmt.Sprintf("%s is world-writable without the sticky bit: any user can replace the runner's files; chmod o-w or +t it", dir))
 	}
-	state := filepath.Join(dir, stateLockName)
-	if fi, err := os.Lstat(state); err == nil {
-		if err := durable.CheckMode(state, fi.Mode()); err != nil {
-			warnings = append(warnings, fmt.Sprintf("%s %v: until it is, no runner is admitted and no state is written", state, durable.Unwrap(err)))
-		}
+	if err := durable.CheckEntries(dir, stateLockName); err != nil {
+		warnings = append(warnings, fmt.Sprintf("%s %v: until it is, no runner is admitted and no state is written", filepath.Join(dir, stateLockName), durable.Unwrap(err)))
 	}
 	return warnings
 }

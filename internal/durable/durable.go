@@ -166,6 +166,21 @@ func CheckMode(path string, mode fs.FileMode) error {
 	return nil
 }
 
+// CheckEntries refuses, with CheckMode, the first of names in dir that
+// exists and is not a regular file; names that do not exist (or cannot be
+// looked up) pass.
+func CheckEntries(dir string, names ...string) error {
+	for _, name := range names {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Lstat(p); err == nil {
+			if err := CheckMode(p, fi.Mode()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Unwrap returns the system's error inside an *fs.PathError or
 // *os.LinkError, so that the caller can name the path its own way.
 func Unwrap(err error) error {

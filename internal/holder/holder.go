@@ -264,7 +264,36 @@ func Confirm(id liveness.Identity, fd int, ino filelock.Inode) (v liveness.Verdi
 	return v, held, reason(id, v, why)
 }
 
-// SameFile reports whether the lock file l, which this process holds, is
+// Shared reports whether the lock l, which this process just took, is held
+// at the same time by the holder its content names (read up to limit bytes,
+// parsed by parse), through another mount of the very same file: that
+// holder, verified alive, holds a lock through its descriptor on a file of
+// the same name on another device (Elsewhere), and that descriptor is open
+// on the very file l is (sameFile). Anything short of proof (no identity, a
+// dead or unverifiable one, a descriptor that is closed, carries no lock, or
+// is open on a file of this very filesystem, which the kernel would have
+// excluded) is not shared. It returns the holder's pid and its path to the
+// lock file.
+func Shared(l *filelock.File, limit int, parse Parse) (pid int, holderPath string, shared bool) {
+	if !filelock.CarriesContent || l.Empty() {
+		return 0, "", false // released cleanly: nobody is named
+	}
+	data, err := l.ReadContent(limit)
+	if err != nil || len(data) == 0 {
+		return 0, "", false
+	}
+	id, fd, ok := parse(data)
+	if !ok {
+		return 0, "", false
+	}
+	holderPath, held := Elsewhere(id, fd, l.Path())
+	if !held || !sameFile(l, id.PID, fd, data) {
+		return 0, "", false
+	}
+	return id.PID, holderPath, true
+}
+
+// sameFile reports whether the lock file l, which this process holds, is
 // the very file the descriptor fd of pid is open on, by a mark: random
 // bytes, as long as what the file holds (old), written through l and read
 // back through pid's descriptor. (As long, because a network or FUSE mount
@@ -273,7 +302,7 @@ func Confirm(id liveness.Identity, fd int, ino filelock.Inode) (v liveness.Verdi
 // identity, but never shows the mark. old is written back in any case: it
 // is the other holder's when the file is shared, and a caller may still
 // read it.
-func SameFile(l *filelock.File, pid, fd int, old []byte) bool {
+func sameFile(l *filelock.File, pid, fd int, old []byte) bool {
 	mark := make([]byte, len(old))
 	rand.Read(mark)
 	for i := range mark {
