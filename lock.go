@@ -470,17 +470,6 @@ func (st lockState) warnings(lockPath string) []string {
 	return w
 }
 
-// alive reports whether the holder's identity is verified alive.
-func (st lockState) alive() bool {
-	return st.verdict == liveness.Alive || st.verdict == liveness.Self
-}
-
-// name takes id as the holder's name and checks it.
-func (st *lockState) name(id Identity) {
-	st.holder, st.named = id, true
-	st.verdict, st.reason = holder.Check(liveness.Identity(id))
-}
-
 // inspectLock looks at the lock file at path without touching the lock
 // (holder.Inspect says how): who holds it, and whether the identity written
 // in it, as this package writes it (lockContent), is that holder and alive.

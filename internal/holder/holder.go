@@ -236,19 +236,17 @@ func (st State) Alive() bool {
 	return st.Verdict == liveness.Alive || st.Verdict == liveness.Self
 }
 
-// Name takes id as the holder's name and checks it (Check).
+// Name takes id as the holder's name and checks it (liveness.Check), with
+// the reason in a State's words.
 func (st *State) Name(id liveness.Identity) {
+	var why string
 	st.Holder, st.Named = id, true
-	st.Verdict, st.Reason = Check(id)
+	st.Verdict, why = liveness.Check(id)
+	st.Reason = reason(id, st.Verdict, why)
 }
 
-// Check is liveness.Check of id, with the reason in the words a State
-// gives: the identity, its verdict, and why.
-func Check(id liveness.Identity) (liveness.Verdict, string) {
-	v, why := liveness.Check(id)
-	return v, reason(id, v, why)
-}
-
+// reason is why a holder is or is not verified, in a State's words: the
+// identity, its verdict, and why.
 func reason(id liveness.Identity, v liveness.Verdict, why string) string {
 	return id.String() + ": " + v.String() + " (" + why + ")"
 }
