@@ -794,15 +794,23 @@ func StalePIDs(dir string) []int {
 			pids = append(pids, pid)
 		}
 	}
-	if data, err := readFile(filepath.Join(dir, LockName), maxLockContent); err == nil {
-		if id, ok := parseLockContent(data); ok {
-			add(id.PID)
-		}
+	if id, ok := lockFileNames(dir); ok {
+		add(id.PID)
 	}
 	if rec, state, _ := readRecord(dir); state == fileOK {
 		add(rec.PID)
 	}
 	return pids
+}
+
+// lockFileNames is the identity dir's runner.lock names, read as a hint:
+// without a lock, and proving nothing.
+func lockFileNames(dir string) (Identity, bool) {
+	data, err := readFile(filepath.Join(dir, LockName), maxLockContent)
+	if err != nil {
+		return Identity{}, false
+	}
+	return parseLockContent(data)
 }
 
 // stalePIDs are the pids dir's files name that are provably not its live
@@ -820,10 +828,8 @@ func stalePIDs(dir string, st lockState) []int {
 	}
 	var stale []int
 	named := map[int]Identity{}
-	if lc, err := readFile(filepath.Join(dir, LockName), maxLockContent); err == nil {
-		if id, ok := parseLockContent(lc); ok {
-			named[id.PID] = id
-		}
+	if id, ok := lockFileNames(dir); ok {
+		named[id.PID] = id
 	}
 	if rec, state, _ := readRecord(dir); state == fileOK {
 		if _, ok := named[rec.PID]; !ok {
@@ -958,11 +964,9 @@ func Status(dir string) (Report, error) {
 // "unverifiable" when it names none.
 func refusedStatus(r Report, dir string, refused error) Report {
 	r.Verdict = liveness.Unverifiable.String()
-	if data, err := readFile(filepath.Join(dir, LockName), maxLockContent); err == nil {
-		if id, ok := parseLockContent(data); ok {
-			v, _ := liveness.Check(liveness.Identity(id))
-			r.Verdict = v.String()
-		}
+	if id, ok := lockFileNames(dir); ok {
+		v, _ := liveness.Check(liveness.Identity(id))
+		r.Verdict = v.String()
 	}
 	why := durable.Unwrap(public(refused)).Error()
 	r.Warnings = append(r.Warnings, "cannot tell whether a runner holds "+dir+": "+why)
