@@ -83,7 +83,7 @@ func TestInspectPairLostFile(t *testing.T) {
 		t.Skip("a locked file's content cannot be read here")
 	}
 	dir := t.TempDir()
-	p := Pair{Lock: filepath.Join(dir, "x.lock"), Tree: filepath.Join(dir, "tree.lock"), Limit: 4096, Parse: parse,
+	p := Pair{Lock: filepath.Join(dir, "x.lock"), Tree: filepath.Join(dir, "y.lock"), Limit: 4096, Parse: parse,
 		Hint: func() (Hint, bool) { return Hint{}, false }}
 	lockNamed(t, p.Tree)
 	st := InspectPair(p)
@@ -100,7 +100,7 @@ func TestInspectPairHintConfirms(t *testing.T) {
 		t.Skip("only Linux shows a process's locks")
 	}
 	dir := t.TempDir()
-	p := Pair{Lock: filepath.Join(dir, "x.lock"), Tree: filepath.Join(dir, "tree.lock"), Limit: 4096, Parse: parse}
+	p := Pair{Lock: filepath.Join(dir, "x.lock"), Tree: filepath.Join(dir, "y.lock"), Limit: 4096, Parse: parse}
 	l := lockNamed(t, p.Lock)
 	p.Hint = func() (Hint, bool) { return Hint{ID: liveness.Current(), FD: int(l.Fd())}, true }
 	st := InspectPair(p)
