@@ -4,8 +4,11 @@
 // kernel's lock list (/proc/locks) and, where none of these can answer, a
 // probe.
 //
-// What a lock file's content means is the caller's: it passes the parser
-// in (Parse). Errors are the system's (*fs.PathError) or the durable
+// Inspect reads one lock file; InspectPair reads a lock whose holder also
+// holds a second lock that its children inherit, with a file beside them
+// that names the holder too (a Hint). What a lock file's content means, and
+// which files those are, is the caller's: it passes the parser and the
+// paths in. Errors are the system's (*fs.PathError) or the durable
 // package's sentinels, for the caller to word.
 package holder
 
@@ -123,14 +126,14 @@ func (st *State) readContent(path string, limit int, parse Parse) (filelock.Inod
 
 // confirmedVia is the exact, O(1) answer: the lock file names its holder and
 // the descriptor it locked through, and /proc/<pid>/fdinfo/<fd> shows that
-// lock (Confirm). Otherwise it checks the named identity the ordinary way,
+// lock (confirm). Otherwise it checks the named identity the ordinary way,
 // for the slower readings to use.
 func (st *State) confirmedVia(ino filelock.Inode) bool {
 	if !st.Named {
 		return false
 	}
 	if st.FD > 0 {
-		if v, held, reason := Confirm(st.Holder, st.FD, ino); held {
+		if v, held, reason := confirm(st.Holder, st.FD, ino); held {
 			st.Verdict, st.Reason = v, reason
 			st.Held, st.PID, st.Verified = true, st.Holder.PID, true
 			return true
@@ -251,11 +254,11 @@ func reason(id liveness.Identity, v liveness.Verdict, why string) string {
 	return id.String() + ": " + v.String() + " (" + why + ")"
 }
 
-// Confirm reports whether id holds the lock on the file ino through its
+// confirm reports whether id holds the lock on the file ino through its
 // descriptor fd, from /proc/<pid>/fdinfo/<fd>, read before the holder's
 // start identity (liveness.CheckHolder says why that order proves it is the
 // holder), with the verdict and its reason in a State's words.
-func Confirm(id liveness.Identity, fd int, ino filelock.Inode) (v liveness.Verdict, held bool, why string) {
+func confirm(id liveness.Identity, fd int, ino filelock.Inode) (v liveness.Verdict, held bool, why string) {
 	v, held, why = liveness.CheckHolder(id, func() bool {
 		return filelock.HeldVia(id.PID, fd, ino) == filelock.Yes
 	})

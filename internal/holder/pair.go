@@ -96,7 +96,7 @@ func InspectPair(p Pair) PairState {
 // confirmFromHint is the probe that touches no lock: the hint names the
 // holder and the descriptor it locks p.Lock through, and
 // /proc/<pid>/fdinfo/<fd> shows that process's exclusive lock on the file
-// now at p.Lock (Confirm).
+// now at p.Lock (confirm).
 //
 // It opens no file that carries a lock and makes no flock call: only a stat
 // of the lock file, the hint's read (a file replaced whole on every write,
@@ -117,7 +117,7 @@ func (p Pair) confirmFromHint() (st PairState, ok bool) {
 	if err != nil {
 		return PairState{}, false
 	}
-	v, held, reason := Confirm(hint.ID, hint.FD, ino)
+	v, held, reason := confirm(hint.ID, hint.FD, ino)
 	if !held {
 		return PairState{}, false
 	}
