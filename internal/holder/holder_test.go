@@ -8,14 +8,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // line is what the tests write into a lock file: an identity and the
 // descriptor it locked through.
