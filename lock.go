@@ -1,6 +1,7 @@
 package runnerstate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,8 +11,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/fsinfo"
+	"github.com/runnerstate/runnerstate/internal/holder"
+	"github.com/runnerstate/runnerstate/internal/liveness"
 )
 
 // ErrBusy reports that a lock is held by someone else. Every busy answer is a
@@ -46,6 +50,86 @@ var ErrLockingUnsupported = errors.New("runnerstate: file locking is not support
 // cross-check still refuses a lock proven not to exclude. Safe for
 // concurrent use.
 func TrustFilesystem(types ...string) (restore func()) { return fsinfo.Trust(types...) }
+
+// This package's words for the errors of internal packages.
+
+// pathError names the operation and path. The operation carries the package
+// name so that every message starts with it, and a system error says what to
+// do (durable.Advise).
+func pathError(op, path string, err error) error {
+	if durable.IsNotDir(err) {
+		return public(durable.NotDir(path)) // name the file that stands in the way
+	}
+	if d := denied(path, err); d != nil {
+		return d
+	}
+	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: durable.Advise(err)}
+}
+
+// denied is durable.Denied for a permission error on path: an error naming
+// the directory this process may not enter, or nil.
+func denied(path string, err error) error {
+	if !errors.Is(err, fs.ErrPermission) {
+		return nil
+	}
+	return durable.Denied("runnerstate: ", path, durable.Unwrap(err))
+}
+
+// public turns an error from an internal package into this package's
+// vocabulary: the *fs.PathError it is gets an Op that names the package, so
+// that every message starts with "runnerstate: ", a system error says what to
+// do (durable.Advise), and a filesystem's refusal of locks becomes
+// ErrLockingUnsupported. Anything else passes as it is.
+func public(err error) error {
+	pe, ok := err.(*fs.PathError)
+	if !ok {
+		return err
+	}
+	var ue *filelock.UnsupportedError
+	if errors.As(pe.Err, &ue) {
+		return &fs.PathError{Op: "runnerstate: lock", Path: pe.Path, Err: lockingUnsupported{ue.Err}}
+	}
+	if strings.HasPrefix(pe.Op, "runnerstate: ") {
+		return err
+	}
+	if durable.IsNotDir(pe.Err) {
+		return public(durable.NotDir(pe.Path)) // name the file that stands in the way
+	}
+	if d := denied(pe.Path, pe.Err); d != nil {
+		return d
+	}
+	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: durable.Advise(pe.Err)}
+}
+
+// lockingUnsupported is ErrLockingUnsupported for one path, with the
+// system's answer (ENOLCK, EOPNOTSUPP...) as its cause: its message is the
+// sentinel's without the package name, which the *fs.PathError around it
+// already starts with.
+type lockingUnsupported struct{ cause error }
+
+func (e lockingUnsupported) Error() string {
+	var fe *fsinfo.Error
+	if errors.As(e.cause, &fe) {
+		return notExcluding(fe)
+	}
+	return strings.TrimPrefix(ErrLockingUnsupported.Error(), "runnerstate: ") + " (" + e.cause.Error() + ")"
+}
+
+// notExcluding is the message of a lock refused on a filesystem whose locks
+// do not exclude: what it is, and what to do.
+func notExcluding(fe *fsinfo.Error) string {
+	typ := cmp.Or(fe.Type, "unknown")
+	advice := "use a directory on a local disk, or the etcd module to coordinate several machines"
+	if fe.Holder > 0 {
+		return fmt.Sprintf("locks on %s (%s) do not exclude: pid %d (verified alive) holds %s through another mount (%s) at the same time; %s",
+			fe.Dir, typ, fe.Holder, LockName, fe.HolderPath, advice)
+	}
+	return fmt.Sprintf("%s is on %s, whose file locks do not exclude processes that reach it through another mount or another machine; %s, or, when every process reaches it through this one mount on this one machine, opt in with %s=%s (or TrustFilesystem)",
+		fe.Dir, typ, advice, fsinfo.TrustEnv, typ)
+}
+
+func (e lockingUnsupported) Is(target error) bool { return target == ErrLockingUnsupported }
+func (e lockingUnsupported) Unwrap() error        { return e.cause }
 
 // BusyError is the answer of every lock attempt that found the lock held. The
 // holder fields are hints read at the moment of refusal (by the time you read
@@ -262,6 +346,151 @@ func keepIfLive(ctx context.Context, live bool, path string, release func()) err
 	}
 	release()
 	return &BusyError{Path: path, cause: ctx.Err(), letGo: true}
+}
+
+// What is known of a lock's holder.
+
+// lockState is what inspectLock learned about a lock file: whether it is
+// held, and who holds it as far as that can be proven.
+type lockState struct {
+	held       bool             // someone holds the lock (kernel or probe)
+	pid        int              // the holder's pid as far as it can be trusted, else 0
+	verified   bool             // holder's identity is confirmed alive and it holds the lock
+	holder     Identity         // who holds it: the verified identity, else the best name known
+	named      bool             // holder names a process (from the lock file, runner.json or the kernel)
+	verdict    liveness.Verdict // of holder, when named
+	via        confirmation     // how a verified holder was confirmed
+	fd         int              // the descriptor the lock file says its holder locked through
+	silent     bool             // the lock file names nobody: empty, erased, unparsable, unreadable
+	hidden     bool             // held by a process not visible from this PID namespace
+	otherMount bool             // held through another mount of the lock file (elsewhere)
+	lostFile   bool             // held through tree.lock only: runner.lock was lost under the holder
+	treeHeld   bool             // runner.lock free, tree.lock held: orphans (or a holder not visible)
+	reason     string           // why the holder is not verified
+	notes      []string         // what else Status should say about the lock file
+	err        error            // the lock path is unusable (symlink, directory...)
+}
+
+// occupancy is what a lockState says holds the lock, or the directory for
+// inspectRunner: the one answer callers switch on. The facts that belong to
+// each case are lockState's: pid, holder, verdict and reason for a holder;
+// notes for Status; orphans are listed by orphans().
+type occupancy uint8
+
+const (
+	occFree       occupancy = iota // nothing holds it
+	occVerified                    // a holder whose identity is verified alive and holds the lock
+	occUnverified                  // a holder that cannot be verified (pid when the kernel names it)
+	occHidden                      // a holder not visible from this PID namespace: never named by pid, never signalled
+	occOrphans                     // runner.lock free, tree.lock held: orphans of a previous runner's tree
+	occLostFile                    // runner.lock lost under its runner, which still holds tree.lock (verified)
+)
+
+// String names the occupancy, for logs and test failures.
+func (o occupancy) String() string {
+	switch o {
+	case occFree:
+		return "free"
+	case occVerified:
+		return "verified holder"
+	case occUnverified:
+		return "unverified holder"
+	case occHidden:
+		return "hidden holder"
+	case occOrphans:
+		return "orphans"
+	case occLostFile:
+		return "lost lock file"
+	}
+	return fmt.Sprintf("occupancy(%d)", uint8(o))
+}
+
+// held reports whether a process holds the lock itself (or, for a lost lock
+// file, the tree.lock that stands for it): every occupancy but free and
+// orphans.
+func (o occupancy) held() bool { return o != occFree && o != occOrphans }
+
+// verified reports whether the holder's identity is verified alive: a
+// verified holder, or the runner of a lost lock file.
+func (o occupancy) verified() bool { return o == occVerified || o == occLostFile }
+
+// occupancy is the answer st gives: the only place its flags are decoded.
+// (A verified holder implies held, and so do hidden and lostFile; treeHeld
+// implies runner.lock free; lostFile implies verified.)
+func (st lockState) occupancy() occupancy {
+	switch {
+	case st.lostFile:
+		return occLostFile
+	case st.verified:
+		return occVerified
+	case st.hidden:
+		return occHidden
+	case st.held:
+		return occUnverified
+	case st.treeHeld:
+		return occOrphans
+	}
+	return occFree
+}
+
+// namedHolder is the identity a held lock's holder is known by (the lock
+// file's, runner.json's or the kernel's naming); ok is false when the lock is
+// not held or names nobody.
+func (st lockState) namedHolder() (id Identity, ok bool) {
+	if !st.occupancy().held() || !st.named {
+		return Identity{}, false
+	}
+	return st.holder, true
+}
+
+// confirmation is how a holder was verified (holder.Via).
+type confirmation = holder.Via
+
+const (
+	viaLockFile   = holder.ViaLockFile // the lock file's identity, held per the kernel
+	viaRecordLock = holder.ViaHintLock // runner.json's identity and lock descriptor, per its fdinfo
+)
+
+// warnings are what Status says about a held lock at lockPath.
+func (st lockState) warnings(lockPath string) []string {
+	w := append([]string(nil), st.notes...)
+	switch {
+	case st.hidden && st.verdict == liveness.OtherNamespace:
+		w = append(w, fmt.Sprintf("%s is held by a process not visible from this PID namespace: the lock file names %s of another PID namespace; it is never signalled", lockPath, st.holder))
+	case st.hidden:
+		w = append(w, fmt.Sprintf("%s is held by a process not visible from this PID namespace; it is never signalled", lockPath))
+	case st.verdict == liveness.Foreign:
+		w = append(w, fmt.Sprintf("%s names a holder on another machine (%s); it is never signalled", lockPath, st.holder))
+	case st.verdict == liveness.OtherNamespace:
+		w = append(w, fmt.Sprintf("%s names a holder in another PID namespace (%s); it is never signalled", lockPath, st.holder))
+	}
+	if st.occupancy() == occUnverified {
+		w = append(w, fmt.Sprintf("the holder of %s cannot be verified (%s)", lockPath, st.reason))
+	}
+	return w
+}
+
+// inspectLock looks at the lock file at path without touching the lock
+// (holder.Inspect says how): who holds it, and whether the identity written
+// in it, as this package writes it (lockContent), is that holder and alive.
+func inspectLock(path string) lockState {
+	return stateOf(holder.Inspect(path, maxLockContent, parseHolder))
+}
+
+// stateOf is the lockState of what holder.Inspect read, in this package's
+// words.
+func stateOf(h holder.State) lockState {
+	return lockState{
+		held: h.Held, pid: h.PID, verified: h.Verified, holder: Identity(h.Holder), named: h.Named,
+		verdict: h.Verdict, fd: h.FD, silent: h.Silent, hidden: h.Hidden, reason: h.Reason, err: public(h.Err),
+	}
+}
+
+// parseHolder is holder.Parse for the line a holder writes into its lock
+// file (lockContent).
+func parseHolder(data []byte) (liveness.Identity, int, bool) {
+	lc, err := lockLineMemo.parse(data)
+	return liveness.Identity(lc.Identity), lc.FD, err == nil
 }
 
 // busyError describes the holder of path as inspect reads it. cause is the

@@ -49,16 +49,7 @@ type Identity struct {
 }
 
 // String is a short human form: "pid 1234 (instance 0123abcd)".
-func (id Identity) String() string {
-	inst := id.Instance
-	if len(inst) > 8 {
-		inst = inst[:8]
-	}
-	if inst == "" {
-		return "pid " + strconv.Itoa(id.PID)
-	}
-	return "pid " + strconv.Itoa(id.PID) + " (instance " + inst + ")"
-}
+func (id Identity) String() string { return liveness.Identity(id).String() }
 
 // Self returns this process's identity. It is computed once.
 func Self() Identity { return Identity(liveness.Current()) }

@@ -104,24 +104,22 @@
 package runnerstate
 
 import (
-	"bytes"
 	"cmp"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/fsinfo"
+	"github.com/runnerstate/runnerstate/internal/holder"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
 
@@ -190,88 +188,10 @@ var warned = struct {
 // errBadName refuses a state file name that is not a plain file name.
 var errBadName = errors.New("is not a plain file name of its own")
 
-// pathError names the operation and path. The operation carries the package
-// name so that every message starts with it, and a system error says what to
-// do (durable.Advise).
-func pathError(op, path string, err error) error {
-	if durable.IsNotDir(err) {
-		return public(durable.NotDir(path)) // name the file that stands in the way
-	}
-	if d := denied(path, err); d != nil {
-		return d
-	}
-	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: durable.Advise(err)}
-}
-
-// denied is durable.Denied for a permission error on path: an error naming
-// the directory this process may not enter, or nil.
-func denied(path string, err error) error {
-	if !errors.Is(err, fs.ErrPermission) {
-		return nil
-	}
-	return durable.Denied("runnerstate: ", path, durable.Unwrap(err))
-}
-
 // errorf formats an error whose message starts with the package name.
 func errorf(format string, args ...any) error {
 	return fmt.Errorf("runnerstate: "+format, args...)
 }
-
-// public turns an error from an internal package into this package's
-// vocabulary: the *fs.PathError it is gets an Op that names the package, so
-// that every message starts with "runnerstate: ", a system error says what to
-// do (durable.Advise), and a filesystem's refusal of locks becomes
-// ErrLockingUnsupported. Anything else passes as it is.
-func public(err error) error {
-	pe, ok := err.(*fs.PathError)
-	if !ok {
-		return err
-	}
-	var ue *filelock.UnsupportedError
-	if errors.As(pe.Err, &ue) {
-		return &fs.PathError{Op: "runnerstate: lock", Path: pe.Path, Err: lockingUnsupported{ue.Err}}
-	}
-	if strings.HasPrefix(pe.Op, "runnerstate: ") {
-		return err
-	}
-	if durable.IsNotDir(pe.Err) {
-		return public(durable.NotDir(pe.Path)) // name the file that stands in the way
-	}
-	if d := denied(pe.Path, pe.Err); d != nil {
-		return d
-	}
-	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: durable.Advise(pe.Err)}
-}
-
-// lockingUnsupported is ErrLockingUnsupported for one path, with the
-// system's answer (ENOLCK, EOPNOTSUPP...) as its cause: its message is the
-// sentinel's without the package name, which the *fs.PathError around it
-// already starts with.
-type lockingUnsupported struct{ cause error }
-
-func (e lockingUnsupported) Error() string {
-	var fe *fsinfo.Error
-	if errors.As(e.cause, &fe) {
-		return notExcluding(fe)
-	}
-	return strings.TrimPrefix(ErrLockingUnsupported.Error(), "runnerstate: ") + " (" + e.cause.Error() + ")"
-}
-
-// notExcluding is the message of a lock refused on a filesystem whose locks
-// do not exclude: what it is, and what to do.
-func notExcluding(fe *fsinfo.Error) string {
-	typ := cmp.Or(fe.Type, "unknown")
-	advice := "use a directory on a local disk, or the etcd module to coordinate several machines"
-	if fe.Holder > 0 {
-		return fmt.Sprintf("locks on %s (%s) do not exclude: pid %d (verified alive) holds %s through another mount (%s) at the same time; %s",
-			fe.Dir, typ, fe.Holder, LockName, fe.HolderPath, advice)
-	}
-	return fmt.Sprintf("%s is on %s, whose file locks do not exclude processes that reach it through another mount or another machine; %s, or, when every process reaches it through this one mount on this one machine, opt in with %s=%s (or TrustFilesystem)",
-		fe.Dir, typ, advice, fsinfo.TrustEnv, typ)
-}
-
-func (e lockingUnsupported) Is(target error) bool { return target == ErrLockingUnsupported }
-func (e lockingUnsupported) Unwrap() error        { return e.cause }
 
 // isNotExist reports whether err says a path does not exist.
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
@@ -298,15 +218,7 @@ func ensureRunnerDir(dir string) error {
 	if err := ensureDir(dir); err != nil {
 		return err
 	}
-	for _, name := range []string{LockName, treeLockName, stateLockName, gateName} {
-		p := filepath.Join(dir, name)
-		if fi, err := os.Lstat(p); err == nil {
-			if err := durable.CheckMode(p, fi.Mode()); err != nil {
-				return public(err)
-			}
-		}
-	}
-	return nil
+	return public(durable.CheckEntries(dir, LockName, treeLockName, stateLockName, gateName))
 }
 
 // This process's holds.
@@ -430,77 +342,18 @@ func tryPair(dir string) (pair, error) {
 
 // crossCheck refuses the runner lock l, just taken, when it is proven not
 // to exclude, whatever the filesystem claims to be: the identity in it is
-// another holder's (see heldElsewhere), who holds it at the same time
-// through another mount. The error is ErrLockingUnsupported naming that
-// holder. Anything short of proof (no identity, a dead or unverifiable one,
-// a descriptor that is closed, carries no lock, or is open on a file of this
-// very filesystem, which the kernel would have excluded) admits.
+// another holder's, who holds it at the same time through another mount
+// (holder.Shared). The error is ErrLockingUnsupported naming that holder.
+// Anything short of proof admits.
 func crossCheck(l *filelock.File) error {
-	if !filelock.CarriesContent || l.Empty() {
-		return nil // released cleanly: nobody is named
-	}
-	data, err := l.ReadContent(maxLockContent)
-	if err != nil || len(data) == 0 {
-		return nil
-	}
-	lc, ok := parseLockLine(data)
-	if !ok {
-		return nil
-	}
-	ours, err := filelock.InodeOf(l.Path())
-	if err != nil {
-		return nil
-	}
-	holderPath, held := heldElsewhere(lc.Identity, lc.FD, ours)
-	if !held || !sameFileAs(l, lc.PID, lc.FD, data) {
+	pid, holderPath, shared := holder.Shared(l, maxLockContent, parseHolder)
+	if !shared {
 		return nil
 	}
 	dir := filepath.Dir(l.Path())
 	logger().Warn("runnerstate: refused a runner lock that does not exclude: another process holds it through another mount",
-		"path", l.Path(), "pid", lc.PID, "holder_path", holderPath, "filesystem", fsinfo.TypeOf(dir))
-	return public(filelock.NotExcluding(l.Path(), fsinfo.TypeOf(dir), lc.PID, holderPath))
-}
-
-// sameFileAs reports whether the lock file l, which this process holds, is
-// the very file the descriptor fd of pid is open on, by a mark: random
-// bytes, as long as what the file holds (old), written through l and read
-// back through pid's descriptor. (As long, because a network or FUSE mount
-// may still believe the file has its old length.) A copy of a runner
-// directory made while its runner ran (cp -a to another disk) carries the
-// same identity, but never shows the mark. old is written back in any case:
-// it is the other holder's when the file is shared, and a caller
-// (ClearStale) still reads it.
-func sameFileAs(l *filelock.File, pid, fd int, old []byte) bool {
-	mark := make([]byte, len(old))
-	rand.Read(mark)
-	for i := range mark {
-		mark[i] = "0123456789abcdef"[mark[i]&15]
-	}
-	defer l.WriteContent(old)
-	if l.WriteContent(mark) != nil {
-		return false
-	}
-	seen, err := filelock.ReadThrough(pid, fd, len(mark))
-	return err == nil && bytes.Equal(seen, mark)
-}
-
-// heldElsewhere reports whether id, verified alive, holds a runner lock
-// through its descriptor fd on another mount than ours (the Inode of the
-// lock file as this process sees it): that descriptor is open on a file
-// named runner.lock of another device and carries an exclusive lock. The
-// descriptor is read before the identity is verified (liveness.CheckHolder
-// says why that order proves it is the holder). It returns the lock file's
-// path as the holder sees it.
-func heldElsewhere(id Identity, fd int, ours filelock.Inode) (holderPath string, held bool) {
-	if fd < 0 || id.PID <= 0 {
-		return "", false
-	}
-	_, held, _ = liveness.CheckHolder(liveness.Identity(id), func() bool {
-		p, ino, locked := filelock.LockThrough(id.PID, fd)
-		holderPath = p
-		return locked == filelock.Yes && filepath.Base(p) == LockName && ino.Dev != ours.Dev
-	})
-	return holderPath, held
+		"path", l.Path(), "pid", pid, "holder_path", holderPath, "filesystem", fsinfo.TypeOf(dir))
+	return public(filelock.NotExcluding(l.Path(), fsinfo.TypeOf(dir), pid, holderPath))
 }
 
 // busyIfHeld answers a lock file this process may not open (another user's)
@@ -619,9 +472,7 @@ func acquire(dir string, since time.Time) (*hold, error) {
 // unusablePath reports whether err refuses a path that no retry can use
 // until it is moved away: a symlink, a directory or another non-regular
 // file where a regular file belongs.
-func unusablePath(err error) bool {
-	return errors.Is(err, durable.ErrSymlink) || errors.Is(err, durable.ErrIsDir) || errors.Is(err, durable.ErrNotRegular)
-}
+func unusablePath(err error) bool { return durable.Unusable(err) }
 
 // writeIdentity writes this hold's identity, and each lock's descriptor,
 // into both lock files, and makes them private.
@@ -774,9 +625,8 @@ func (h *hold) cleanUp() error {
 }
 
 // lost says whether the hold lost a lock file: one of its pair was deleted,
-// renamed or replaced while held, or the directory is gone. why names which.
-// Only proof counts: a lock file or directory that cannot be checked (its
-// stat fails with EIO, EACCES...) is not lost.
+// renamed or replaced while held, or the directory is gone
+// (filelock.Lost). why names which.
 func (h *hold) lost() (bool, string) {
 	h.mu.Lock()
 	released := h.released
@@ -784,15 +634,7 @@ func (h *hold) lost() (bool, string) {
 	if released {
 		return false, ""
 	}
-	if _, err := os.Stat(h.dir); isNotExist(err) {
-		return true, h.dir + " is gone"
-	}
-	for _, l := range h.locks() {
-		if ok, err := l.AtPath(); !ok && err == nil {
-			return true, l.Path() + " was removed or replaced while held"
-		}
-	}
-	return false, ""
+	return filelock.Lost(h.dir, h.locks()...)
 }
 
 // heal writes this hold's identity back into runner.lock when another
@@ -815,23 +657,6 @@ func (h *hold) heal() {
 		}
 		writeIdentity(l, h.self)
 	}
-}
-
-// letGo frees l, a lock this process holds on a file it wrote its identity
-// into. While l is still the file at its path, cleanup first removes what
-// names this process beside it (a record, a sidecar), then the identity is
-// cleared, so that a successor never finds the lock free while a file still
-// names this process. When the file was replaced under l, nothing at the
-// path is this hold's, and only the lock is freed. cleanup's error is
-// returned; the lock is freed in any case.
-func letGo(l *filelock.File, cleanup func() error) error {
-	defer l.Release()
-	if ok, _ := l.AtPath(); !ok {
-		return nil
-	}
-	err := cleanup()
-	l.WriteContent(nil)
-	return err
 }
 
 // Running reports whether a runner holds dir's lock now, and who. The kernel
@@ -965,19 +790,27 @@ func StalePIDs(dir string) []int {
 	}
 	var pids []int
 	add := func(pid int) {
-		if pid > 0 && !containsPID(pids, pid) {
+		if pid > 0 && !slices.Contains(pids, pid) {
 			pids = append(pids, pid)
 		}
 	}
-	if data, err := readFile(filepath.Join(dir, LockName), maxLockContent); err == nil {
-		if id, ok := parseLockContent(data); ok {
-			add(id.PID)
-		}
+	if id, ok := lockFileNames(dir); ok {
+		add(id.PID)
 	}
 	if rec, state, _ := readRecord(dir); state == fileOK {
 		add(rec.PID)
 	}
 	return pids
+}
+
+// lockFileNames is the identity dir's runner.lock names, read as a hint:
+// without a lock, and proving nothing.
+func lockFileNames(dir string) (Identity, bool) {
+	data, err := readFile(filepath.Join(dir, LockName), maxLockContent)
+	if err != nil {
+		return Identity{}, false
+	}
+	return parseLockContent(data)
 }
 
 // stalePIDs are the pids dir's files name that are provably not its live
@@ -990,15 +823,13 @@ func stalePIDs(dir string, st lockState) []int {
 		// runner.json names the verified holder, which wrote its identity
 		// into runner.lock when it took the lock, before any runner.json of
 		// its own: neither file names a predecessor, and runner.lock, which
-		// carries the lock, is left unopened (see confirmFromRecord).
+		// carries the lock, is left unopened (see holder.InspectPair).
 		return nil
 	}
 	var stale []int
 	named := map[int]Identity{}
-	if lc, err := readFile(filepath.Join(dir, LockName), maxLockContent); err == nil {
-		if id, ok := parseLockContent(lc); ok {
-			named[id.PID] = id
-		}
+	if id, ok := lockFileNames(dir); ok {
+		named[id.PID] = id
 	}
 	if rec, state, _ := readRecord(dir); state == fileOK {
 		if _, ok := named[rec.PID]; !ok {
@@ -1020,15 +851,6 @@ func stalePIDs(dir string, st lockState) []int {
 		stale = append(stale, pid)
 	}
 	return stale
-}
-
-func containsPID(pids []int, pid int) bool {
-	for _, p := range pids {
-		if p == pid {
-			return true
-		}
-	}
-	return false
 }
 
 // Report is everything an operator needs to know about a runner directory,
@@ -1142,11 +964,9 @@ func Status(dir string) (Report, error) {
 // "unverifiable" when it names none.
 func refusedStatus(r Report, dir string, refused error) Report {
 	r.Verdict = liveness.Unverifiable.String()
-	if data, err := readFile(filepath.Join(dir, LockName), maxLockContent); err == nil {
-		if id, ok := parseLockContent(data); ok {
-			v, _ := liveness.Check(liveness.Identity(id))
-			r.Verdict = v.String()
-		}
+	if id, ok := lockFileNames(dir); ok {
+		v, _ := liveness.Check(liveness.Identity(id))
+		r.Verdict = v.String()
 	}
 	why := durable.Unwrap(public(refused)).Error()
 	r.Warnings = append(r.Warnings, "cannot tell whether a runner holds "+dir+": "+why)
@@ -1154,460 +974,60 @@ func refusedStatus(r Report, dir string, refused error) Report {
 	return r
 }
 
-// lockState is what inspectLock learned about a lock file: whether it is
-// held, and who holds it as far as that can be proven.
-type lockState struct {
-	held       bool             // someone holds the lock (kernel or probe)
-	pid        int              // the holder's pid as far as it can be trusted, else 0
-	verified   bool             // holder's identity is confirmed alive and it holds the lock
-	holder     Identity         // who holds it: the verified identity, else the best name known
-	named      bool             // holder names a process (from the lock file, runner.json or the kernel)
-	verdict    liveness.Verdict // of holder, when named
-	via        confirmation     // how a verified holder was confirmed
-	fd         int              // the descriptor the lock file says its holder locked through
-	silent     bool             // the lock file names nobody: empty, erased, unparsable, unreadable
-	hidden     bool             // held by a process not visible from this PID namespace
-	otherMount bool             // held through another mount of the lock file (elsewhere)
-	lostFile   bool             // held through tree.lock only: runner.lock was lost under the holder
-	treeHeld   bool             // runner.lock free, tree.lock held: orphans (or a holder not visible)
-	reason     string           // why the holder is not verified
-	notes      []string         // what else Status should say about the lock file
-	err        error            // the lock path is unusable (symlink, directory...)
-}
-
-// occupancy is what a lockState says holds the lock, or the directory for
-// inspectRunner: the one answer callers switch on. The facts that belong to
-// each case are lockState's: pid, holder, verdict and reason for a holder;
-// notes for Status; orphans are listed by orphans().
-type occupancy uint8
-
-const (
-	occFree       occupancy = iota // nothing holds it
-	occVerified                    // a holder whose identity is verified alive and holds the lock
-	occUnverified                  // a holder that cannot be verified (pid when the kernel names it)
-	occHidden                      // a holder not visible from this PID namespace: never named by pid, never signalled
-	occOrphans                     // runner.lock free, tree.lock held: orphans of a previous runner's tree
-	occLostFile                    // runner.lock lost under its runner, which still holds tree.lock (verified)
-)
-
-// String names the occupancy, for logs and test failures.
-func (o occupancy) String() string {
-	switch o {
-	case occFree:
-		return "free"
-	case occVerified:
-		return "verified holder"
-	case occUnverified:
-		return "unverified holder"
-	case occHidden:
-		return "hidden holder"
-	case occOrphans:
-		return "orphans"
-	case occLostFile:
-		return "lost lock file"
-	}
-	return fmt.Sprintf("occupancy(%d)", uint8(o))
-}
-
-// held reports whether a process holds the lock itself (or, for a lost lock
-// file, the tree.lock that stands for it): every occupancy but free and
-// orphans.
-func (o occupancy) held() bool { return o != occFree && o != occOrphans }
-
-// verified reports whether the holder's identity is verified alive: a
-// verified holder, or the runner of a lost lock file.
-func (o occupancy) verified() bool { return o == occVerified || o == occLostFile }
-
-// occupancy is the answer st gives: the only place its flags are decoded.
-// (A verified holder implies held, and so do hidden and lostFile; treeHeld
-// implies runner.lock free; lostFile implies verified.)
-func (st lockState) occupancy() occupancy {
-	switch {
-	case st.lostFile:
-		return occLostFile
-	case st.verified:
-		return occVerified
-	case st.hidden:
-		return occHidden
-	case st.held:
-		return occUnverified
-	case st.treeHeld:
-		return occOrphans
-	}
-	return occFree
-}
-
-// namedHolder is the identity a held lock's holder is known by (the lock
-// file's, runner.json's or the kernel's naming); ok is false when the lock is
-// not held or names nobody.
-func (st lockState) namedHolder() (id Identity, ok bool) {
-	if !st.occupancy().held() || !st.named {
-		return Identity{}, false
-	}
-	return st.holder, true
-}
-
-// confirmation is how a holder was verified.
-type confirmation uint8
-
-const (
-	viaLockFile   confirmation = iota // the lock file's identity, held per the kernel
-	viaRecord                         // runner.json's identity, the pid the kernel names
-	viaRecordLock                     // runner.json's identity and lock descriptor, per its fdinfo
-)
-
-// warnings are what Status says about a held lock at lockPath.
-func (st lockState) warnings(lockPath string) []string {
-	w := append([]string(nil), st.notes...)
-	switch {
-	case st.hidden && st.verdict == liveness.OtherNamespace:
-		w = append(w, fmt.Sprintf("%s is held by a process not visible from this PID namespace: the lock file names %s of another PID namespace; it is never signalled", lockPath, st.holder))
-	case st.hidden:
-		w = append(w, fmt.Sprintf("%s is held by a process not visible from this PID namespace; it is never signalled", lockPath))
-	case st.verdict == liveness.Foreign:
-		w = append(w, fmt.Sprintf("%s names a holder on another machine (%s); it is never signalled", lockPath, st.holder))
-	case st.verdict == liveness.OtherNamespace:
-		w = append(w, fmt.Sprintf("%s names a holder in another PID namespace (%s); it is never signalled", lockPath, st.holder))
-	}
-	if st.occupancy() == occUnverified {
-		w = append(w, fmt.Sprintf("the holder of %s cannot be verified (%s)", lockPath, st.reason))
-	}
-	return w
-}
-
-// alive reports whether the holder's identity is verified alive.
-func (st lockState) alive() bool {
-	return st.verdict == liveness.Alive || st.verdict == liveness.Self
-}
-
-// name takes id as the holder's name and checks it.
-func (st *lockState) name(id Identity) {
-	var why string
-	st.holder, st.named = id, true
-	st.verdict, why = liveness.Check(liveness.Identity(id))
-	st.reason = id.String() + ": " + st.verdict.String() + " (" + why + ")"
-}
-
-// inspectLock looks at a lock file without touching the lock: who holds it,
-// and whether the identity written in it is that holder and alive. The
-// answer comes from the cheapest reading that is exact:
-//
-//  1. the lock file names a live holder and the descriptor it locked
-//     through, and /proc/<pid>/fdinfo/<fd> shows that lock: one small read,
-//     whatever else the machine holds;
-//  2. otherwise the kernel's lock list (/proc/locks), read whole (its cost
-//     grows with every lock on the machine); when it lists no holder but
-//     was read in several passes, which can miss an entry, a probe decides,
-//     and a lock found held is named from the list read again;
-//  3. in a child PID namespace, where the list leaves out processes outside
-//     it, a lock it shows free is probed (a shared lock taken and dropped at
-//     once), and one found held is held by a process not visible from here;
-//  4. where the kernel lists no holders at all (not Linux), a probe.
-//
-// A shared lock counts as held too: it refuses Acquire as surely as an
-// exclusive one (any user who can read the file can take one).
-func inspectLock(path string) lockState {
-	var st lockState
-	ino, err := st.readContent(path)
-	switch {
-	case st.err != nil:
-		return st
-	case isNotExist(err):
-		return lockState{}
-	case err != nil:
-		st.probe(path) // the kernel cannot be asked about this file; a probe says why
-		return st
-	}
-	if st.confirmedVia(ino) {
-		return st
-	}
-	holders, known := filelock.HoldersOf(ino)
-	if !known {
-		return st.probeThenName(path, ino)
-	}
-	st.fromHolders(holders)
-	if !st.held && !filelock.SeesAllHolders() {
-		st.probeHidden(path)
-	}
-	return st
-}
-
-// readContent reads the identity in the lock file at path and checks it. It
-// sets st.err for a path that cannot be a lock file, and returns the file it
-// read, or the error of finding one when it could not read it (the file
-// does not exist, or cannot be read: then it is looked up by path).
-func (st *lockState) readContent(path string) (filelock.Inode, error) {
-	data, id, err := durable.ReadFileID(path, maxLockContent)
-	switch {
-	case isNotExist(err):
-		return filelock.Inode{}, err
-	case unusablePath(err):
-		st.err = public(err)
-		return filelock.Inode{}, nil
-	case errors.Is(err, syscall.ENOTDIR):
-		st.err = public(durable.NotDir(filepath.Dir(path)))
-		return filelock.Inode{}, nil
-	case errors.Is(err, fs.ErrPermission):
-		st.reason, st.silent = "cannot read "+path+" (permission denied)", true
-		return filelock.InodeOf(path)
-	case err != nil && !errors.Is(err, durable.ErrTooLarge):
-		st.reason, st.silent = "cannot read "+path+": "+durable.Unwrap(err).Error(), true
-		return filelock.InodeOf(path)
-	}
-	ino := filelock.Inode{Dev: id.Dev, Ino: id.Ino}
-	lc, err := lockLineMemo.parse(data)
-	if err != nil {
-		st.reason, st.silent = path+" names no holder", true
-		return ino, nil
-	}
-	st.holder, st.named, st.fd = lc.Identity, true, lc.FD
-	return ino, nil
-}
-
-// confirmedVia is the exact, O(1) answer: the lock file names its holder and
-// the descriptor it locked through, and /proc/<pid>/fdinfo/<fd> shows that
-// lock, read before the holder's start identity (liveness.CheckHolder says
-// why that order proves it is the holder). Otherwise it checks the named
-// identity the ordinary way, for the slower readings to use.
-func (st *lockState) confirmedVia(ino filelock.Inode) bool {
-	if !st.named {
-		return false
-	}
-	if st.fd > 0 {
-		v, held, why := liveness.CheckHolder(liveness.Identity(st.holder), func() bool {
-			return filelock.HeldVia(st.holder.PID, st.fd, ino) == filelock.Yes
-		})
-		if held {
-			st.verdict, st.reason = v, st.holder.String()+": "+v.String()+" ("+why+")"
-			st.held, st.pid, st.verified, st.via = true, st.holder.PID, true, viaLockFile
-			return true
-		}
-	}
-	st.name(st.holder)
-	return false
-}
-
-// probeThenName decides by a probe where the kernel's list could not: it
-// lists no holders at all (not Linux), or listed none in a read of several
-// passes, which can miss an entry (see filelock.Holders). A lock found held
-// is then named from the list, read again (lookAgain); where it still lists
-// no holder, the probe's answer stands.
-func (st *lockState) probeThenName(path string, ino filelock.Inode) lockState {
-	unprobed := *st
-	st.probe(path)
-	if errors.Is(st.err, fs.ErrPermission) && filelock.ListsHolders() {
-		// Another user's lock file, which this process may not open to
-		// probe: the kernel's list, read again, is the evidence left.
-		unprobed.fromHolders(lookAgain(ino))
-		return unprobed
-	}
-	if st.err != nil || !st.held || !filelock.ListsHolders() {
-		return *st
-	}
-	if holders := lookAgain(ino); len(holders) > 0 {
-		unprobed.fromHolders(holders)
-		return unprobed
-	}
-	return *st
-}
-
-// lookAgain reads the kernel's lock list again, up to five times, for a lock
-// a probe found held while a read in several passes listed no holder: most
-// likely a pass missed the entry. It returns the first holders listed.
-func lookAgain(ino filelock.Inode) []filelock.Holder {
-	for range 5 {
-		if holders, _ := filelock.HoldersOf(ino); len(holders) > 0 {
-			return holders
-		}
-	}
-	return nil
-}
-
-// fromHolders decides from the kernel's holders: held when any matches the
-// file, verified when the identity in it is alive and holds it exclusively.
-func (st *lockState) fromHolders(holders []filelock.Holder) {
-	var firstPID int
-	for _, h := range holders {
-		if st.named && h.PID == st.holder.PID {
-			st.held, st.pid = true, h.PID
-			st.verified = st.alive() && h.Exclusive
-			if st.verified {
-				return
-			}
-			continue
-		}
-		if h.DevMatch {
-			st.held = true
-			if firstPID == 0 || h.Exclusive {
-				firstPID = h.PID
-			}
-		}
-	}
-	if st.pid == 0 {
-		st.pid = firstPID
-	}
-	if st.held && st.named && !st.verified {
-		st.reason = fmt.Sprintf("the kernel names pid %d as the holder, not the lock file's %s", st.pid, st.holder)
-	}
-}
-
-// probe decides by taking and dropping a shared lock, where the kernel lists
-// no holders.
-func (st *lockState) probe(path string) {
-	held, err := filelock.ProbeHeld(path)
-	if err != nil {
-		st.err = public(err)
-		return
-	}
-	st.held = held
-	if held && st.alive() {
-		st.pid, st.verified = st.holder.PID, true
-	}
-}
-
-// probeHidden probes a lock the kernel's list shows free from a child PID
-// namespace, where the list leaves out processes outside it. Held means held
-// by a process this one cannot see, and so can neither name by pid nor
-// signal: the lock file's identity, if any, is from its own namespace.
-func (st *lockState) probeHidden(path string) {
-	held, err := filelock.ProbeHeld(path)
-	if err != nil || !held {
-		return
-	}
-	st.held, st.hidden, st.pid = true, true, 0
-	st.reason = "held by a process not visible from this PID namespace"
-}
-
-// inspectRunner is inspectLock for dir's runner lock, which runner.json can
-// also name: when the lock file names nobody and the kernel could not
-// confirm the holder (runner.lock cannot be read, as by another user, whom
-// its 0600 keeps out, and who may not read that process's descriptors
-// either; it was erased; or, on Windows, a locked file cannot be read at
-// all), runner.json's identity is trusted when it is verified alive and is
-// the pid the kernel names (or, where the kernel names none, when the lock
-// is held).
-//
-// When runner.lock is free, tree.lock tells the rest: held by the live
-// runner it names (through the descriptor it recorded), that runner lost
-// its runner.lock and still runs (lostFile); held otherwise, a previous
-// runner's children still live (treeHeld: orphans).
+// inspectRunner is inspectLock for dir's runner lock, as the runner
+// protocol reads its directory (holder.InspectPair says how): runner.json
+// also names the holder, with the descriptor it locks runner.lock through
+// (Record.LockFD), and tree.lock, held by the runner and the children it
+// started, says what holds the directory when runner.lock is free (lostFile:
+// the runner lost runner.lock and still runs; treeHeld: orphans).
 func inspectRunner(dir string) lockState {
-	if st, ok := confirmFromRecord(dir); ok {
-		return st
-	}
-	st := inspectLock(filepath.Join(dir, LockName))
-	if st.err != nil {
-		return st
-	}
-	if !st.held && st.named {
-		st.elsewhere(dir)
-	}
-	if !st.held {
-		return inspectTree(dir, st)
-	}
-	if st.occupancy() != occUnverified || !st.silent {
-		return st
-	}
-	rec, state, _ := readRecord(dir)
-	if state != fileOK || (st.pid != 0 && rec.PID != st.pid) || (st.pid == 0 && filelock.ListsHolders()) {
-		return st
-	}
-	why := st.reason
-	saved := st
-	st.name(rec.Process)
-	if !st.alive() {
-		return saved
-	}
-	st.pid, st.verified, st.via = rec.PID, true, viaRecord
-	if filelock.CarriesContent { // elsewhere runner.json is how a holder is always named
-		st.notes = append(st.notes, fmt.Sprintf("%s; the holder was named from %s", why, RecordName))
+	p := holder.InspectPair(holder.Pair{
+		Lock: filepath.Join(dir, LockName), Tree: filepath.Join(dir, treeLockName),
+		Limit: maxLockContent, Parse: parseHolder, Hint: func() (holder.Hint, bool) { return recordHint(dir) },
+	})
+	st := stateOf(p.State)
+	st.via, st.lostFile, st.treeHeld = p.Via, p.LostFile, p.TreeHeld
+	switch {
+	case p.OtherMount != "":
+		st.heldThrough(dir, p.OtherMount)
+	case p.LostFile:
+		st.notes = append(st.notes, fmt.Sprintf("%s was lost (deleted, renamed or replaced while held): its holder still runs and holds %s", filepath.Join(dir, LockName), filepath.Join(dir, treeLockName)))
+	case p.Via == holder.ViaHint && filelock.CarriesContent: // elsewhere runner.json is how a holder is always named
+		st.notes = append(st.notes, fmt.Sprintf("%s; the holder was named from %s", p.Unnamed, RecordName))
 	}
 	return st
 }
 
-// elsewhere makes a runner lock that looks free held when the identity in
-// it holds it through another mount (heldElsewhere): the kernel excludes
-// nothing between the two mounts, but a runner runs, and a probe never says
-// otherwise. Status also asks it of a lock found held, for its warning (the
-// kernel may have matched the holder by inode number alone).
-func (st *lockState) elsewhere(dir string) {
-	path := filepath.Join(dir, LockName)
-	ours, err := filelock.InodeOf(path)
-	if err != nil {
-		return
+// recordHint is the holder runner.json names, for holder.Pair.
+func recordHint(dir string) (holder.Hint, bool) {
+	rec, state, _ := readRecord(dir)
+	if state != fileOK || rec.PID != rec.Process.PID {
+		return holder.Hint{}, false
 	}
-	holderPath, held := heldElsewhere(st.holder, st.fd, ours)
-	if !held {
-		return
-	}
+	return holder.Hint{ID: liveness.Identity(rec.Process), FD: rec.LockFD}, true
+}
+
+// heldThrough makes st the state of dir's runner lock held by its named
+// holder through another mount, where the holder sees it at holderPath
+// (holder.Elsewhere), with the note Status gives: file locks exclude
+// nothing between the two mounts, but a runner runs.
+func (st *lockState) heldThrough(dir, holderPath string) {
 	st.held, st.pid, st.verified, st.via, st.otherMount = true, st.holder.PID, true, viaLockFile, true
 	st.notes = append(st.notes, fmt.Sprintf("%s is held by pid %d through another mount (%s): file locks on %s do not exclude between the two, so no runner can be admitted here safely; use one path on a local disk",
-		path, st.holder.PID, holderPath, cmp.Or(fsinfo.TypeOf(dir), "this filesystem")))
+		filepath.Join(dir, LockName), st.holder.PID, holderPath, cmp.Or(fsinfo.TypeOf(dir), "this filesystem")))
 }
 
-// elsewhereToo is elsewhere for Status, asked of a lock found held whose
-// named holder was not already found through another mount, for its warning
-// (the kernel may have matched the holder by inode number alone); only
-// where the lock file carries content.
+// elsewhereToo is, for Status, holder.Elsewhere asked of a lock found held
+// whose named holder was not already found through another mount, for its
+// warning (the kernel may have matched the holder by inode number alone);
+// only where the lock file carries content.
 func (st *lockState) elsewhereToo(dir string) {
-	if _, ok := st.namedHolder(); ok && !st.otherMount && filelock.CarriesContent {
-		st.elsewhere(dir)
+	if _, ok := st.namedHolder(); !ok || st.otherMount || !filelock.CarriesContent {
+		return
 	}
-}
-
-// confirmFromRecord is the probe that touches no lock: runner.json names the
-// holder and the descriptor it locks runner.lock through (Record.LockFD),
-// and /proc/<pid>/fdinfo/<fd> shows that process's exclusive lock on the
-// file now at runner.lock, read before its start identity (see
-// liveness.CheckHolder for why that order proves it holds it).
-//
-// It opens no file that carries a lock and makes no flock call: only a stat
-// of runner.lock, a read of runner.json (replaced whole on every write, so
-// never locked) and the one fdinfo file. That matters beside a process that
-// reads /proc/locks (lslocks, a monitoring agent): every such read takes the
-// kernel's lock table for writing, and the close of any descriptor on a file
-// with a flock on it (fs/locks.c locks_remove_flock) waits for it, however
-// many locks the machine holds. ok is false wherever this cannot confirm the
-// holder (no runner.json, or one from a runner not holding now; another
-// user's process; a symlink or a directory at runner.lock), and inspectLock
-// decides as before.
-func confirmFromRecord(dir string) (st lockState, ok bool) {
-	rec, state, _ := readRecord(dir)
-	if state != fileOK || rec.LockFD <= 0 || rec.PID <= 0 || rec.PID != rec.Process.PID {
-		return lockState{}, false
+	if holderPath, held := holder.Elsewhere(liveness.Identity(st.holder), st.fd, filepath.Join(dir, LockName)); held {
+		st.heldThrough(dir, holderPath)
 	}
-	ino, err := filelock.InodeOf(filepath.Join(dir, LockName))
-	if err != nil {
-		return lockState{}, false
-	}
-	v, held, why := liveness.CheckHolder(liveness.Identity(rec.Process), func() bool {
-		return filelock.HeldVia(rec.PID, rec.LockFD, ino) == filelock.Yes
-	})
-	if !held {
-		return lockState{}, false
-	}
-	return lockState{
-		held: true, pid: rec.PID, verified: true, holder: rec.Process, named: true,
-		verdict: v, via: viaRecordLock, fd: rec.LockFD,
-		reason: rec.Process.String() + ": " + v.String() + " (" + why + ")",
-	}, true
-}
-
-// inspectTree looks at tree.lock for a directory whose runner.lock (st) is
-// free.
-func inspectTree(dir string, st lockState) lockState {
-	tree := inspectLock(filepath.Join(dir, treeLockName))
-	switch {
-	case tree.err != nil:
-		st.err = tree.err
-	case tree.verified && tree.alive():
-		tree.lostFile = true
-		tree.notes = append(tree.notes, fmt.Sprintf("%s was lost (deleted, renamed or replaced while held): its holder still runs and holds %s", filepath.Join(dir, LockName), filepath.Join(dir, treeLockName)))
-		return tree
-	case tree.held:
-		st.treeHeld = true
-	}
-	return st
 }
 
 // orphans lists the processes that hold dir's tree.lock, from a scan of every
@@ -1624,20 +1044,11 @@ func orphans(dir string, except int) (pids []int, complete bool) {
 	all, complete := filelock.ScanHolders(ino)
 	waiting, _ := waitingStarters(dir)
 	for _, pid := range all {
-		if pid != except && !isWaiting(waiting, pid) {
+		if pid != except && !slices.ContainsFunc(waiting, func(s Identity) bool { return s.PID == pid }) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids, complete
-}
-
-func isWaiting(starters []Identity, pid int) bool {
-	for _, s := range starters {
-		if s.PID == pid {
-			return true
-		}
-	}
-	return false
 }
 
 // treeBusyError is Acquire's refusal when only tree.lock is held: it names a
@@ -1664,23 +1075,9 @@ func treeBusyError(dir string, cause error) *BusyError {
 }
 
 // verifiedTreeHolder pins pid when it is alive and holds dir's tree.lock,
-// checked after the pin (so the pinned process is the holder); else nil.
-// The caller closes it.
+// checked after the pin (holder.Pinned); else nil. The caller closes it.
 func verifiedTreeHolder(dir string, pid int) *liveness.Process {
-	id, err := liveness.Lookup(pid)
-	if err != nil {
-		return nil
-	}
-	p, _, _ := liveness.Pin(id)
-	if p == nil {
-		return nil
-	}
-	ino, err := filelock.InodeOf(filepath.Join(dir, treeLockName))
-	if err != nil || filelock.HeldBy(pid, ino) != filelock.Yes {
-		p.Close()
-		return nil
-	}
-	return p
+	return holder.Pinned(pid, filepath.Join(dir, treeLockName))
 }
 
 // dirWarnings reports what is odd about dir itself.
@@ -1693,11 +1090,8 @@ func dirWarnings(dir string) []string {
 	if durable.OpenToAll(fi) {
 		warnings = append(warnings, fmt.Sprintf("%s is world-writable without the sticky bit: any user can replace the runner's files; chmod o-w or +t it", dir))
 	}
-	state := filepath.Join(dir, stateLockName)
-	if fi, err := os.Lstat(state); err == nil {
-		if err := durable.CheckMode(state, fi.Mode()); err != nil {
-			warnings = append(warnings, fmt.Sprintf("%s %v: until it is, no runner is admitted and no state is written", state, durable.Unwrap(err)))
-		}
+	if err := durable.CheckEntries(dir, stateLockName); err != nil {
+		warnings = append(warnings, fmt.Sprintf("%s %v: until it is, no runner is admitted and no state is written", filepath.Join(dir, stateLockName), durable.Unwrap(err)))
 	}
 	return warnings
 }

@@ -178,7 +178,7 @@ type scopeHold struct {
 // under it, the sidecar there may be another holder's, so it is left alone.
 func (h *scopeHold) release() {
 	h.once.Do(func() {
-		err := letGo(h.lock, func() error {
+		err := filelock.LetGo(h.lock, func() error {
 			if cur, state, _ := readScopeOwner(h.dir); state == fileOK && sameProcess(cur.Process, h.self) {
 				return public(durable.Remove(h.dir, scopeOwnerName))
 			}

@@ -68,6 +68,13 @@ var (
 	ErrTooLarge = errors.New("file is larger than a record can be")
 )
 
+// Unusable reports whether err refuses a path that no retry can use until
+// it is moved away: a symlink, a directory or another non-regular file
+// where a regular file belongs.
+func Unusable(err error) bool {
+	return errors.Is(err, ErrSymlink) || errors.Is(err, ErrIsDir) || errors.Is(err, ErrNotRegular)
+}
+
 // ErrNotDurable says a change was made but its directory could not be
 // synced: it is in place and every reader sees it, but it is not known to
 // survive a power loss (after one, either the old state or the new may be
@@ -155,6 +162,21 @@ func CheckMode(path string, mode fs.FileMode) error {
 		return refused(path, ErrIsDir)
 	case !mode.IsRegular():
 		return refused(path, ErrNotRegular)
+	}
+	return nil
+}
+
+// CheckEntries refuses, with CheckMode, the first of names in dir that
+// exists and is not a regular file; names that do not exist (or cannot be
+// looked up) pass.
+func CheckEntries(dir string, names ...string) error {
+	for _, name := range names {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Lstat(p); err == nil {
+			if err := CheckMode(p, fi.Mode()); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

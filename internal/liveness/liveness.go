@@ -80,6 +80,18 @@ type Identity struct {
 	Hostname string `json:"hostname,omitempty"`
 }
 
+// String is a short human form: "pid 1234 (instance 0123abcd)".
+func (id Identity) String() string {
+	inst := id.Instance
+	if len(inst) > 8 {
+		inst = inst[:8]
+	}
+	if inst == "" {
+		return "pid " + strconv.Itoa(id.PID)
+	}
+	return "pid " + strconv.Itoa(id.PID) + " (instance " + inst + ")"
+}
+
 // HasStart reports whether id carries a start identity (StartTicks != 0).
 // A record without one can never be proven alive: a pid alone could be any
 // later process.
