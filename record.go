@@ -12,12 +12,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/bridge"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/memo"
 )
 
 // Identity names one process precisely enough that a recycled pid, a reboot,
@@ -279,51 +279,28 @@ func readFile(path string, limit int) ([]byte, error) {
 
 // readRecord reads runner.json.
 func readRecord(dir string) (Record, fileState, error) {
-	return readState(filepath.Join(dir, RecordName), recordMemo.parse)
+	return readState(filepath.Join(dir, RecordName), recordMemo.Parse)
 }
 
 // recordMemo and lockLineMemo remember the last decoding of runner.json and
 // of a lock file's line: a probe reads the same bytes again and again while
 // a runner runs, and decoding them is a third of what it costs.
 var (
-	recordMemo = &memo[Record]{decode: parseRecord, clone: func(r Record) Record {
+	recordMemo = memo.New(parseRecord, func(r Record) Record {
 		r.Specs = slices.Clone(r.Specs)
 		r.Meta = slices.Clone(r.Meta)
 		return r
-	}}
-	lockLineMemo = &memo[lockContent]{decode: func(data []byte) (lockContent, error) {
+	})
+	lockLineMemo = memo.New(func(data []byte) (lockContent, error) {
 		lc, ok := parseLockLine(data)
 		if !ok {
 			return lockContent{}, errNoHolder
 		}
 		return lc, nil
-	}, clone: func(lc lockContent) lockContent { return lc }}
+	}, func(lc lockContent) lockContent { return lc })
 )
 
 var errNoHolder = errors.New("names no holder")
-
-// memo remembers the last decoding of one kind of small file, keyed by the
-// file's exact bytes, so that it can never be stale: other bytes are decoded
-// afresh. What it hands out is a copy (clone), which the caller may change.
-type memo[T any] struct {
-	decode func([]byte) (T, error)
-	clone  func(T) T
-
-	mu   sync.Mutex
-	data []byte
-	v    T
-	err  error
-}
-
-func (m *memo[T]) parse(data []byte) (T, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.data == nil || !bytes.Equal(m.data, data) {
-		m.v, m.err = m.decode(data)
-		m.data = append(m.data[:0], data...)
-	}
-	return m.clone(m.v), m.err
-}
 
 // parseRecord parses runner.json content. A record must be a JSON object that
 // names a positive pid.

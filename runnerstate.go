@@ -1355,7 +1355,7 @@ func (st *lockState) readContent(path string) (filelock.Inode, error) {
 		return filelock.InodeOf(path)
 	}
 	ino := filelock.Inode{Dev: id.Dev, Ino: id.Ino}
-	lc, err := lockLineMemo.parse(data)
+	lc, err := lockLineMemo.Parse(data)
 	if err != nil {
 		st.reason, st.silent = path+" names no holder", true
 		return ino, nil
