@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -556,40 +555,7 @@ func MigrateFile(dir, oldName, newName string) error {
 		return nil
 	}
 	return withStateLock(dir, func() error {
-		oldPath, newPath := filepath.Join(dir, oldName), filepath.Join(dir, newName)
-		fi, err := os.Lstat(oldPath)
-		switch {
-		case isNotExist(err):
-			return nil
-		case err != nil:
-			return pathError("stat", oldPath, durable.Unwrap(err))
-		case fi.IsDir():
-			return nil
-		case fi.Mode()&fs.ModeSymlink != 0:
-			return public(durable.CheckMode(oldPath, fi.Mode()))
-		}
-		nfi, err := os.Lstat(newPath)
-		switch {
-		case err == nil && nfi.Mode()&fs.ModeSymlink != 0:
-			return public(durable.CheckMode(newPath, nfi.Mode()))
-		case err == nil:
-			// newName exists: it wins.
-			return public(durable.Remove(dir, oldName))
-		case !isNotExist(err):
-			return pathError("stat", newPath, durable.Unwrap(err))
-		}
-		if err := durable.RenameNoReplace(oldPath, newPath); err != nil {
-			if errors.Is(err, fs.ErrExist) {
-				// newName appeared under us (a writer that does not take the
-				// state lock): it wins.
-				return public(durable.Remove(dir, oldName))
-			}
-			if isNotExist(err) {
-				return nil
-			}
-			return pathError("rename", oldPath, durable.Unwrap(err))
-		}
-		return public(durable.SyncAfter("rename", oldPath, dir))
+		return public(durable.Migrate(dir, oldName, newName))
 	})
 }
 
