@@ -60,16 +60,8 @@ func (id Identity) String() string {
 func Self() Identity { return Identity(liveness.Current()) }
 
 // sameProcess reports whether two identities name the same process
-// incarnation: same instance when both carry one, same pid and start ticks.
-func sameProcess(a, b Identity) bool {
-	if a.PID <= 0 || a.PID != b.PID || a.StartTicks != b.StartTicks {
-		return false
-	}
-	if a.Instance != "" && b.Instance != "" && a.Instance != b.Instance {
-		return false
-	}
-	return a.BootID == b.BootID && a.PIDNS == b.PIDNS
-}
+// incarnation (liveness.Identity.SameProcess).
+func sameProcess(a, b Identity) bool { return liveness.Identity(a).SameProcess(liveness.Identity(b)) }
 
 // Record is what a runner publishes in runner.json with Publish. PID and
 // Process are filled in by Publish from the kernel's view of the calling
@@ -308,7 +300,7 @@ func parseRecord(data []byte) (Record, error) {
 	if err := durable.DecodeObject(data, &rec); err != nil {
 		return Record{}, err
 	}
-	if !validPID(rec.PID) {
+	if !liveness.ValidPID(rec.PID) {
 		return Record{}, fmt.Errorf("names no valid pid (pid %d)", rec.PID)
 	}
 	if rec.Process.PID != 0 && rec.Process.PID != rec.PID {
@@ -339,13 +331,13 @@ func parseLockLine(data []byte) (lc lockContent, ok bool) {
 		return lockContent{}, false
 	}
 	if data[0] == '{' {
-		if err := json.Unmarshal(data, &lc); err != nil || !validPID(lc.PID) || lc.FD < 0 {
+		if err := json.Unmarshal(data, &lc); err != nil || !liveness.ValidPID(lc.PID) || lc.FD < 0 {
 			return lockContent{}, false
 		}
 		return lc, true
 	}
 	pid, err := strconv.Atoi(string(data))
-	if err != nil || !validPID(pid) {
+	if err != nil || !liveness.ValidPID(pid) {
 		return lockContent{}, false
 	}
 	return lockContent{Identity: Identity{PID: pid}}, true
@@ -356,14 +348,6 @@ func parseLockContent(data []byte) (Identity, bool) {
 	lc, ok := parseLockLine(data)
 	return lc.Identity, ok
 }
-
-// maxPID is the largest pid a pid_t holds. A larger number read from a file is
-// no pid at all: kill(2) would truncate it into another pid (4294967297 is
-// pid 1, 4294967295 is -1: every process).
-const maxPID = 1<<31 - 1
-
-// validPID reports whether pid can name a process.
-func validPID(pid int) bool { return pid > 0 && pid <= maxPID }
 
 // keepCorrupt is how many set-aside copies of one state file are kept.
 const keepCorrupt = 10
