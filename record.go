@@ -212,51 +212,27 @@ func publish(dir string, rec Record) error {
 	})
 }
 
-// fileState is what reading a small state file found.
-type fileState int
+// fileState is what reading a small state file found (durable.State).
+type fileState = durable.State
 
 const (
-	fileAbsent fileState = iota
-	fileOK
-	fileCorrupt // unreadable, unparsable, a symlink, a directory, too large
+	fileAbsent  = durable.Absent
+	fileOK      = durable.OK
+	fileCorrupt = durable.Corrupt
 )
 
-// readState reads the small JSON state file at path with parse. A file that
-// cannot be read or parsed is reported as fileCorrupt with the reason, which
-// names the path; it is never modified here.
+// readState reads the small JSON state file at path with parse
+// (durable.ReadState), in this package's words. A file that cannot be read
+// or parsed is reported as fileCorrupt with the reason, which names the
+// path; it is never modified here.
 func readState[T any](path string, parse func([]byte) (T, error)) (T, fileState, error) {
-	var zero T
-	data, err := readFile(path, maxRecordSize)
-	if err != nil {
-		if isNotExist(err) {
-			return zero, fileAbsent, nil
-		}
-		if errors.Is(err, durable.ErrTooLarge) {
-			err = pathError("read", path, err)
-		}
-		return zero, fileCorrupt, err
-	}
-	v, err := parse(data)
-	if err != nil {
-		return zero, fileCorrupt, pathError("parse", path, unparsableError{err})
-	}
-	return v, fileOK, nil
+	v, state, err := durable.ReadState(path, maxRecordSize, parse)
+	return v, state, public(err)
 }
 
-// unparsableError is readState's error for a file that was read whole but is
-// not what it should be, as against one that could not be read at all.
-type unparsableError struct{ err error }
-
-func (e unparsableError) Error() string { return e.err.Error() }
-func (e unparsableError) Unwrap() error { return e.err }
-
-// unreadable reports whether err, readState's for a fileCorrupt file, says it
-// could not be read at all (an I/O error, no descriptor left): then what it
-// holds is unknown, rather than known to be wrong.
-func unreadable(err error) bool {
-	var ue unparsableError
-	return !errors.As(err, &ue) && !errors.Is(err, durable.ErrTooLarge)
-}
+// unreadable reports whether err, readState's for a fileCorrupt file, says
+// it could not be read at all (durable.Unreadable).
+func unreadable(err error) bool { return durable.Unreadable(err) }
 
 // readFile reads up to max bytes of the file at path without following a
 // symlink or blocking on a FIFO (durable.ReadFile), in this package's words.
