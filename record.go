@@ -398,18 +398,14 @@ func SaveLines(dir, name string, lines []string) error {
 // A line with a newline in it is refused, and so is content over the 64 MiB
 // LoadLines reads.
 func joinLines(path string, lines []string) ([]byte, error) {
-	var b bytes.Buffer
-	for i, l := range lines {
-		if strings.ContainsRune(l, '\n') {
-			return nil, pathError("save", path, fmt.Errorf("line %d contains a newline", i+1))
-		}
-		b.WriteString(l)
-		b.WriteByte('\n')
+	data, bad := durable.JoinLines(lines)
+	if bad >= 0 {
+		return nil, pathError("save", path, fmt.Errorf("line %d contains a newline", bad+1))
 	}
-	if b.Len() > maxStateSize {
+	if len(data) > maxStateSize {
 		return nil, pathError("save", path, errors.New("larger than the 64 MiB LoadLines reads"))
 	}
-	return b.Bytes(), nil
+	return data, nil
 }
 
 // LoadLines reads the state file dir/name as lines without their "\n". It
@@ -426,7 +422,7 @@ func LoadLines(dir, name string) ([]string, error) {
 	if err != nil || data == nil {
 		return nil, err
 	}
-	return splitLines(data), nil
+	return durable.SplitLines(data), nil
 }
 
 // readLines reads a whole state file of lines for op: nil, nil when it does
@@ -478,13 +474,7 @@ func AppendLine(dir, name, line string) error {
 		if err != nil {
 			return err
 		}
-		data := make([]byte, 0, len(old)+len(line)+2)
-		data = append(data, old...)
-		if len(data) > 0 && data[len(data)-1] != '\n' {
-			data = append(data, '\n')
-		}
-		data = append(data, line...)
-		data = append(data, '\n')
+		data := durable.AppendLine(old, line)
 		if len(data) > maxStateSize {
 			return pathError("append", path, errors.New("would grow past the 64 MiB LoadLines reads"))
 		}
@@ -633,20 +623,6 @@ func (f dirFile) matches(name string) bool {
 		return durable.IsTemp(name)
 	}
 	return name == f.name
-}
-
-func splitLines(data []byte) []string {
-	lines := []string{}
-	for len(data) > 0 {
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			lines = append(lines, string(data))
-			break
-		}
-		lines = append(lines, string(data[:i]))
-		data = data[i+1:]
-	}
-	return lines
 }
 
 // readyOf is the Ready of a runner.json whose bytes are data and whose
