@@ -17,6 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// The example programs' refusals and exit codes, as a user meets them: a
+// directory that cannot be one, a lost lock file, another user's runner, a
+// directory this user may not enter.
+
 // runnerOnce runs the runner with args to its end and returns its exit code
 // and its standard error.
 func (s *story) runnerOnce(args ...string) (int, string) {
