@@ -873,7 +873,7 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 	return fig
 }
 
-// Case (found by the chaos test): a starter whose context ends while a live
+// Case (one the chaos test meets): a starter whose context ends while a live
 // runner holds the directory gets a *BusyError naming the holder and
 // wrapping the context's error, however early the context ends.
 func TestTakeoverContextEndIsBusy(t *testing.T) {
@@ -902,8 +902,8 @@ func TestTakeoverContextEndIsBusy(t *testing.T) {
 	}
 }
 
-// Case (found by the chaos test, where starters sent SIGTERM to runners
-// 137-340 ms after they had released the directory): a runner that lets go of
+// Case (one the chaos test meets, where a starter's SIGTERM would reach a
+// runner 137-340 ms after it released the directory): a runner that lets go of
 // the lock while a starter is deciding to signal it is not signalled. The
 // runner here drops its lock at the instant the starter pins it, after the
 // starter saw it hold the lock and before the SIGTERM that is due; it lives

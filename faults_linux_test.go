@@ -720,7 +720,7 @@ func readLinesFile(t *testing.T, path string) []string {
 		return nil
 	}
 	require.NoError(t, err)
-	return splitLines(data)
+	return durable.SplitLines(data)
 }
 
 // seedPrevious leaves what a previous runner killed with SIGKILL leaves: its

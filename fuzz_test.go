@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/gate"
 )
 
@@ -198,7 +199,7 @@ func FuzzLines(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := splitLines(data)
+		got := durable.SplitLines(data)
 		if len(got) != len(lines) {
 			t.Fatalf("%d lines written, %d read: %q", len(lines), len(got), data)
 		}

@@ -10,12 +10,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/fsinfo"
 	"github.com/runnerstate/runnerstate/internal/holder"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/reentry"
 )
 
 // ErrBusy reports that a lock is held by someone else. Every busy answer is a
@@ -489,7 +491,7 @@ func stateOf(h holder.State) lockState {
 // parseHolder is holder.Parse for the line a holder writes into its lock
 // file (lockContent).
 func parseHolder(data []byte) (liveness.Identity, int, bool) {
-	lc, err := lockLineMemo.parse(data)
+	lc, err := lockLineMemo.Parse(data)
 	return liveness.Identity(lc.Identity), lc.FD, err == nil
 }
 
@@ -545,3 +547,50 @@ func inspectRunnerLock(path string) lockState {
 // inspectScopeLock names the holder of a scope's scope.lock from its sidecar
 // (inspectScope).
 func inspectScopeLock(path string) lockState { return inspectScope(filepath.Dir(path)) }
+
+// withStateLock runs fn holding dir's state lock: an exclusive flock on
+// dir/.state.lock. It serialises read-modify-write of state files across
+// goroutines and processes. The wait is bounded by stateLockWait.
+func withStateLock(dir string, fn func() error) error {
+	return withStateLockCtx(context.Background(), dir, fn)
+}
+
+// withStateLockCtx is withStateLock whose wait also ends with ctx.
+//
+// fn must not take dir's state lock again (it uses the *Locked helpers): the
+// lock is not reentrant, so a goroutine that asks for it while it holds it
+// would wait for itself. Such a call fails at once with an error wrapping
+// errStateLockReentered.
+func withStateLockCtx(ctx context.Context, dir string, fn func() error) error {
+	waitCtx, cancel := context.WithTimeout(ctx, stateLockWait)
+	defer cancel()
+	path := filepath.Join(dir, stateLockName)
+	key := path
+	if abs, err := filepath.Abs(path); err == nil {
+		key = abs
+	}
+	if stateLockHolders.Held(key) {
+		return errorf("state lock %s asked for again by the code that holds it, which would wait for itself; this is a bug in runnerstate, please report it: %w", path, errStateLockReentered)
+	}
+	l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o644, inspectLock)
+	if err != nil {
+		if errors.Is(err, ErrBusy) && ctx.Err() == nil && waitCtx.Err() != nil {
+			return errorf("state lock %s stayed busy for %v; a process is stuck writing state there (stopped?): %w", path, stateLockWait, err)
+		}
+		return err
+	}
+	defer l.Release()
+	defer stateLockHolders.Enter(key)()
+	return fn()
+}
+
+// stateLockHolders knows which goroutine holds each state lock this process
+// holds (by its absolute path), so that withStateLockCtx refuses re-entry.
+var stateLockHolders reentry.Guard
+
+// errStateLockReentered is what withStateLockCtx refuses a re-entry with.
+var errStateLockReentered = errors.New("state lock is not reentrant")
+
+// stateLockWait bounds the wait for a directory's state lock, which is only
+// ever held for one small file write.
+const stateLockWait = 30 * time.Second

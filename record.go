@@ -2,25 +2,21 @@ package runnerstate
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/bridge"
 	"github.com/runnerstate/runnerstate/internal/durable"
-	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
-	"github.com/runnerstate/runnerstate/internal/reentry"
+	"github.com/runnerstate/runnerstate/internal/memo"
 )
 
 // Identity names one process precisely enough that a recycled pid, a reboot,
@@ -55,16 +51,8 @@ func (id Identity) String() string { return liveness.Identity(id).String() }
 func Self() Identity { return Identity(liveness.Current()) }
 
 // sameProcess reports whether two identities name the same process
-// incarnation: same instance when both carry one, same pid and start ticks.
-func sameProcess(a, b Identity) bool {
-	if a.PID <= 0 || a.PID != b.PID || a.StartTicks != b.StartTicks {
-		return false
-	}
-	if a.Instance != "" && b.Instance != "" && a.Instance != b.Instance {
-		return false
-	}
-	return a.BootID == b.BootID && a.PIDNS == b.PIDNS
-}
+// incarnation (liveness.Identity.SameProcess).
+func sameProcess(a, b Identity) bool { return liveness.Identity(a).SameProcess(liveness.Identity(b)) }
 
 // Record is what a runner publishes in runner.json with Publish. PID and
 // Process are filled in by Publish from the kernel's view of the calling
@@ -215,51 +203,27 @@ func publish(dir string, rec Record) error {
 	})
 }
 
-// fileState is what reading a small state file found.
-type fileState int
+// fileState is what reading a small state file found (durable.State).
+type fileState = durable.State
 
 const (
-	fileAbsent fileState = iota
-	fileOK
-	fileCorrupt // unreadable, unparsable, a symlink, a directory, too large
+	fileAbsent  = durable.Absent
+	fileOK      = durable.OK
+	fileCorrupt = durable.Corrupt
 )
 
-// readState reads the small JSON state file at path with parse. A file that
-// cannot be read or parsed is reported as fileCorrupt with the reason, which
-// names the path; it is never modified here.
+// readState reads the small JSON state file at path with parse
+// (durable.ReadState), in this package's words. A file that cannot be read
+// or parsed is reported as fileCorrupt with the reason, which names the
+// path; it is never modified here.
 func readState[T any](path string, parse func([]byte) (T, error)) (T, fileState, error) {
-	var zero T
-	data, err := readFile(path, maxRecordSize)
-	if err != nil {
-		if isNotExist(err) {
-			return zero, fileAbsent, nil
-		}
-		if errors.Is(err, durable.ErrTooLarge) {
-			err = pathError("read", path, err)
-		}
-		return zero, fileCorrupt, err
-	}
-	v, err := parse(data)
-	if err != nil {
-		return zero, fileCorrupt, pathError("parse", path, unparsableError{err})
-	}
-	return v, fileOK, nil
+	v, state, err := durable.ReadState(path, maxRecordSize, parse)
+	return v, state, public(err)
 }
 
-// unparsableError is readState's error for a file that was read whole but is
-// not what it should be, as against one that could not be read at all.
-type unparsableError struct{ err error }
-
-func (e unparsableError) Error() string { return e.err.Error() }
-func (e unparsableError) Unwrap() error { return e.err }
-
-// unreadable reports whether err, readState's for a fileCorrupt file, says it
-// could not be read at all (an I/O error, no descriptor left): then what it
-// holds is unknown, rather than known to be wrong.
-func unreadable(err error) bool {
-	var ue unparsableError
-	return !errors.As(err, &ue) && !errors.Is(err, durable.ErrTooLarge)
-}
+// unreadable reports whether err, readState's for a fileCorrupt file, says
+// it could not be read at all (durable.Unreadable).
+func unreadable(err error) bool { return durable.Unreadable(err) }
 
 // readFile reads up to max bytes of the file at path without following a
 // symlink or blocking on a FIFO (durable.ReadFile), in this package's words.
@@ -273,51 +237,28 @@ func readFile(path string, limit int) ([]byte, error) {
 
 // readRecord reads runner.json.
 func readRecord(dir string) (Record, fileState, error) {
-	return readState(filepath.Join(dir, RecordName), recordMemo.parse)
+	return readState(filepath.Join(dir, RecordName), recordMemo.Parse)
 }
 
 // recordMemo and lockLineMemo remember the last decoding of runner.json and
 // of a lock file's line: a probe reads the same bytes again and again while
 // a runner runs, and decoding them is a third of what it costs.
 var (
-	recordMemo = &memo[Record]{decode: parseRecord, clone: func(r Record) Record {
+	recordMemo = memo.New(parseRecord, func(r Record) Record {
 		r.Specs = slices.Clone(r.Specs)
 		r.Meta = slices.Clone(r.Meta)
 		return r
-	}}
-	lockLineMemo = &memo[lockContent]{decode: func(data []byte) (lockContent, error) {
+	})
+	lockLineMemo = memo.New(func(data []byte) (lockContent, error) {
 		lc, ok := parseLockLine(data)
 		if !ok {
 			return lockContent{}, errNoHolder
 		}
 		return lc, nil
-	}, clone: func(lc lockContent) lockContent { return lc }}
+	}, func(lc lockContent) lockContent { return lc })
 )
 
 var errNoHolder = errors.New("names no holder")
-
-// memo remembers the last decoding of one kind of small file, keyed by the
-// file's exact bytes, so that it can never be stale: other bytes are decoded
-// afresh. What it hands out is a copy (clone), which the caller may change.
-type memo[T any] struct {
-	decode func([]byte) (T, error)
-	clone  func(T) T
-
-	mu   sync.Mutex
-	data []byte
-	v    T
-	err  error
-}
-
-func (m *memo[T]) parse(data []byte) (T, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.data == nil || !bytes.Equal(m.data, data) {
-		m.v, m.err = m.decode(data)
-		m.data = append(m.data[:0], data...)
-	}
-	return m.clone(m.v), m.err
-}
 
 // parseRecord parses runner.json content. A record must be a JSON object that
 // names a positive pid.
@@ -326,7 +267,7 @@ func parseRecord(data []byte) (Record, error) {
 	if err := durable.DecodeObject(data, &rec); err != nil {
 		return Record{}, err
 	}
-	if !validPID(rec.PID) {
+	if !liveness.ValidPID(rec.PID) {
 		return Record{}, fmt.Errorf("names no valid pid (pid %d)", rec.PID)
 	}
 	if rec.Process.PID != 0 && rec.Process.PID != rec.PID {
@@ -357,13 +298,13 @@ func parseLockLine(data []byte) (lc lockContent, ok bool) {
 		return lockContent{}, false
 	}
 	if data[0] == '{' {
-		if err := json.Unmarshal(data, &lc); err != nil || !validPID(lc.PID) || lc.FD < 0 {
+		if err := json.Unmarshal(data, &lc); err != nil || !liveness.ValidPID(lc.PID) || lc.FD < 0 {
 			return lockContent{}, false
 		}
 		return lc, true
 	}
 	pid, err := strconv.Atoi(string(data))
-	if err != nil || !validPID(pid) {
+	if err != nil || !liveness.ValidPID(pid) {
 		return lockContent{}, false
 	}
 	return lockContent{Identity: Identity{PID: pid}}, true
@@ -374,14 +315,6 @@ func parseLockContent(data []byte) (Identity, bool) {
 	lc, ok := parseLockLine(data)
 	return lc.Identity, ok
 }
-
-// maxPID is the largest pid a pid_t holds. A larger number read from a file is
-// no pid at all: kill(2) would truncate it into another pid (4294967297 is
-// pid 1, 4294967295 is -1: every process).
-const maxPID = 1<<31 - 1
-
-// validPID reports whether pid can name a process.
-func validPID(pid int) bool { return pid > 0 && pid <= maxPID }
 
 // keepCorrupt is how many set-aside copies of one state file are kept.
 const keepCorrupt = 10
@@ -456,18 +389,14 @@ func SaveLines(dir, name string, lines []string) error {
 // A line with a newline in it is refused, and so is content over the 64 MiB
 // LoadLines reads.
 func joinLines(path string, lines []string) ([]byte, error) {
-	var b bytes.Buffer
-	for i, l := range lines {
-		if strings.ContainsRune(l, '\n') {
-			return nil, pathError("save", path, fmt.Errorf("line %d contains a newline", i+1))
-		}
-		b.WriteString(l)
-		b.WriteByte('\n')
+	data, bad := durable.JoinLines(lines)
+	if bad >= 0 {
+		return nil, pathError("save", path, fmt.Errorf("line %d contains a newline", bad+1))
 	}
-	if b.Len() > maxStateSize {
+	if len(data) > maxStateSize {
 		return nil, pathError("save", path, errors.New("larger than the 64 MiB LoadLines reads"))
 	}
-	return b.Bytes(), nil
+	return data, nil
 }
 
 // LoadLines reads the state file dir/name as lines without their "\n". It
@@ -484,7 +413,7 @@ func LoadLines(dir, name string) ([]string, error) {
 	if err != nil || data == nil {
 		return nil, err
 	}
-	return splitLines(data), nil
+	return durable.SplitLines(data), nil
 }
 
 // readLines reads a whole state file of lines for op: nil, nil when it does
@@ -536,13 +465,7 @@ func AppendLine(dir, name, line string) error {
 		if err != nil {
 			return err
 		}
-		data := make([]byte, 0, len(old)+len(line)+2)
-		data = append(data, old...)
-		if len(data) > 0 && data[len(data)-1] != '\n' {
-			data = append(data, '\n')
-		}
-		data = append(data, line...)
-		data = append(data, '\n')
+		data := durable.AppendLine(old, line)
 		if len(data) > maxStateSize {
 			return pathError("append", path, errors.New("would grow past the 64 MiB LoadLines reads"))
 		}
@@ -573,40 +496,7 @@ func MigrateFile(dir, oldName, newName string) error {
 		return nil
 	}
 	return withStateLock(dir, func() error {
-		oldPath, newPath := filepath.Join(dir, oldName), filepath.Join(dir, newName)
-		fi, err := os.Lstat(oldPath)
-		switch {
-		case isNotExist(err):
-			return nil
-		case err != nil:
-			return pathError("stat", oldPath, durable.Unwrap(err))
-		case fi.IsDir():
-			return nil
-		case fi.Mode()&fs.ModeSymlink != 0:
-			return public(durable.CheckMode(oldPath, fi.Mode()))
-		}
-		nfi, err := os.Lstat(newPath)
-		switch {
-		case err == nil && nfi.Mode()&fs.ModeSymlink != 0:
-			return public(durable.CheckMode(newPath, nfi.Mode()))
-		case err == nil:
-			// newName exists: it wins.
-			return public(durable.Remove(dir, oldName))
-		case !isNotExist(err):
-			return pathError("stat", newPath, durable.Unwrap(err))
-		}
-		if err := durable.RenameNoReplace(oldPath, newPath); err != nil {
-			if errors.Is(err, fs.ErrExist) {
-				// newName appeared under us (a writer that does not take the
-				// state lock): it wins.
-				return public(durable.Remove(dir, oldName))
-			}
-			if isNotExist(err) {
-				return nil
-			}
-			return pathError("rename", oldPath, durable.Unwrap(err))
-		}
-		return public(durable.SyncAfter("rename", oldPath, dir))
+		return public(durable.Migrate(dir, oldName, newName))
 	})
 }
 
@@ -725,67 +615,6 @@ func (f dirFile) matches(name string) bool {
 	}
 	return name == f.name
 }
-
-func splitLines(data []byte) []string {
-	lines := []string{}
-	for len(data) > 0 {
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			lines = append(lines, string(data))
-			break
-		}
-		lines = append(lines, string(data[:i]))
-		data = data[i+1:]
-	}
-	return lines
-}
-
-// withStateLock runs fn holding dir's state lock: an exclusive flock on
-// dir/.state.lock. It serialises read-modify-write of state files across
-// goroutines and processes. The wait is bounded by stateLockWait.
-func withStateLock(dir string, fn func() error) error {
-	return withStateLockCtx(context.Background(), dir, fn)
-}
-
-// withStateLockCtx is withStateLock whose wait also ends with ctx.
-//
-// fn must not take dir's state lock again (it uses the *Locked helpers): the
-// lock is not reentrant, so a goroutine that asks for it while it holds it
-// would wait for itself. Such a call fails at once with an error wrapping
-// errStateLockReentered.
-func withStateLockCtx(ctx context.Context, dir string, fn func() error) error {
-	waitCtx, cancel := context.WithTimeout(ctx, stateLockWait)
-	defer cancel()
-	path := filepath.Join(dir, stateLockName)
-	key := path
-	if abs, err := filepath.Abs(path); err == nil {
-		key = abs
-	}
-	if stateLockHolders.Held(key) {
-		return errorf("state lock %s asked for again by the code that holds it, which would wait for itself; this is a bug in runnerstate, please report it: %w", path, errStateLockReentered)
-	}
-	l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o644, inspectLock)
-	if err != nil {
-		if errors.Is(err, ErrBusy) && ctx.Err() == nil && waitCtx.Err() != nil {
-			return errorf("state lock %s stayed busy for %v; a process is stuck writing state there (stopped?): %w", path, stateLockWait, err)
-		}
-		return err
-	}
-	defer l.Release()
-	defer stateLockHolders.Enter(key)()
-	return fn()
-}
-
-// stateLockHolders knows which goroutine holds each state lock this process
-// holds (by its absolute path), so that withStateLockCtx refuses re-entry.
-var stateLockHolders reentry.Guard
-
-// errStateLockReentered is what withStateLockCtx refuses a re-entry with.
-var errStateLockReentered = errors.New("state lock is not reentrant")
-
-// stateLockWait bounds the wait for a directory's state lock, which is only
-// ever held for one small file write.
-const stateLockWait = 30 * time.Second
 
 // readyOf is the Ready of a runner.json whose bytes are data and whose
 // decoded Ready is decoded: a record without the field was written by an

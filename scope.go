@@ -221,7 +221,7 @@ func parseScopeOwner(data []byte) (ScopeOwner, error) {
 	if owner.DataDir == "" {
 		return ScopeOwner{}, errors.New("names no data_dir")
 	}
-	if owner.PID != 0 && !validPID(owner.PID) {
+	if owner.PID != 0 && !liveness.ValidPID(owner.PID) {
 		return ScopeOwner{}, errors.New("names no valid pid")
 	}
 	return owner, nil

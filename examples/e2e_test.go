@@ -2,9 +2,9 @@
 
 // Package examples_test plays the main job with the example programs as a
 // user would: it builds examples/runner and examples/runnerctl and runs the
-// story of ../shared/tools/e2e-takeover.sh with real processes and the
-// examples' defaults: runner A; runner B takes over; restart --drain; runner
-// C; restart --now; runner E killed -9; runner D admitted.
+// main job's story with real processes and the examples' defaults: runner
+// A; runner B takes over; restart --drain; runner C; restart --now; runner
+// E killed -9; runner D admitted.
 package examples_test
 
 import (

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -39,4 +41,17 @@ func TestStatusWordsDoNotContradict(t *testing.T) {
 	assert.Contains(t, out, "not verified (see warnings)")
 	assert.NotContains(t, out, "alive")
 	assert.Contains(t, out, "warnings")
+}
+
+// Case: --dir afile/sub, where afile is a file: every command says once
+// that afile is the problem, and what to do.
+func TestParentThatIsAFileIsNamed(t *testing.T) {
+	afile := filepath.Join(testharness.TempDir(t), "afile")
+	require.NoError(t, os.WriteFile(afile, []byte("x\n"), 0o644))
+	dir := filepath.Join(afile, "sub")
+	for _, args := range [][]string{{"status"}, {"status", "--json"}, {"restart", "--now"}, {"clear-stale"}, {"wait"}} {
+		code, _, errOut := ctl(append(args, "--dir", dir)...)
+		assert.NotEqual(t, exitOK, code, "%v", args)
+		assert.Contains(t, errOut, "its parent "+afile+" is not a directory; move "+afile+" away", "%v", args)
+	}
 }

@@ -97,6 +97,26 @@ func (id Identity) String() string {
 // later process.
 func (id Identity) HasStart() bool { return id.StartTicks != 0 }
 
+// SameProcess reports whether id and other name the same process
+// incarnation: the same pid and start ticks, in the same boot and pid
+// namespace, and the same Instance when both carry one. It compares the
+// records only and asks the kernel nothing.
+func (id Identity) SameProcess(other Identity) bool {
+	if id.PID <= 0 || id.PID != other.PID || id.StartTicks != other.StartTicks {
+		return false
+	}
+	if id.Instance != "" && other.Instance != "" && id.Instance != other.Instance {
+		return false
+	}
+	return id.BootID == other.BootID && id.PIDNS == other.PIDNS
+}
+
+// ValidPID reports whether pid can name a process: positive and within a
+// pid_t. A larger number read from a file is no pid at all: kill(2) would
+// truncate it into another pid (4294967297 is pid 1, 4294967295 is -1:
+// every process).
+func ValidPID(pid int) bool { return pid > 0 && pid <= maxPID }
+
 // Current returns the identity of this process. It is computed once, on the
 // first call, and is safe for concurrent use. Fields this OS cannot provide
 // are left empty (see [Identity]); on an unsupported OS only Instance, PID

@@ -263,3 +263,32 @@ func ExampleCheck() {
 	fmt.Println(v, why)
 	// Output: unverifiable no pid
 }
+
+// TestSameProcess: two records name one incarnation only when pid, start
+// ticks, boot and pid namespace agree, and the instances do when both have
+// one; a pid <= 0 names nothing.
+func TestSameProcess(t *testing.T) {
+	a := Identity{Instance: "aa", PID: 7, StartTicks: 100, BootID: "b", PIDNS: "4:1"}
+	for _, tc := range []struct {
+		name string
+		b    Identity
+		want bool
+	}{
+		{"itself", a, true},
+		{"one side without instance", Identity{PID: 7, StartTicks: 100, BootID: "b", PIDNS: "4:1"}, true},
+		{"another instance", Identity{Instance: "bb", PID: 7, StartTicks: 100, BootID: "b", PIDNS: "4:1"}, false},
+		{"another pid", Identity{Instance: "aa", PID: 8, StartTicks: 100, BootID: "b", PIDNS: "4:1"}, false},
+		{"recycled pid", Identity{Instance: "aa", PID: 7, StartTicks: 101, BootID: "b", PIDNS: "4:1"}, false},
+		{"another boot", Identity{Instance: "aa", PID: 7, StartTicks: 100, BootID: "c", PIDNS: "4:1"}, false},
+		{"another pid namespace", Identity{Instance: "aa", PID: 7, StartTicks: 100, BootID: "b", PIDNS: "4:2"}, false},
+	} {
+		assert.Equal(t, tc.want, a.SameProcess(tc.b), tc.name)
+		assert.Equal(t, tc.want, tc.b.SameProcess(a), tc.name+", the other way")
+	}
+	assert.False(t, Identity{}.SameProcess(Identity{}), "pid 0 names no process")
+	assert.True(t, ValidPID(1))
+	assert.True(t, ValidPID(math.MaxInt32))
+	for _, pid := range []int{0, -1, math.MaxInt32 + 1, 1 << 32} {
+		assert.False(t, ValidPID(pid), pid)
+	}
+}

@@ -17,11 +17,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// The example programs' refusals and exit codes, as a user meets them: a
+// directory that cannot be one, a lost lock file, another user's runner, a
+// directory this user may not enter.
+
 // runnerOnce runs the runner with args to its end and returns its exit code
 // and its standard error.
 func (s *story) runnerOnce(args ...string) (int, string) {
 	s.t.Helper()
-	cmd := exec.Command(s.runner, args...)
+	return s.runToEnd(exec.Command(s.runner, args...))
+}
+
+// runToEnd runs cmd, in the story's environment, to its end and returns its
+// exit code and combined output; a command that could not run at all fails
+// the test.
+func (s *story) runToEnd(cmd *exec.Cmd) (int, string) {
+	s.t.Helper()
 	cmd.Env = s.env()
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
@@ -128,14 +139,7 @@ func (s *story) asNobody(name string) (setpriv, bin, public string) {
 // and combined output.
 func (s *story) nobody(setpriv, bin string, args ...string) (int, string) {
 	s.t.Helper()
-	cmd := exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", bin}, args...)...)
-	cmd.Env = s.env()
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		require.NoError(s.t, err)
-	}
-	return cmd.ProcessState.ExitCode(), string(out)
+	return s.runToEnd(exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", bin}, args...)...))
 }
 
 // Case: clear-stale as another user, while root's runner holds the
