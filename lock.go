@@ -539,7 +539,7 @@ func inspectRunnerLock(path string) lockState {
 	dir := filepath.Dir(path)
 	st := inspectRunner(dir)
 	if h := holdOf(dir); st.occupancy().held() && st.pid == 0 && h != nil {
-		st.pid, st.verified = h.self.PID, true
+		st.pid, st.verified = h.Self().PID, true
 	}
 	return st
 }

@@ -178,7 +178,7 @@ func publish(dir string, rec Record) error {
 	if h == nil {
 		return fmt.Errorf("%w: %s (take it with Acquire or Takeover first)", ErrNotHolder, filepath.Join(dir, LockName))
 	}
-	if lost, why := h.lost(); lost {
+	if lost, why := h.Lost(); lost {
 		return fmt.Errorf("%w: %s", ErrNotHolder, why)
 	}
 	self := Self()
@@ -186,10 +186,10 @@ func publish(dir string, rec Record) error {
 	rec.Process = self
 	rec.LockFD = 0
 	if runtime.GOOS == "linux" { // where /proc/<pid>/fdinfo can confirm it
-		rec.LockFD = int(h.lock.Fd())
+		rec.LockFD = h.LockFD()
 	}
 	if rec.StartedAt.IsZero() {
-		rec.StartedAt = h.acquiredAt
+		rec.StartedAt = h.AcquiredAt()
 	}
 	data, err := jsonLine(rec)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/hold"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
 
@@ -333,7 +334,7 @@ func WatchRestart(ctx context.Context, dir string) <-chan string {
 type restartWatch struct {
 	dir  string
 	ch   chan string
-	hold *hold // this process's hold on dir, looked up until there is one
+	hold *hold.Hold // this process's hold on dir, looked up until there is one
 	w    *dirwatch.Watcher
 
 	last      restartRequest // the request delivered last
@@ -400,11 +401,11 @@ func (rw *restartWatch) next() (string, restartRequest) {
 		rw.hold = holdOf(rw.dir)
 	}
 	if h := rw.hold; h != nil && !rw.lostSent {
-		if lost, why := h.lost(); lost {
-			warnOnce(fmt.Sprintf("lost:%s:%d", h.abs, h.acquiredAt.UnixNano()), "runnerstate: this runner lost its lock file; it must stop at once, since a next runner may be admitted beside it", "dir", rw.dir, "why", why)
+		if lost, why := h.Lost(); lost {
+			warnOnce(fmt.Sprintf("lost:%s:%d", h.Abs(), h.AcquiredAt().UnixNano()), "runnerstate: this runner lost its lock file; it must stop at once, since a next runner may be admitted beside it", "dir", rw.dir, "why", why)
 			return RestartLost, restartRequest{}
 		}
-		h.heal()
+		h.Heal(maxLockContent)
 	}
 	req, ok := pendingRestart(rw.dir)
 	switch {

@@ -119,6 +119,7 @@ import (
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/fsinfo"
+	"github.com/runnerstate/runnerstate/internal/hold"
 	"github.com/runnerstate/runnerstate/internal/holder"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
@@ -223,81 +224,63 @@ func ensureRunnerDir(dir string) error {
 
 // This process's holds.
 
-// hold is this process's hold on a runner directory, taken by Acquire or
-// Takeover. (The holder is the process that has one, seen from outside.) A
-// hold is two kernel locks: runner.lock, and tree.lock, which Inherit hands
-// on to the runner's children so that the directory stays busy while they
-// live.
-type hold struct {
-	dir        string
-	abs        string // dir made absolute, to find the hold when dir is gone
-	key        durable.Key
-	lock       *filelock.File // runner.lock
-	tree       *filelock.File // tree.lock
-	self       Identity
-	acquiredAt time.Time
-	once       sync.Once
+// holds are the runner directories this process holds (Acquire, Takeover):
+// Publish, Inherit, WatchRestart and Takeover's re-entry check reach a hold
+// through it, by the directory's identity or, once the directory is gone,
+// by its path.
+var holds hold.Index
 
-	mu        sync.Mutex
-	inherited []*os.File // descriptors of tree.lock handed to children by Inherit
-	released  bool
+// holdOf returns this process's hold on dir, or nil.
+func holdOf(dir string) *hold.Hold { return holds.Of(dir) }
+
+// newHold is a hold of dir by self through p, not yet in holds. A hold is
+// two kernel locks: runner.lock, and tree.lock, which Inherit hands on to
+// the runner's children so that the directory stays busy while they live.
+func newHold(dir string, p pair, self Identity) (*hold.Hold, error) {
+	h, err := hold.New(dir, p.runner, p.tree, liveness.Identity(self), runnerFiles{})
+	return h, public(err)
 }
 
-// The runner directories this process holds, keyed by the directory's device
-// and inode so that two spellings of one directory are one key.
-var holds = struct {
-	sync.Mutex
-	m map[durable.Key]*hold
-}{m: make(map[durable.Key]*hold)}
+// runnerFiles is what a hold writes into a runner directory and clears
+// from it (hold.Files).
+type runnerFiles struct{}
 
-// holdOf returns this process's hold on dir, or nil. A dir that is gone (the
-// directory was removed or renamed under the hold) is found by its path.
-func holdOf(dir string) *hold {
-	key, kerr := durable.KeyOf(dir)
-	abs, _ := filepath.Abs(dir)
-	holds.Lock()
-	defer holds.Unlock()
-	if kerr == nil {
-		if h := holds.m[key]; h != nil {
-			return h
-		}
-	}
-	for _, h := range holds.m {
-		if h.abs == abs {
-			return h
-		}
-	}
-	return nil
+// Stamp writes h's identity, and l's descriptor, into l.
+func (runnerFiles) Stamp(h *hold.Hold, l *filelock.File) error {
+	return writeIdentity(l, Identity(h.Self()))
 }
 
-// newHold is a hold of dir through p, not yet registered.
-func newHold(dir string, p pair, self Identity) (*hold, error) {
-	key, err := durable.KeyOf(dir)
+// Stamped reports whether data names h and l's descriptor.
+func (runnerFiles) Stamped(h *hold.Hold, l *filelock.File, data []byte) bool {
+	lc, ok := parseLockLine(data)
+	return ok && sameProcess(lc.Identity, Identity(h.Self())) && lc.FD == int(l.Fd())
+}
+
+// Tidy removes runner.json and retires a restart request addressed to this
+// runner, under the state lock, before the locks are freed. After a lost
+// runner.lock, runner.json is removed only while it still names this
+// process.
+func (runnerFiles) Tidy(h *hold.Hold, runnerHere bool) {
+	self := Identity(h.Self())
+	if !runnerHere {
+		removeOwnRecord(h.Dir(), self)
+		return
+	}
+	err := withStateLock(h.Dir(), func() error {
+		var err error
+		if rec, state, _ := readRecord(h.Dir()); state == fileOK && sameProcess(rec.Process, self) {
+			err = public(durable.Remove(h.Dir(), RecordName)) // synced only when it removed something
+		}
+		retireOnRelease(h.Dir(), self.Instance)
+		return err
+	})
 	if err != nil {
-		return nil, public(err)
+		logger().Warn("runnerstate: release could not clean up", "dir", h.Dir(), "err", err)
 	}
-	abs, _ := filepath.Abs(dir)
-	return &hold{dir: dir, abs: abs, key: key, lock: p.runner, tree: p.tree, self: self, acquiredAt: time.Now()}, nil
-}
-
-// register records h as this process's hold on its directory, for Publish.
-func (h *hold) register() {
-	holds.Lock()
-	holds.m[h.key] = h
-	holds.Unlock()
 }
 
 // pair is the two kernel locks of a hold.
 type pair struct{ runner, tree *filelock.File }
-
-// locks lists the hold's kernel locks: runner.lock, then tree.lock (absent
-// only under withoutTreeLock).
-func (h *hold) locks() []*filelock.File {
-	if h.tree == nil {
-		return []*filelock.File{h.lock}
-	}
-	return []*filelock.File{h.lock, h.tree}
-}
 
 func (p pair) release() {
 	if p.tree != nil {
@@ -425,12 +408,12 @@ func Acquire(dir string) (release func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	return h.release, nil
+	return h.Release, nil
 }
 
 // acquire is Acquire for a call that began at since: a restart request made
 // since then is kept for the new runner.
-func acquire(dir string, since time.Time) (*hold, error) {
+func acquire(dir string, since time.Time) (*hold.Hold, error) {
 	if err := ensureRunnerDir(dir); err != nil {
 		return nil, err
 	}
@@ -443,7 +426,7 @@ func acquire(dir string, since time.Time) (*hold, error) {
 	}
 	h, err := newHold(dir, p, Self())
 	if err == nil {
-		err = h.writeIdentity()
+		err = stamp(h)
 	}
 	if err != nil {
 		p.release()
@@ -454,9 +437,9 @@ func acquire(dir string, since time.Time) (*hold, error) {
 	// lock that can never be taken (a directory, a symlink or a FIFO where
 	// .state.lock belongs) would leave the previous runner's record in place
 	// and fail every Publish: that is refused, as Takeover refuses it.
-	err = withStateLock(dir, func() error { settleIn(dir, h.self, since); return nil })
+	err = withStateLock(dir, func() error { settleIn(dir, Identity(h.Self()), since); return nil })
 	if unusablePath(err) {
-		for _, l := range h.locks() {
+		for _, l := range h.Locks() {
 			l.WriteContent(nil)
 		}
 		p.release()
@@ -465,7 +448,7 @@ func acquire(dir string, since time.Time) (*hold, error) {
 	if err != nil {
 		logger().Warn("runnerstate: could not clear the previous runner's files", "dir", dir, "err", err)
 	}
-	h.register()
+	holds.Add(h)
 	return h, nil
 }
 
@@ -474,11 +457,11 @@ func acquire(dir string, since time.Time) (*hold, error) {
 // file where a regular file belongs.
 func unusablePath(err error) bool { return durable.Unusable(err) }
 
-// writeIdentity writes this hold's identity, and each lock's descriptor,
+// stamp writes the identity of h, just taken, and each lock's descriptor,
 // into both lock files, and makes them private.
-func (h *hold) writeIdentity() error {
-	for _, l := range h.locks() {
-		if err := writeIdentity(l, h.self); err != nil {
+func stamp(h *hold.Hold) error {
+	for _, l := range h.Locks() {
+		if err := writeIdentity(l, Identity(h.Self())); err != nil {
 			return err
 		}
 		makePrivate(l)
@@ -570,93 +553,6 @@ func clearStaleRecord(dir string, self Identity) (int, bool, error) {
 		return 0, false, err
 	}
 	return 0, true, nil
-}
-
-// release gives the directory up: it removes runner.json and retires a
-// restart request addressed to this runner, clears the identity in both lock
-// files, closes what Inherit handed out, frees tree.lock, and last
-// runner.lock. A lock file that was replaced under the hold is left as it is
-// (what is at the path now is not this hold's); after a lost runner.lock,
-// runner.json is removed only while it still names this process.
-func (h *hold) release() {
-	h.once.Do(func() {
-		holds.Lock()
-		if holds.m[h.key] == h {
-			delete(holds.m, h.key)
-		}
-		holds.Unlock()
-		runnerHere, _ := h.lock.AtPath()
-		if runnerHere {
-			if err := withStateLock(h.dir, h.cleanUp); err != nil {
-				logger().Warn("runnerstate: release could not clean up", "dir", h.dir, "err", err)
-			}
-		} else {
-			removeOwnRecord(h.dir, h.self) // runner.lock was lost: only a record that still names this process
-		}
-		h.mu.Lock()
-		h.released = true
-		for _, f := range h.inherited {
-			f.Close()
-		}
-		h.inherited = nil
-		h.mu.Unlock()
-		if h.tree != nil {
-			// Through the hold's own descriptor: what it clears is this
-			// hold's file, wherever it is now.
-			h.tree.WriteContent(nil)
-			h.tree.Release()
-		}
-		if runnerHere {
-			h.lock.WriteContent(nil)
-		}
-		h.lock.Release()
-	})
-}
-
-// cleanUp removes what names this runner in its directory, under the state
-// lock, before its locks are freed.
-func (h *hold) cleanUp() error {
-	var err error
-	if rec, state, _ := readRecord(h.dir); state == fileOK && sameProcess(rec.Process, h.self) {
-		err = public(durable.Remove(h.dir, RecordName)) // synced only when it removed something
-	}
-	retireOnRelease(h.dir, h.self.Instance)
-	return err
-}
-
-// lost says whether the hold lost a lock file: one of its pair was deleted,
-// renamed or replaced while held, or the directory is gone
-// (filelock.Lost). why names which.
-func (h *hold) lost() (bool, string) {
-	h.mu.Lock()
-	released := h.released
-	h.mu.Unlock()
-	if released {
-		return false, ""
-	}
-	return filelock.Lost(h.dir, h.locks()...)
-}
-
-// heal writes this hold's identity back into runner.lock when another
-// program erased it (an O_TRUNC open, as Python's filelock makes before it
-// tries a lock, or ": >"), so that the holder stays verifiable.
-func (h *hold) heal() {
-	for _, l := range h.locks() {
-		if ok, _ := l.AtPath(); !ok {
-			continue
-		}
-		data, err := l.ReadContent(maxLockContent)
-		if err != nil {
-			continue
-		}
-		if lc, ok := parseLockLine(data); ok && sameProcess(lc.Identity, h.self) && lc.FD == int(l.Fd()) {
-			continue
-		}
-		if len(data) == 0 && l.Fd() == 0 {
-			continue // Windows: the lock file carries nothing
-		}
-		writeIdentity(l, h.self)
-	}
 }
 
 // Running reports whether a runner holds dir's lock now, and who. The kernel

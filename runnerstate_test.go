@@ -551,7 +551,7 @@ func TestAcquireRetiresOnlyOthersRestartRequests(t *testing.T) {
 	mode, ok := RestartRequested(dir)
 	assert.True(t, ok)
 	assert.Equal(t, RestartDrain, mode)
-	h.release()
+	h.Release()
 }
 
 // Case: the dir "" meant the current directory to Status and an error to

@@ -18,6 +18,7 @@ import (
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/gate"
+	"github.com/runnerstate/runnerstate/internal/hold"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/runnerstate/runnerstate/internal/sdnotify"
 	"github.com/runnerstate/runnerstate/internal/spawn"
@@ -171,7 +172,7 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 		t.withdraw()
 		return nil, err
 	}
-	return h.release, nil
+	return h.Release, nil
 }
 
 // takeover is one starter's attempt.
@@ -227,7 +228,7 @@ func (t *takeover) withdraw() {
 
 // run waits until the runner lock is this starter's, then enters: it is
 // admitted if it is still the newest starter.
-func (t *takeover) run(ctx context.Context, live bool) (*hold, error) {
+func (t *takeover) run(ctx context.Context, live bool) (*hold.Hold, error) {
 	supCtx, stop := t.watchNewer(ctx)
 	defer stop()
 	for lost := 0; ; lost++ {
@@ -328,7 +329,7 @@ func (t *takeover) waitForPair(ctx, supCtx context.Context) (pair, error) {
 // process may still be finishing its exit: it waits for that before writing
 // this starter's identity (until then no other starter can verify, and so
 // signal, this one; a newer starter that comes meanwhile supersedes it).
-func (t *takeover) enter(ctx context.Context, live bool, p pair) (*hold, error) {
+func (t *takeover) enter(ctx context.Context, live bool, p pair) (*hold.Hold, error) {
 	t.awaitPrevious(ctx)
 	if err := keepIfLive(ctx, live, t.lockPath, p.release); err != nil {
 		return nil, err
@@ -342,7 +343,7 @@ func (t *takeover) enter(ctx context.Context, live bool, p pair) (*hold, error) 
 	case err != nil:
 		return nil, err
 	}
-	if err := keepIfLive(ctx, live, t.lockPath, h.release); err != nil {
+	if err := keepIfLive(ctx, live, t.lockPath, h.Release); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -581,7 +582,7 @@ func (t *takeover) signalOrphans(sig liveness.Signal) {
 // starter, it leaves the gate, writes its identity, clears what the previous
 // runner left and publishes its record. Otherwise it lets p go and returns
 // errNotNewest.
-func (t *takeover) admit(ctx context.Context, p pair) (*hold, error) {
+func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 	h, err := newHold(t.dir, p, t.self)
 	if err != nil {
 		p.release()
@@ -597,7 +598,7 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold, error) {
 			g.Remove(t.seq)
 			g.Admitted = t.seq
 			g.Attempt = nil
-			if err := h.writeIdentity(); err != nil {
+			if err := stamp(h); err != nil {
 				return err
 			}
 			settleIn(t.dir, t.self, t.start)
@@ -612,13 +613,13 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold, error) {
 		return nil, err
 	}
 	t.request = nil // retired with the previous runner
-	h.register()
+	holds.Add(h)
 	if err := publish(t.dir, Record{}); errors.Is(err, ErrNotDurable) {
 		// Published: the record is in place, and describes a live process.
 		t.log.Warn("runnerstate: takeover published its record, but its directory could not be synced", "dir", t.dir, "err", err)
 	} else if err != nil {
-		lost, _ := h.lost()
-		h.release()
+		lost, _ := h.Lost()
+		h.Release()
 		if lost {
 			return nil, errLostInAdmission
 		}
@@ -689,16 +690,13 @@ func Inherit(dir string, cmd *exec.Cmd) error {
 	if h == nil {
 		return fmt.Errorf("%w: %s (take it with Acquire or Takeover first)", ErrNotHolder, filepath.Join(dir, LockName))
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.released {
+	f, err := h.Lend()
+	if errors.Is(err, hold.ErrReleased) {
 		return fmt.Errorf("%w: %s was released", ErrNotHolder, filepath.Join(dir, LockName))
 	}
-	f, err := h.tree.Dup()
 	if err != nil {
 		return public(err)
 	}
-	h.inherited = append(h.inherited, f)
 	cmd.ExtraFiles = append(cmd.ExtraFiles, f)
 	return nil
 }
