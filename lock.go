@@ -103,6 +103,27 @@ func public(err error) error {
 	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: durable.Advise(pe.Err)}
 }
 
+// errBadName refuses a state file name that is not a plain file name.
+var errBadName = errors.New("is not a plain file name of its own")
+
+// errorf formats an error whose message starts with the package name.
+func errorf(format string, args ...any) error {
+	return fmt.Errorf("runnerstate: "+format, args...)
+}
+
+// isNotExist reports whether err says a path does not exist.
+func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
+
+// checkDir refuses the empty directory name. "" would mean the current
+// directory to the calls that join paths and an error to those that stat
+// it, so it is the same clear error for all of them.
+func checkDir(op, dir string) error {
+	if dir == "" {
+		return errorf("%s: the directory name is empty; name one (\".\" is the current directory)", op)
+	}
+	return nil
+}
+
 // lockingUnsupported is ErrLockingUnsupported for one path, with the
 // system's answer (ENOLCK, EOPNOTSUPP...) as its cause: its message is the
 // sentinel's without the package name, which the *fs.PathError around it
@@ -542,6 +563,62 @@ func inspectRunnerLock(path string) lockState {
 		st.pid, st.verified = h.Self().PID, true
 	}
 	return st
+}
+
+// inspectRunner is inspectLock for dir's runner lock, as the runner
+// protocol reads its directory (holder.InspectPair says how): runner.json
+// also names the holder, with the descriptor it locks runner.lock through
+// (Record.LockFD), and tree.lock, held by the runner and the children it
+// started, says what holds the directory when runner.lock is free (lostFile:
+// the runner lost runner.lock and still runs; treeHeld: orphans).
+func inspectRunner(dir string) lockState {
+	p := holder.InspectPair(holder.Pair{
+		Lock: filepath.Join(dir, LockName), Tree: filepath.Join(dir, treeLockName),
+		Limit: maxLockContent, Parse: parseHolder, Hint: func() (holder.Hint, bool) { return recordHint(dir) },
+	})
+	st := stateOf(p.State)
+	st.via, st.lostFile, st.treeHeld = p.Via, p.LostFile, p.TreeHeld
+	switch {
+	case p.OtherMount != "":
+		st.heldThrough(dir, p.OtherMount)
+	case p.LostFile:
+		st.notes = append(st.notes, fmt.Sprintf("%s was lost (deleted, renamed or replaced while held): its holder still runs and holds %s", filepath.Join(dir, LockName), filepath.Join(dir, treeLockName)))
+	case p.Via == holder.ViaHint && filelock.CarriesContent: // elsewhere runner.json is how a holder is always named
+		st.notes = append(st.notes, fmt.Sprintf("%s; the holder was named from %s", p.Unnamed, RecordName))
+	}
+	return st
+}
+
+// recordHint is the holder runner.json names, for holder.Pair.
+func recordHint(dir string) (holder.Hint, bool) {
+	rec, state, _ := readRecord(dir)
+	if state != fileOK || rec.PID != rec.Process.PID {
+		return holder.Hint{}, false
+	}
+	return holder.Hint{ID: liveness.Identity(rec.Process), FD: rec.LockFD}, true
+}
+
+// heldThrough makes st the state of dir's runner lock held by its named
+// holder through another mount, where the holder sees it at holderPath
+// (holder.Elsewhere), with the note Status gives: file locks exclude
+// nothing between the two mounts, but a runner runs.
+func (st *lockState) heldThrough(dir, holderPath string) {
+	st.held, st.pid, st.verified, st.via, st.otherMount = true, st.holder.PID, true, viaLockFile, true
+	st.notes = append(st.notes, fmt.Sprintf("%s is held by pid %d through another mount (%s): file locks on %s do not exclude between the two, so no runner can be admitted here safely; use one path on a local disk",
+		filepath.Join(dir, LockName), st.holder.PID, holderPath, cmp.Or(fsinfo.TypeOf(dir), "this filesystem")))
+}
+
+// elsewhereToo is, for Status, holder.Elsewhere asked of a lock found held
+// whose named holder was not already found through another mount, for its
+// warning (the kernel may have matched the holder by inode number alone);
+// only where the lock file carries content.
+func (st *lockState) elsewhereToo(dir string) {
+	if _, ok := st.namedHolder(); !ok || st.otherMount || !filelock.CarriesContent {
+		return
+	}
+	if holderPath, held := holder.Elsewhere(liveness.Identity(st.holder), st.fd, filepath.Join(dir, LockName)); held {
+		st.heldThrough(dir, holderPath)
+	}
 }
 
 // inspectScopeLock names the holder of a scope's scope.lock from its sidecar

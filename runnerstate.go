@@ -25,78 +25,35 @@
 //
 // # Authority and hints
 //
-// The kernel lock (flock(2) on runner.lock) is the only authority: it is held
-// while the runner lives, and the kernel drops it the instant the runner dies,
-// however it died. Everything else in the directory is a hint that names the
-// holder: runner.lock carries the holder's Identity, runner.json the Record it
-// published. A pid read from a file is never taken as proof of life; a
-// recorded process is "verified" only when its pid, start ticks, boot id, PID
-// namespace and machine all match the live process, and only a verified
-// process is ever signalled, through a pidfd that pins it.
-//
-// # Files in a runner directory
+// The kernel lock (flock(2) on runner.lock) is the only authority: held while
+// the runner lives, dropped by the kernel the instant it dies, however it
+// died. Everything else in the directory is a hint that names the holder. A
+// pid read from a file is never proof of life: a process is "verified" only
+// when its pid, start ticks, boot id, PID namespace and machine all match a
+// live one, and only a verified process is ever signalled, through a pidfd
+// that pins it. A hold is two kernel locks, runner.lock and tree.lock, which
+// Inherit lends to the runner's jobs so that they keep the directory busy;
+// what each promise rests on, and what is not promised, is in
+// [docs/guarantees.md].
 //
 // The files runnerstate keeps in a runner directory, a scope directory
 // (AcquireScope) and a data root (SyncRunning), each with its purpose, mode
-// and writer, are listed once, in [docs/operations.md].
+// and writer, are listed once, in [docs/operations.md]. State files are
+// written atomically, and no path is followed through a symlink.
 //
-// State files are written atomically: a temporary file in the same
-// directory, fsynced, renamed over the target, and the directory fsynced. No
-// path is ever followed through a symlink.
+// # Waits and errors
 //
-// # The state lock
+// Every wait takes a context.Context, and a call that waits never succeeds
+// once its context has ended (see Lock). Every busy answer is a *BusyError
+// that names the holder. Errors name the path they are about and say what to
+// do; callers match them with errors.Is against the sentinels (ErrBusy,
+// ErrNotHolder, ...) and errors.As against *BusyError. Every function that
+// takes a directory refuses the empty name "" (pass "." for the current
+// directory); those without an error answer (StalePIDs, RestartRequested,
+// WatchRestart) treat it as a directory with nothing in it.
 //
-// Read-modify-write of the files above (an append, a restart request, the
-// gate) is serialised across goroutines and processes by the directory's
-// state lock: an exclusive flock(2) on .state.lock in the directory, held
-// only for one small file write. A lock others take on the directory itself
-// (flock(1)'s idiom, "flock DIR cmd") never touches it. A wait for it ends
-// with the caller's context where there is one, and after 30 s in any case;
-// a writer stopped (SIGSTOP) while holding it stalls the others until then.
-//
-// # The runner's tree
-//
-// A hold is two kernel locks, runner.lock and tree.lock, and the directory is
-// free only when both are. Processes the runner starts through Inherit hold
-// tree.lock too, by a descriptor they inherit, so a runner that dies leaves
-// the directory busy while its jobs live on: orphans, which Acquire names,
-// Status lists, Standby waits for and Takeover signals (each checked first to
-// still hold the descriptor). A runner whose lock file is deleted, renamed or
-// replaced while held still holds the other lock, which keeps the next
-// runner out, and WatchRestart tells it RestartLost at once so that it can
-// stop. A restart request whose Takeover starter died is void.
-//
-// # What is not promised
-//
-// What lies outside what the kernel lock can see (a job that leaves the
-// tree, a lock file deleted while held, two machines on a trusted network
-// filesystem, orphans on Windows and macOS) is listed in [docs/guarantees.md].
-//
-// # Waits
-//
-// Every wait takes a context.Context and every busy answer is a *BusyError
-// that names the holder. Lock and RLock hand a released lock to a waiting
-// process as fast as the kernel does (no polling). A call that waits never
-// succeeds once its context has ended (see Lock).
-//
-// # Errors
-//
-// Errors name the path they are about and say what to do; callers match
-// them with errors.Is against the sentinels (ErrBusy, ErrNotHolder, ...) and
-// errors.As against *BusyError. Every function that takes a directory
-// refuses the empty name "" (pass "." for the current directory); those
-// without an error answer (StalePIDs, RestartRequested, WatchRestart) treat
-// it as a directory with nothing in it.
-//
-// # Platforms
-//
-// Linux is first-class: holders are read from /proc/locks without touching
-// the lock, identities are verified from /proc and pinned with pidfds. macOS
-// and other Unix systems verify start times through sysctl and probe locks
-// with a non-blocking shared lock. Windows locks through LockFileEx and
-// verifies creation times, but cannot read a locked file's content, so the
-// holder is named from runner.json only; SIGTERM does not exist there. A
-// system without file locks (js, wasip1, plan9) builds, and every lock
+// Linux is first-class; macOS and Windows degrade as [docs/guarantees.md]
+// says, and a system without file locks (js, wasip1, plan9) builds and
 // answers ErrLockingUnsupported at run time.
 //
 // [docs/operations.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/operations.md
@@ -184,28 +141,7 @@ var warned = struct {
 	keys map[string]struct{}
 }{keys: make(map[string]struct{})}
 
-// Errors.
-
-// errBadName refuses a state file name that is not a plain file name.
-var errBadName = errors.New("is not a plain file name of its own")
-
-// errorf formats an error whose message starts with the package name.
-func errorf(format string, args ...any) error {
-	return fmt.Errorf("runnerstate: "+format, args...)
-}
-
-// isNotExist reports whether err says a path does not exist.
-func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
-
-// checkDir refuses the empty directory name. "" would mean the current
-// directory to the calls that join paths and an error to those that stat
-// it, so it is the same clear error for all of them.
-func checkDir(op, dir string) error {
-	if dir == "" {
-		return errorf("%s: the directory name is empty; name one (\".\" is the current directory)", op)
-	}
-	return nil
-}
+// The directory.
 
 // ensureDir creates dir (0755, parents too) when it does not exist and checks
 // it is a directory.
@@ -528,6 +464,9 @@ func clearStaleRecord(dir string, self Identity) (int, bool, error) {
 			return 0, false, nil
 		}
 		v, why := liveness.Check(liveness.Identity(rec.Process))
+		if rec.Process.PID == 0 { // a bare pid, or a forged record: Check saw no pid at all
+			why = fmt.Sprintf("the record names pid %d but no process identity, so it proves nothing", rec.PID)
+		}
 		// Not synced: a record a power loss brings back is as stale as
 		// before (it names a process nothing trusts) and the next Acquire
 		// clears it again, so an fsync would only slow every admission
@@ -825,14 +764,7 @@ func Status(dir string) (Report, error) {
 	if occ == occOrphans {
 		pids, complete := orphans(dir, 0)
 		r.Orphans = append(r.Orphans, pids...)
-		switch {
-		case len(pids) > 0:
-			r.Warnings = append(r.Warnings, fmt.Sprintf("no runner holds %s, but processes of a previous runner's tree (%s) still hold %s: the directory stays busy until they exit; Takeover signals them", dir, pidList(pids), filepath.Join(dir, treeLockName)))
-		case !complete:
-			r.Warnings = append(r.Warnings, fmt.Sprintf("no runner holds %s, but %s is held by processes this user cannot see: the directory stays busy until they exit", dir, filepath.Join(dir, treeLockName)))
-		default:
-			r.Warnings = append(r.Warnings, fmt.Sprintf("no runner holds %s, but %s is held: the directory stays busy until its holders exit", dir, filepath.Join(dir, treeLockName)))
-		}
+		r.Warnings = append(r.Warnings, orphansWarning(dir, pids, complete))
 	}
 	if recState == fileCorrupt {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%s cannot be read and is ignored: %v", filepath.Join(dir, RecordName), recErr))
@@ -854,6 +786,18 @@ func Status(dir string) (Report, error) {
 	return r, nil
 }
 
+// orphansWarning is Status's warning for a tree.lock held without a runner,
+// by the orphans pids (complete: every process could be read).
+func orphansWarning(dir string, pids []int, complete bool) string {
+	switch {
+	case len(pids) > 0:
+		return fmt.Sprintf("no runner holds %s, but processes of a previous runner's tree (%s) still hold %s: the directory stays busy until they exit; Takeover signals them", dir, pidList(pids), filepath.Join(dir, treeLockName))
+	case !complete:
+		return fmt.Sprintf("no runner holds %s, but %s is held by processes this user cannot see: the directory stays busy until they exit", dir, filepath.Join(dir, treeLockName))
+	}
+	return fmt.Sprintf("no runner holds %s, but %s is held: the directory stays busy until its holders exit", dir, filepath.Join(dir, treeLockName))
+}
+
 // refusedStatus is Status on a filesystem whose locks do not exclude: the
 // lock cannot tell whether a runner holds dir, so the report says not held
 // and warns why; the verdict is that of the identity runner.lock names, or
@@ -868,62 +812,6 @@ func refusedStatus(r Report, dir string, refused error) Report {
 	r.Warnings = append(r.Warnings, "cannot tell whether a runner holds "+dir+": "+why)
 	r.Warnings = append(r.Warnings, dirWarnings(dir)...)
 	return r
-}
-
-// inspectRunner is inspectLock for dir's runner lock, as the runner
-// protocol reads its directory (holder.InspectPair says how): runner.json
-// also names the holder, with the descriptor it locks runner.lock through
-// (Record.LockFD), and tree.lock, held by the runner and the children it
-// started, says what holds the directory when runner.lock is free (lostFile:
-// the runner lost runner.lock and still runs; treeHeld: orphans).
-func inspectRunner(dir string) lockState {
-	p := holder.InspectPair(holder.Pair{
-		Lock: filepath.Join(dir, LockName), Tree: filepath.Join(dir, treeLockName),
-		Limit: maxLockContent, Parse: parseHolder, Hint: func() (holder.Hint, bool) { return recordHint(dir) },
-	})
-	st := stateOf(p.State)
-	st.via, st.lostFile, st.treeHeld = p.Via, p.LostFile, p.TreeHeld
-	switch {
-	case p.OtherMount != "":
-		st.heldThrough(dir, p.OtherMount)
-	case p.LostFile:
-		st.notes = append(st.notes, fmt.Sprintf("%s was lost (deleted, renamed or replaced while held): its holder still runs and holds %s", filepath.Join(dir, LockName), filepath.Join(dir, treeLockName)))
-	case p.Via == holder.ViaHint && filelock.CarriesContent: // elsewhere runner.json is how a holder is always named
-		st.notes = append(st.notes, fmt.Sprintf("%s; the holder was named from %s", p.Unnamed, RecordName))
-	}
-	return st
-}
-
-// recordHint is the holder runner.json names, for holder.Pair.
-func recordHint(dir string) (holder.Hint, bool) {
-	rec, state, _ := readRecord(dir)
-	if state != fileOK || rec.PID != rec.Process.PID {
-		return holder.Hint{}, false
-	}
-	return holder.Hint{ID: liveness.Identity(rec.Process), FD: rec.LockFD}, true
-}
-
-// heldThrough makes st the state of dir's runner lock held by its named
-// holder through another mount, where the holder sees it at holderPath
-// (holder.Elsewhere), with the note Status gives: file locks exclude
-// nothing between the two mounts, but a runner runs.
-func (st *lockState) heldThrough(dir, holderPath string) {
-	st.held, st.pid, st.verified, st.via, st.otherMount = true, st.holder.PID, true, viaLockFile, true
-	st.notes = append(st.notes, fmt.Sprintf("%s is held by pid %d through another mount (%s): file locks on %s do not exclude between the two, so no runner can be admitted here safely; use one path on a local disk",
-		filepath.Join(dir, LockName), st.holder.PID, holderPath, cmp.Or(fsinfo.TypeOf(dir), "this filesystem")))
-}
-
-// elsewhereToo is, for Status, holder.Elsewhere asked of a lock found held
-// whose named holder was not already found through another mount, for its
-// warning (the kernel may have matched the holder by inode number alone);
-// only where the lock file carries content.
-func (st *lockState) elsewhereToo(dir string) {
-	if _, ok := st.namedHolder(); !ok || st.otherMount || !filelock.CarriesContent {
-		return
-	}
-	if holderPath, held := holder.Elsewhere(liveness.Identity(st.holder), st.fd, filepath.Join(dir, LockName)); held {
-		st.heldThrough(dir, holderPath)
-	}
 }
 
 // orphans lists the processes that hold dir's tree.lock, from a scan of every

@@ -121,6 +121,24 @@ func TestAcquireSamePIDOtherStartIdentity(t *testing.T) {
 	assert.Contains(t, logs.String(), "verdict=stale")
 }
 
+// Case: a forged runner.json, {"pid":1}, names a pid and no process
+// identity; the lock is free. Acquire clears it, and the log says why it
+// proved nothing, not "no pid".
+func TestAcquireClearsARecordWithoutAProcessIdentity(t *testing.T) {
+	dir := tempDir(t)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, RecordName), []byte(`{"pid":1}`), 0o644))
+	logs := captureLog(t)
+
+	release, err := Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+	assert.NoFileExists(t, filepath.Join(dir, RecordName))
+	assert.Contains(t, logs.String(), "cleared a stale record")
+	assert.Contains(t, logs.String(), "pid=1 ")
+	assert.Contains(t, logs.String(), `why="the record names pid 1 but no process identity, so it proves nothing"`)
+	assert.NotContains(t, logs.String(), `why="no pid"`)
+}
+
 func writeJSON(t *testing.T, path string, v any) {
 	t.Helper()
 	data, err := json.Marshal(v)
