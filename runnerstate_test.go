@@ -111,14 +111,8 @@ func TestAcquireSamePIDOtherStartIdentity(t *testing.T) {
 	old.StartTicks = self.StartTicks - 1
 	writeJSON(t, filepath.Join(dir, RecordName), Record{PID: self.PID, Process: old})
 	writeJSON(t, filepath.Join(dir, LockName), old)
-	logs := captureLog(t)
-
-	release, err := Acquire(dir)
-	require.NoError(t, err)
-	defer release()
-	assert.NoFileExists(t, filepath.Join(dir, RecordName))
-	assert.Contains(t, logs.String(), "cleared a stale record")
-	assert.Contains(t, logs.String(), "verdict=stale")
+	logs := acquireClearsTheRecord(t, dir)
+	assert.Contains(t, logs, "verdict=stale")
 }
 
 // Case: a forged runner.json, {"pid":1}, names a pid and no process
@@ -127,16 +121,23 @@ func TestAcquireSamePIDOtherStartIdentity(t *testing.T) {
 func TestAcquireClearsARecordWithoutAProcessIdentity(t *testing.T) {
 	dir := tempDir(t)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, RecordName), []byte(`{"pid":1}`), 0o644))
-	logs := captureLog(t)
+	logs := acquireClearsTheRecord(t, dir)
+	assert.Contains(t, logs, "pid=1 ")
+	assert.Contains(t, logs, `why="the record names pid 1 but no process identity, so it proves nothing"`)
+	assert.NotContains(t, logs, `why="no pid"`)
+}
 
+// acquireClearsTheRecord acquires dir, whose lock is free, checks that the
+// admission cleared its stale runner.json and said so, and returns the log.
+func acquireClearsTheRecord(t *testing.T, dir string) string {
+	t.Helper()
+	logs := captureLog(t)
 	release, err := Acquire(dir)
 	require.NoError(t, err)
 	defer release()
 	assert.NoFileExists(t, filepath.Join(dir, RecordName))
 	assert.Contains(t, logs.String(), "cleared a stale record")
-	assert.Contains(t, logs.String(), "pid=1 ")
-	assert.Contains(t, logs.String(), `why="the record names pid 1 but no process identity, so it proves nothing"`)
-	assert.NotContains(t, logs.String(), `why="no pid"`)
+	return logs.String()
 }
 
 func writeJSON(t *testing.T, path string, v any) {
