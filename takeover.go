@@ -348,11 +348,17 @@ func (t *takeover) superseded() error {
 // or, when only tree.lock is held, an orphan or a runner whose runner.lock
 // was lost.
 func (t *takeover) busy(cause error) error {
-	switch inspectRunner(t.dir).occupancy() {
-	case occOrphans, occLostFile:
-		return treeBusyError(t.dir, cause)
+	return runnerBusy(t.dir, inspectRunner(t.dir).occupancy(), cause)
+}
+
+// runnerBusy is the *BusyError of a wait on dir that ended (cause) while
+// occ held it: the tree's holder when only tree.lock was held, else the
+// runner.
+func runnerBusy(dir string, occ occupancy, cause error) error {
+	if occ == occOrphans || occ == occLostFile {
+		return treeBusyError(dir, cause)
 	}
-	return busyError(t.lockPath, cause, inspectRunnerLock)
+	return busyError(filepath.Join(dir, LockName), cause, inspectRunnerLock)
 }
 
 // Target is what a step is against. While runner.lock is held: its holder,
@@ -641,10 +647,7 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 			return s.res, nil
 		}
 		if err := s.wait.Wait(ctx); err != nil {
-			if occ == occOrphans || occ == occLostFile {
-				return s.res, treeBusyError(dir, err)
-			}
-			return s.res, busyError(filepath.Join(dir, LockName), err, inspectRunnerLock)
+			return s.res, runnerBusy(dir, occ, err)
 		}
 	}
 }
@@ -746,13 +749,8 @@ func waitingStarters(dir string) ([]Identity, string) {
 	return ids, warn
 }
 
-// The detached starter: Start.
-//
-// A client makes sure the runner of a directory runs and is ready with
-// Start, which starts it detached when none runs. Attempts are serialised by
-// start.lock and described by start.json (the attempt record: the process
-// started, where its output goes, and, once it died before it was ready,
-// its exit status and log tail), so that every concurrent caller, in any
+// The detached starter: Start. Its attempts are serialised by start.lock
+// and described by start.json, so that every concurrent caller, in any
 // process, shares one attempt and learns its outcome.
 
 // StartOptions says which ready runner will do, and where a started
@@ -846,34 +844,23 @@ const (
 //     (an exec error) is the caller's own failure: a waiter then makes its
 //     own attempt. Each waiter applies its own Accept; a record it refuses
 //     is replaced by its own attempt.
-//   - The started process runs detached: in a session of its own (setsid;
-//     on Windows a new process group without a console), stdin from the
-//     null device, stdout and stderr appended to opts.Log unless cmd sets
-//     them (then they must be *os.File), and none of the caller's
-//     descriptors but cmd.ExtraFiles and one readiness descriptor. To that
-//     end, before starting cmd, Start marks every descriptor of the calling
-//     process above stderr close-on-exec, under syscall.ForkLock: a caller
-//     passes descriptors to its own children through ExtraFiles, which this
-//     does not affect. Start sets cmd.Env (cmd.Env, or this process's, with
-//     NOTIFY_SOCKET removed, so that a runner started by a service never
-//     speaks for its unit, and RUNNERSTATE_READY_FD, RUNNERSTATE_READY_FOR
-//     and RUNNERSTATE_START_ATTEMPT, the attempt's number, added),
-//     cmd.ExtraFiles (the readiness descriptor appended), cmd.SysProcAttr
-//     (Setsid set; Setpgid, Setctty and Foreground cleared; the caller's
-//     other fields kept) and a nil cmd.Stdout and cmd.Stderr. The caller must not call cmd.Wait: the
-//     package reaps the process, in one goroutine per started process while
-//     it lives (internal/spawn.reap), and reads its readiness descriptor in
-//     another until it is ready or gone (internal/spawn.awaitReady); no
-//     zombie is left.
+//   - The started process runs detached: in a session of its own, stdin
+//     from the null device, stdout and stderr appended to opts.Log unless
+//     cmd sets them (then they must be *os.File), and none of the caller's
+//     descriptors but cmd.ExtraFiles and one readiness descriptor: before
+//     starting cmd, Start marks every descriptor of the calling process
+//     above stderr close-on-exec, under syscall.ForkLock (ExtraFiles are
+//     not affected). Start sets cmd.Env, cmd.ExtraFiles, cmd.SysProcAttr,
+//     cmd.Stdout and cmd.Stderr, as [docs/operations.md] lists. The caller
+//     must not call cmd.Wait: the package reaps the process, and no zombie
+//     is left.
 //   - The started process takes dir itself, with Takeover (or Acquire) and
 //     Publish, like any runner: Start lends it no lock. cmd runs the runner
 //     itself (a shell may exec it): a command that forks the runner and
-//     exits has exited before it was ready. Its Publish writes
-//     the readiness descriptor, and Start returns within milliseconds; other
-//     callers wake on a directory watch, and where there is none they look
-//     every 10 ms. There is no start-up timeout: ctx is the only bound. A
-//     holder that is held but cannot be verified, or never publishes, is
-//     starting: Start waits for it until ctx ends.
+//     exits has exited before it was ready. Its Publish makes Start return
+//     within milliseconds. There is no start-up timeout: ctx is the only
+//     bound. A holder that is held but cannot be verified, or never
+//     publishes, is starting: Start waits for it until ctx ends.
 //   - A started process that exits before it is ready: a *StartError with
 //     its exit status and the tail of its log, at once; nothing is left
 //     held in dir (start.lock and the log stay).
@@ -886,25 +873,23 @@ const (
 //     one's record. If Accept refuses that one too, a *StartError with
 //     ExitCode -1 (the new runner is left running); it never loops.
 //
-// Platforms: Linux is first-class and tested. macOS detaches the same way
-// (setsid) and is built and vetted, not run here. On Windows the process
-// gets a new process group without a console (CREATE_NEW_PROCESS_GROUP,
-// DETACHED_PROCESS), and no readiness descriptor (os/exec cannot pass one
-// there): Start looks at the directory every 10 ms. Under Wine 8 a start,
-// its readiness, its reaping and a death before ready are tested
-// (TestStartPortable); that the process survives its console's closing is
-// not verified, there being no Windows machine or console here.
+// Linux is first-class and tested; macOS detaches the same way (setsid);
+// on Windows the process gets a new process group without a console and
+// no readiness descriptor, and Start looks every 10 ms. What each platform
+// is tested for is in [docs/operations.md].
 //
 // Errors: an error naming what is wrong, before anything but dir is
 // created, for a nil cmd, a cmd already started, a stream that is not an
 // *os.File, a dir that is a file or cannot be created, a command that does
 // not exist or is not in PATH, a Log that is a symlink or not a regular
 // file; an error naming it for a start.lock or start.json that is a
-// symlink, a directory or another non-regular file; a *StartError (errors.Is ErrStartFailed) as above; the errors of
-// Running for an unusable runner.lock; ErrLockingUnsupported, before
-// anything is started or created, on a filesystem whose locks do not
-// exclude. Touches start.lock, start.json and the log in dir; reads what
-// Running reads.
+// symlink, a directory or another non-regular file; a *StartError
+// (errors.Is ErrStartFailed) as above; the errors of Running for an
+// unusable runner.lock; ErrLockingUnsupported, before anything is started
+// or created, on a filesystem whose locks do not exclude. Touches
+// start.lock, start.json and the log in dir; reads what Running reads.
+//
+// [docs/operations.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/operations.md#what-start-does-to-the-process-it-starts
 func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (Record, error) {
 	since := time.Now()
 	if err := checkDir("Start", dir); err != nil {
