@@ -158,15 +158,15 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 		// from, and waiting on itself would only end with ctx.
 		return nil, busyError(filepath.Join(dir, LockName), nil, inspectRunnerLock)
 	}
-	live := ctx.Err() == nil
-	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger}
+	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger, live: ctx.Err() == nil}
 	if err := t.register(ctx); err != nil {
 		if ctx.Err() != nil && (errors.Is(err, ErrBusy) || errors.Is(err, ctx.Err())) {
 			return nil, t.busy(ctx.Err()) // the wait for the state lock ended with ctx
 		}
 		return nil, err // gate.json could not be written: that is the answer, whatever ctx says
 	}
-	h, err := t.run(ctx, live)
+	t.wait = &handoff.Wait[pair, *hold]{Dir: t.dir, Seq: t.seq, KillAfter: t.opts.KillAfter, Protocol: t}
+	h, err := t.wait.Run(ctx)
 	if err != nil {
 		t.withdraw()
 		return nil, err
@@ -185,8 +185,9 @@ type takeover struct {
 	self          Identity
 	log           *slog.Logger
 	seq           uint64
+	live          bool            // ctx had not ended when it began (keepIfLive)
 	request       *restartRequest // the restart request this starter wrote, if any
-	wait          *handoff.Wait[pair]
+	wait          *handoff.Wait[pair, *hold]
 }
 
 // register takes the next sequence number and enters the waiting list.
@@ -227,39 +228,10 @@ func (t *takeover) withdraw() {
 	}
 }
 
-// run waits until the runner lock is this starter's, then enters: it is
-// admitted if it is still the newest starter.
-func (t *takeover) run(ctx context.Context, live bool) (*hold, error) {
-	t.wait = &handoff.Wait[pair]{Dir: t.dir, Seq: t.seq, KillAfter: t.opts.KillAfter, Protocol: t}
-	supCtx, stop := t.wait.Newer(ctx)
-	defer stop()
-	for lost := 0; ; lost++ {
-		p, err := t.wait.Pair(ctx, supCtx)
-		if err != nil {
-			return nil, err
-		}
-		h, err := t.enter(ctx, live, p)
-		if err == errLostInAdmission && lost < maxLostInAdmission {
-			// A lock file was deleted or replaced between taking it and
-			// publishing: that hold guards nothing. Take the files at the
-			// paths now.
-			continue
-		}
-		if err == errLostInAdmission {
-			return nil, fmt.Errorf("runnerstate: %s: its lock files were deleted or replaced %d times while being taken; stop whatever removes them", t.dir, lost+1)
-		}
-		return h, err
-	}
+// Lost is the answer when the pair was lost in admission n times.
+func (t *takeover) Lost(n int) error {
+	return fmt.Errorf("runnerstate: %s: its lock files were deleted or replaced %d times while being taken; stop whatever removes them", t.dir, n)
 }
-
-// errLostInAdmission says a lock file of the pair being admitted was
-// deleted or replaced before the admission completed.
-var errLostInAdmission = errors.New("a lock file was lost during admission")
-
-// maxLostInAdmission bounds how often a starter takes the pair again after
-// losing a lock file in admission: each time means somebody deletes lock
-// files as fast as they are taken.
-const maxLostInAdmission = 16
 
 // Try takes the pair of locks without waiting (tryPair): held is what it
 // found busy, runner.lock or only tree.lock.
@@ -310,13 +282,11 @@ func (t *takeover) Busy(cause error) error { return t.busy(cause) }
 
 func (t *takeover) Superseded() error { return t.superseded() }
 
-// enter makes this starter the runner, holding p. The previous runner's
-// process may still be finishing its exit: it waits for that before writing
-// this starter's identity (until then no other starter can verify, and so
-// signal, this one; a newer starter that comes meanwhile supersedes it).
-func (t *takeover) enter(ctx context.Context, live bool, p pair) (*hold, error) {
-	t.wait.AwaitPrevious(ctx)
-	if err := keepIfLive(ctx, live, t.lockPath, p.release); err != nil {
+// Enter makes this starter the runner, holding p, once the previous
+// runner's process has exited (until then no other starter can verify, and
+// so signal, this one; a newer starter that comes meanwhile supersedes it).
+func (t *takeover) Enter(ctx context.Context, p pair) (*hold, error) {
+	if err := keepIfLive(ctx, t.live, t.lockPath, p.release); err != nil {
 		return nil, err
 	}
 	h, err := t.admit(ctx, p)
@@ -328,7 +298,7 @@ func (t *takeover) enter(ctx context.Context, live bool, p pair) (*hold, error) 
 	case err != nil:
 		return nil, err
 	}
-	if err := keepIfLive(ctx, live, t.lockPath, h.release); err != nil {
+	if err := keepIfLive(ctx, t.live, t.lockPath, h.release); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -503,7 +473,7 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold, error) {
 		lost, _ := h.lost()
 		h.release()
 		if lost {
-			return nil, errLostInAdmission
+			return nil, handoff.ErrLost
 		}
 		return nil, err
 	}

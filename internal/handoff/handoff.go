@@ -26,6 +26,15 @@ import (
 // steps aside.
 var ErrNotNewest = errors.New("not the newest starter")
 
+// ErrLost is Protocol.Enter's answer when a lock file of the pair was
+// deleted or replaced before the entry completed: that pair guards
+// nothing, and Run takes the files at the paths again.
+var ErrLost = errors.New("a lock file was lost during admission")
+
+// MaxLost bounds how often Run takes the pair again after Enter lost it:
+// each time means somebody deletes lock files as fast as they are taken.
+const MaxLost = 16
+
 // Held is what a try of the pair found held.
 type Held uint8
 
@@ -56,9 +65,16 @@ type Target struct {
 }
 
 // Protocol is what a Wait needs from the directory, given by the caller
-// that knows its files. Its errors are returned to the Wait's caller as
-// they are.
-type Protocol[P any] interface {
+// that knows its files: P is its pair of locks, H what holding them makes
+// of the starter. Its errors are returned to the Wait's caller as they
+// are.
+type Protocol[P, H any] interface {
+	// Enter makes the starter the holder through p, once the previous
+	// holder's process has exited (or KillAfter passed); ErrLost when a
+	// lock file of p was lost meanwhile.
+	Enter(ctx context.Context, p P) (H, error)
+	// Lost is Run's answer when Enter lost the pair n times.
+	Lost(n int) error
 	// Try takes the pair of locks without waiting: the pair and Free, or
 	// what it found held.
 	Try() (P, Held, error)
@@ -109,30 +125,54 @@ const (
 )
 
 // Wait is one starter's wait. It is used by one goroutine.
-type Wait[P any] struct {
+type Wait[P, H any] struct {
 	Dir       string        // the directory, watched for newer starters
 	Seq       uint64        // this starter's sequence number in the gate
-	KillAfter time.Duration // from SIGTERM to SIGKILL, and the bound of AwaitPrevious
-	Protocol  Protocol[P]
+	KillAfter time.Duration // from SIGTERM to SIGKILL, and how long Run waits for the previous holder to exit
+	Protocol  Protocol[P, H]
 
 	pinned *liveness.Process // the verified holder being taken over
 }
 
-// Newer returns a context that ends with ctx or as soon as a newer starter
+// Run waits until the pair is this starter's (see pair), waits for the
+// previous holder's process to exit, and enters; it takes the pair again
+// when Enter lost it, at most MaxLost times.
+func (w *Wait[P, H]) Run(ctx context.Context) (H, error) {
+	var zero H
+	supCtx, stop := w.newer(ctx)
+	defer stop()
+	for lost := 0; ; lost++ {
+		p, err := w.pair(ctx, supCtx)
+		if err != nil {
+			return zero, err
+		}
+		w.awaitPrevious(ctx)
+		h, err := w.Protocol.Enter(ctx, p)
+		if err == ErrLost && lost < MaxLost {
+			continue
+		}
+		if err == ErrLost {
+			return zero, w.Protocol.Lost(lost + 1)
+		}
+		return h, err
+	}
+}
+
+// newer returns a context that ends with ctx or as soon as a newer starter
 // registers, so that a wait for the lock ends at once then; stop ends the
 // watch.
-func (w *Wait[P]) Newer(ctx context.Context) (context.Context, func()) {
+func (w *Wait[P, H]) newer(ctx context.Context) (context.Context, func()) {
 	return dirwatch.Until(ctx, w.Dir, func() bool {
 		g := w.Protocol.ReadGate()
 		return g.NewerThan(w.Seq)
 	})
 }
 
-// Pair tries the pair of locks and, while it is busy, takes the next step
+// pair tries the pair of locks and, while it is busy, takes the next step
 // against whoever holds it and waits until that step is due, a newer
-// starter comes (supCtx, from Newer, ends), or ctx ends. An ended ctx gets
+// starter comes (supCtx, from newer, ends), or ctx ends. An ended ctx gets
 // its one try, never a request or a signal.
-func (w *Wait[P]) Pair(ctx, supCtx context.Context) (P, error) {
+func (w *Wait[P, H]) pair(ctx, supCtx context.Context) (P, error) {
 	var zero P
 	for {
 		if g := w.Protocol.ReadGate(); g.NewerThan(w.Seq) {
@@ -175,7 +215,7 @@ func (w *Wait[P]) Pair(ctx, supCtx context.Context) (P, error) {
 // step takes the step against what held names: the attempt is recorded,
 // the request left, the due signal sent; it returns when the next step is
 // due.
-func (w *Wait[P]) step(ctx context.Context, held Held) (time.Time, error) {
+func (w *Wait[P, H]) step(ctx context.Context, held Held) (time.Time, error) {
 	now := time.Now()
 	t, ok, err := w.Protocol.Target(held)
 	if err != nil || !ok {
@@ -203,7 +243,7 @@ func (w *Wait[P]) step(ctx context.Context, held Held) (time.Time, error) {
 // and when the next step is due. Admissions happen under this same lock,
 // so a starter that is no longer the newest never asks or signals the
 // holder just admitted: ErrNotNewest.
-func (w *Wait[P]) decide(ctx context.Context, now time.Time, t Target, canSignal bool) (due liveness.Signal, next time.Time, err error) {
+func (w *Wait[P, H]) decide(ctx context.Context, now time.Time, t Target, canSignal bool) (due liveness.Signal, next time.Time, err error) {
 	err = w.Protocol.UpdateGate(ctx, func(g *gate.State) error {
 		if g.NewerThan(w.Seq) {
 			return ErrNotNewest
@@ -225,7 +265,7 @@ func (w *Wait[P]) decide(ctx context.Context, now time.Time, t Target, canSignal
 
 // pin pins the holder id to signal it, keeping a pin already taken of the
 // same process, and reports whether it is pinned.
-func (w *Wait[P]) pin(id liveness.Identity) bool {
+func (w *Wait[P, H]) pin(id liveness.Identity) bool {
 	if w.pinned != nil && w.pinned.PID() == id.PID {
 		return true
 	}
@@ -242,7 +282,7 @@ func (w *Wait[P]) pin(id liveness.Identity) bool {
 
 // signal sends sig to the pinned holder, which re-verifies it first, when it
 // still holds the lock of lockPath.
-func (w *Wait[P]) signal(sig liveness.Signal, lockPath string) {
+func (w *Wait[P, H]) signal(sig liveness.Signal, lockPath string) {
 	if w.pinned == nil {
 		return
 	}
@@ -264,7 +304,7 @@ func (w *Wait[P]) signal(sig liveness.Signal, lockPath string) {
 // treePath now: each one found by a scan, pinned, and checked through the
 // pin to hold it; a process that does not (a plain child, one that closed
 // its copy, one with the file open but not locked) is never signalled.
-func (w *Wait[P]) signalOrphans(sig liveness.Signal, treePath string) {
+func (w *Wait[P, H]) signalOrphans(sig liveness.Signal, treePath string) {
 	pids, complete := w.Protocol.Orphans()
 	if !complete {
 		w.Protocol.Report(Event{What: OrphansMissed})
@@ -280,10 +320,10 @@ func (w *Wait[P]) signalOrphans(sig liveness.Signal, treePath string) {
 	}
 }
 
-// AwaitPrevious waits, at most KillAfter and never past ctx, for the
+// awaitPrevious waits, at most KillAfter and never past ctx, for the
 // pinned holder's process to exit: it released the lock, but may still be
 // finishing its exit. The starter goes on either way.
-func (w *Wait[P]) AwaitPrevious(ctx context.Context) {
+func (w *Wait[P, H]) awaitPrevious(ctx context.Context) {
 	p := w.pinned
 	if p == nil {
 		return
@@ -298,7 +338,7 @@ func (w *Wait[P]) AwaitPrevious(ctx context.Context) {
 }
 
 // Close lets go of the pin on the holder, if any.
-func (w *Wait[P]) Close() {
+func (w *Wait[P, H]) Close() {
 	if w.pinned != nil {
 		w.pinned.Close()
 		w.pinned = nil
