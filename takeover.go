@@ -911,9 +911,22 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 		Cmd: cmd, Log: opts.Log, Accept: accept, Since: since}
 	rec, err := c.Run(ctx)
 	if f, ok := err.(*startup.Failure); ok {
-		return rec, &StartError{Dir: abs, PID: f.PID, ExitCode: f.ExitCode, Log: f.Log, LogTail: f.LogTail, Err: f.Err}
+		return rec, &StartError{Dir: abs, PID: f.PID, ExitCode: f.ExitCode, Log: f.Log, LogTail: f.LogTail, Err: whyNotReady(dir, f)}
 	}
 	return rec, err
+}
+
+// whyNotReady is f's reason, with the cause when a runner that still runs
+// could not be known ready because its record cannot be read: it stays so
+// until that runner publishes again.
+func whyNotReady(dir string, f *startup.Failure) error {
+	if f.ExitCode >= 0 || !errors.Is(f.Err, context.Canceled) && !errors.Is(f.Err, context.DeadlineExceeded) {
+		return f.Err
+	}
+	if _, state, err := readRecord(dir); state == fileCorrupt {
+		return fmt.Errorf("%w; the runner's record cannot be read (%v), so it cannot be known ready until it publishes again: restart it (runnerctl restart --dir %s), or see runnerctl status", f.Err, err, dir)
+	}
+	return f.Err
 }
 
 // checkStartInput refuses what Start can tell is wrong before it creates
