@@ -1071,3 +1071,23 @@ func TestStartAfterAReadyRunnerLetGo(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "gone"), nil, 0o600))
 	require.NoError(t, RequestRestart(dir, RestartNow))
 }
+
+// A runner whose record was made unreadable under it (emptied, say) cannot
+// be known ready: a Start whose context ends says so, and how to get out.
+func TestStartSaysTheRecordCannotBeRead(t *testing.T) {
+	captureLog(t)
+	dir := startDir(t)
+	first, err := Start(background(t), dir, startedRunner(dir, "ready"), StartOptions{})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, RecordName), nil, 0o644))
+	ctx, cancel := context.WithTimeout(background(t), 100*time.Millisecond)
+	defer cancel()
+	_, err = Start(ctx, dir, startedRunner(dir, "ready"), StartOptions{})
+	var se *StartError
+	require.ErrorAs(t, err, &se)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, first.PID, se.PID, "the runner that runs is named")
+	assert.Contains(t, err.Error(), "the runner's record cannot be read")
+	assert.Contains(t, err.Error(), "runnerctl restart --dir "+dir)
+	assert.Len(t, spawns(t, dir), 1, "nothing else was started")
+}

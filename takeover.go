@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/await"
-	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/gate"
+	"github.com/runnerstate/runnerstate/internal/handoff"
 	"github.com/runnerstate/runnerstate/internal/hold"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/runnerstate/runnerstate/internal/sdnotify"
@@ -159,15 +159,15 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 		// from, and waiting on itself would only end with ctx.
 		return nil, busyError(filepath.Join(dir, LockName), nil, inspectRunnerLock)
 	}
-	live := ctx.Err() == nil
-	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger}
+	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger, live: ctx.Err() == nil}
 	if err := t.register(ctx); err != nil {
 		if ctx.Err() != nil && (errors.Is(err, ErrBusy) || errors.Is(err, ctx.Err())) {
 			return nil, t.busy(ctx.Err()) // the wait for the state lock ended with ctx
 		}
 		return nil, err // gate.json could not be written: that is the answer, whatever ctx says
 	}
-	h, err := t.run(ctx, live)
+	t.wait = &handoff.Wait[pair, *hold.Hold]{Dir: t.dir, Seq: t.seq, KillAfter: t.opts.KillAfter, Protocol: t}
+	h, err := t.wait.Run(ctx)
 	if err != nil {
 		t.withdraw()
 		return nil, err
@@ -175,7 +175,10 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	return h.Release, nil
 }
 
-// takeover is one starter's attempt.
+// takeover is one starter's attempt. It is the runner directory's side of
+// the starter's wait (handoff.Protocol): what holds the directory, what a
+// step is against, the restart request, and this package's words for each
+// step.
 type takeover struct {
 	dir, lockPath string
 	opts          TakeoverOptions
@@ -183,8 +186,9 @@ type takeover struct {
 	self          Identity
 	log           *slog.Logger
 	seq           uint64
-	request       *restartRequest   // the restart request this starter wrote, if any
-	pinned        *liveness.Process // the verified holder being taken over
+	live          bool            // ctx had not ended when it began (keepIfLive)
+	request       *restartRequest // the restart request this starter wrote, if any
+	wait          *handoff.Wait[pair, *hold.Hold]
 }
 
 // register takes the next sequence number and enters the waiting list.
@@ -198,9 +202,8 @@ func (t *takeover) register(ctx context.Context) error {
 // withdraw leaves the waiting list and takes back this starter's restart
 // request if it is still pending as written and no other starter waits.
 func (t *takeover) withdraw() {
-	if t.pinned != nil {
-		t.pinned.Close()
-		t.pinned = nil
+	if t.wait != nil {
+		t.wait.Close()
 	}
 	// Withdrawing must happen even when the caller's context has ended; the
 	// state lock's own bound keeps it finite.
@@ -226,130 +229,81 @@ func (t *takeover) withdraw() {
 	}
 }
 
-// run waits until the runner lock is this starter's, then enters: it is
-// admitted if it is still the newest starter.
-func (t *takeover) run(ctx context.Context, live bool) (*hold.Hold, error) {
-	supCtx, stop := t.watchNewer(ctx)
-	defer stop()
-	for lost := 0; ; lost++ {
-		p, err := t.waitForPair(ctx, supCtx)
-		if err != nil {
-			return nil, err
-		}
-		h, err := t.enter(ctx, live, p)
-		if err == errLostInAdmission && lost < maxLostInAdmission {
-			// A lock file was deleted or replaced between taking it and
-			// publishing: that hold guards nothing. Take the files at the
-			// paths now.
-			continue
-		}
-		if err == errLostInAdmission {
-			return nil, fmt.Errorf("runnerstate: %s: its lock files were deleted or replaced %d times while being taken; stop whatever removes them", t.dir, lost+1)
-		}
-		return h, err
+// Lost is the answer when the pair was lost in admission n times.
+func (t *takeover) Lost(n int) error {
+	return fmt.Errorf("runnerstate: %s: its lock files were deleted or replaced %d times while being taken; stop whatever removes them", t.dir, n)
+}
+
+// Try takes the pair of locks without waiting (tryPair): held is what it
+// found busy, runner.lock or only tree.lock.
+func (t *takeover) Try() (pair, handoff.Held, error) {
+	p, err := tryPair(t.dir)
+	var be *BusyError
+	switch {
+	case err == nil:
+		return p, handoff.Free, nil
+	case err == errTreeBusy:
+		return p, handoff.TreeHeld, nil
+	case errors.As(err, &be):
+		return p, handoff.LockHeld, nil
 	}
+	return p, handoff.Free, err
 }
 
-// errLostInAdmission says a lock file of the pair being admitted was
-// deleted or replaced before the admission completed.
-var errLostInAdmission = errors.New("a lock file was lost during admission")
-
-// maxLostInAdmission bounds how often a starter takes the pair again after
-// losing a lock file in admission: each time means somebody deletes lock
-// files as fast as they are taken.
-const maxLostInAdmission = 16
-
-// watchNewer returns a context that ends with ctx or as soon as a newer
-// starter registers, so that a wait for the lock ends at once then; stop
-// ends the watch.
-func (t *takeover) watchNewer(ctx context.Context) (context.Context, func()) {
-	return dirwatch.Until(ctx, t.dir, func() bool {
-		g, _ := readGate(t.dir)
-		return g.NewerThan(t.seq)
-	})
-}
-
-// waitForPair tries the pair of locks and, while it is busy, takes the next
-// step against whoever holds it and waits until that step is due, a newer
-// starter comes, or ctx ends: against the runner while runner.lock is held;
-// against its tree (orphans, or a runner whose runner.lock was lost) while
-// only tree.lock is.
-func (t *takeover) waitForPair(ctx, supCtx context.Context) (pair, error) {
-	treePath := filepath.Join(t.dir, treeLockName)
-	for {
-		if g, _ := readGate(t.dir); g.NewerThan(t.seq) {
-			return pair{}, t.superseded()
-		}
-		p, err := tryPair(t.dir)
-		var be *BusyError
-		switch {
-		case err == nil:
-			return p, nil
-		case err != errTreeBusy && !errors.As(err, &be):
-			return pair{}, err
-		case ctx.Err() != nil:
-			// An ended context gets its one attempt, never a request or a
-			// signal.
-			return pair{}, t.busy(ctx.Err())
-		}
-		var next time.Time
-		path, inspect := t.lockPath, inspector(inspectRunnerLock)
-		if err == errTreeBusy {
-			next, err = t.stepTree(ctx)
-			path, inspect = treePath, inspectLock
-		} else {
-			next, err = t.step(ctx)
-		}
-		switch {
-		case ctx.Err() != nil:
-			return pair{}, t.busy(ctx.Err())
-		case err == errNotNewest:
-			return pair{}, t.superseded()
-		case err != nil:
-			return pair{}, err
-		}
-		waitCtx, cancel := context.WithDeadline(supCtx, next)
-		l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o600, inspect)
-		cancel()
-		switch {
-		case err == nil:
-			// Free now: let go, and take the pair in its order.
-			l.Release()
-		case !errors.Is(err, ErrBusy):
-			return pair{}, err
-		case ctx.Err() != nil:
-			return pair{}, t.busy(ctx.Err())
-		}
-		// A step is due, the lock was free, or a newer starter came: look
-		// again.
+// AwaitFree waits for runner.lock, or for tree.lock when only that is
+// held, and lets it go at once.
+func (t *takeover) AwaitFree(ctx context.Context, held handoff.Held) (bool, error) {
+	path, inspect := t.lockPath, inspector(inspectRunnerLock)
+	if held == handoff.TreeHeld {
+		path, inspect = filepath.Join(t.dir, treeLockName), inspectLock
 	}
+	l, err := waitLock(ctx, path, filelock.Exclusive, 0o600, inspect)
+	switch {
+	case err == nil:
+		l.Release()
+		return true, nil
+	case errors.Is(err, ErrBusy):
+		return false, nil
+	}
+	return false, err
 }
 
-// enter makes this starter the runner, holding p. The previous runner's
-// process may still be finishing its exit: it waits for that before writing
-// this starter's identity (until then no other starter can verify, and so
-// signal, this one; a newer starter that comes meanwhile supersedes it).
-func (t *takeover) enter(ctx context.Context, live bool, p pair) (*hold.Hold, error) {
-	t.awaitPrevious(ctx)
-	if err := keepIfLive(ctx, live, t.lockPath, p.release); err != nil {
+func (t *takeover) ReadGate() gateState {
+	g, _ := readGate(t.dir)
+	return g
+}
+
+func (t *takeover) UpdateGate(ctx context.Context, fn func(g *gateState) error) error {
+	return updateGate(ctx, t.dir, fn)
+}
+
+func (t *takeover) Orphans() ([]int, bool) { return orphans(t.dir, 0) }
+
+func (t *takeover) Busy(cause error) error { return t.busy(cause) }
+
+func (t *takeover) Superseded() error { return t.superseded() }
+
+// Enter makes this starter the runner, holding p, once the previous
+// runner's process has exited (until then no other starter can verify, and
+// so signal, this one; a newer starter that comes meanwhile supersedes it).
+func (t *takeover) Enter(ctx context.Context, p pair) (*hold.Hold, error) {
+	if err := keepIfLive(ctx, t.live, t.lockPath, p.release); err != nil {
 		return nil, err
 	}
 	h, err := t.admit(ctx, p)
 	switch {
-	case err == errNotNewest:
+	case err == handoff.ErrNotNewest:
 		return nil, t.superseded()
 	case err != nil && ctx.Err() != nil:
 		return nil, t.busy(ctx.Err())
 	case err != nil:
 		return nil, err
 	}
-	if err := keepIfLive(ctx, live, t.lockPath, h.Release); err != nil {
+	if err := keepIfLive(ctx, t.live, t.lockPath, h.Release); err != nil {
 		return nil, err
 	}
 	return h, nil
 }
-
-var errNotNewest = errors.New("not the newest starter")
 
 // superseded is this starter's ErrSuperseded: it names the directory and,
 // when the gate still lists it, the newest starter.
@@ -365,149 +319,69 @@ func (t *takeover) superseded() error {
 // or, when only tree.lock is held, an orphan or a runner whose runner.lock
 // was lost.
 func (t *takeover) busy(cause error) error {
-	switch inspectRunner(t.dir).occupancy() {
-	case occOrphans, occLostFile:
-		return treeBusyError(t.dir, cause)
-	}
-	return busyError(t.lockPath, cause, inspectRunnerLock)
+	return runnerBusy(t.dir, inspectRunner(t.dir).occupancy(), cause)
 }
 
-// step looks at the holder, leaves or upgrades the restart request, sends the
-// signal that is due, and returns when the next step is due.
-func (t *takeover) step(ctx context.Context) (time.Time, error) {
-	now := time.Now()
-	st, canSignal, err := t.look()
-	if err != nil || !st.occupancy().held() {
-		// Released between our attempt and our look: try again at once.
-		return now, err
+// runnerBusy is the *BusyError of a wait on dir that ended (cause) while
+// occ held it: the tree's holder when only tree.lock was held, else the
+// runner.
+func runnerBusy(dir string, occ occupancy, cause error) error {
+	if occ == occOrphans || occ == occLostFile {
+		return treeBusyError(dir, cause)
 	}
-	due, next, err := t.decide(ctx, now, attemptOf(st, t.opts.Grace, canSignal, true))
-	if err != nil {
-		return now, err
-	}
-	if due != 0 {
-		t.signal(due, t.lockPath)
-	}
-	return gate.Clamp(now, next, dirwatch.SafetyInterval), ctx.Err()
+	return busyError(filepath.Join(dir, LockName), cause, inspectRunnerLock)
 }
 
-// stepTree is step while runner.lock is free and tree.lock held. A runner
-// whose runner.lock was lost (tree.lock names it, and it holds tree.lock
-// through the descriptor it recorded) has been told RestartLost by its own
-// WatchRestart: it gets Grace, then SIGTERM, then SIGKILL, as a verified
-// runner does, without a request. Otherwise the holders are orphans of a
-// runner that is gone: SIGTERM at once, SIGKILL KillAfter later, each one
-// pinned and checked to still hold tree.lock before each signal. With
-// NoSignal nothing is signalled.
-func (t *takeover) stepTree(ctx context.Context) (time.Time, error) {
-	now := time.Now()
+// Target is what a step is against. While runner.lock is held: its holder,
+// which is asked to restart, and signalled only when it is verified alive
+// and signals are allowed (a holder that cannot be verified, or any with
+// NoSignal, is told once that it is only asked). While only tree.lock is
+// held: a runner whose runner.lock was lost (tree.lock names it, and it
+// holds tree.lock through the descriptor it recorded) has been told
+// RestartLost by its own WatchRestart: it gets Grace, then SIGTERM, then
+// SIGKILL, as a verified runner does, without a request. Otherwise the
+// holders are orphans of a runner that is gone: SIGTERM at once, SIGKILL
+// KillAfter later, each one pinned and checked to still hold tree.lock
+// before each signal. With NoSignal nothing is signalled.
+func (t *takeover) Target(held handoff.Held) (handoff.Target, bool, error) {
 	st := inspectRunner(t.dir)
-	if st.err != nil {
-		return now, st.err
-	}
-	switch st.occupancy() {
-	case occLostFile:
-		canSignal := !t.opts.NoSignal && st.verdict == liveness.Alive && t.pin(st.holder)
-		grace := t.opts.Grace
-		if grace == drainGrace {
-			grace = DefaultGrace // told RestartLost, it is not draining
-		}
-		due, next, err := t.decide(ctx, now, attemptOf(st, grace, canSignal, false))
-		if err == nil && due != 0 {
-			t.signal(due, filepath.Join(t.dir, treeLockName))
-		}
-		return gate.Clamp(now, next, dirwatch.SafetyInterval), err
-	case occOrphans:
-	default:
-		return now, nil // it changed since the attempt: try again at once
-	}
-	a := attempt{key: "tree:orphans", grace: 0, canSignal: !t.opts.NoSignal}
-	due, next, err := t.decide(ctx, now, a)
-	if err == nil && due != 0 {
-		t.signalOrphans(due)
-	}
-	return gate.Clamp(now, next, dirwatch.SafetyInterval), err
-}
-
-// look inspects the holder and pins it when it may be signalled: verified
-// alive and local, and signals allowed. canSignal says the pin is in place.
-func (t *takeover) look() (st lockState, canSignal bool, err error) {
-	st = inspectRunner(t.dir)
 	occ := st.occupancy()
-	if st.err != nil || !occ.held() {
-		return st, false, st.err
+	if st.err != nil {
+		return handoff.Target{}, false, st.err
 	}
-	canSignal = !t.opts.NoSignal && occ.verified() && st.verdict == liveness.Alive && t.pin(st.holder)
-	if !canSignal && (t.opts.NoSignal || !occ.verified()) {
-		warnOnce(fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
-			"runnerstate: takeover will not signal the holder; it leaves a restart request and waits", "dir", t.dir, "pid", st.pid, "why", st.reason, "no_signal", t.opts.NoSignal)
-	}
-	return st, canSignal, nil
-}
-
-// pin pins the holder id to signal it, keeping a pin already taken of the
-// same process, and reports whether it is pinned.
-func (t *takeover) pin(id Identity) bool {
-	if t.pinned != nil && t.pinned.PID() == id.PID {
-		return true
-	}
-	if t.pinned != nil {
-		t.pinned.Close()
-	}
-	p, v, why := liveness.Pin(liveness.Identity(id))
-	t.pinned = p
-	if p == nil {
-		t.log.Debug("runnerstate: takeover could not pin the holder", "dir", t.dir, "pid", id.PID, "verdict", v.String(), "why", why)
-	}
-	return p != nil
-}
-
-// attempt is what one takeover step is against: a key that names it in the
-// gate, the grace before SIGTERM, whether a restart request is left (for a
-// runner, which reads them), and whether a signal may be sent.
-type attempt struct {
-	key       string // the holder's instance; "tree:orphans" for orphans
-	pid       int
-	grace     time.Duration
-	ask       bool
-	canSignal bool
-	st        lockState // the holder, for the request
-}
-
-// attemptOf is the attempt against the holder st names.
-func attemptOf(st lockState, grace time.Duration, canSignal, ask bool) attempt {
-	return attempt{key: st.holder.Instance, pid: st.pid, grace: grace, ask: ask, canSignal: canSignal, st: st}
-}
-
-// decide records this step in the gate, under the state lock: the takeover
-// attempt (a new one when the holder changed), the restart request it asks
-// for, and, when the holder may be signalled, the signal due now (recorded
-// as sent) and when the next step is due. Admissions happen under this same
-// lock, so a starter that is no longer the newest never asks or signals the
-// runner just admitted: errNotNewest.
-func (t *takeover) decide(ctx context.Context, now time.Time, at attempt) (due liveness.Signal, next time.Time, err error) {
-	err = updateGate(ctx, t.dir, func(g *gateState) error {
-		if g.NewerThan(t.seq) {
-			return errNotNewest
+	treePath := filepath.Join(t.dir, treeLockName)
+	at := handoff.Target{Key: st.holder.Instance, PID: st.pid, Grace: t.opts.Grace, Lock: t.lockPath}
+	switch {
+	case held == handoff.LockHeld && !occ.held(), held == handoff.TreeHeld && occ != occLostFile && occ != occOrphans:
+		return handoff.Target{}, false, nil // it changed since the try: try again at once
+	case held == handoff.LockHeld:
+		at.Ask = true
+		if !t.opts.NoSignal && occ.verified() && st.verdict == liveness.Alive {
+			at.Signal, at.Holder = handoff.Holder, liveness.Identity(st.holder)
+		} else if t.opts.NoSignal || !occ.verified() {
+			warnOnce(fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
+				"runnerstate: takeover will not signal the holder; it leaves a restart request and waits", "dir", t.dir, "pid", st.pid, "why", st.reason, "no_signal", t.opts.NoSignal)
 		}
-		g.Against(at.key, at.pid, now)
-		if at.ask {
-			if err := t.ask(g, at.st); err != nil {
-				return err
-			}
+	case occ == occLostFile:
+		at.Lock = treePath
+		if at.Grace == drainGrace {
+			at.Grace = DefaultGrace // told RestartLost, it is not draining
 		}
-		if !at.canSignal {
-			return nil
+		if !t.opts.NoSignal && st.verdict == liveness.Alive {
+			at.Signal, at.Holder = handoff.Holder, liveness.Identity(st.holder)
 		}
-		due, next = g.Step(now, at.grace, t.opts.KillAfter)
-		return nil
-	})
-	return due, next, err
+	default: // orphans
+		at = handoff.Target{Key: "tree:orphans", Lock: treePath}
+		if !t.opts.NoSignal {
+			at.Signal = handoff.Orphans
+		}
+	}
+	return at, true, nil
 }
 
-// ask leaves the restart request of the current attempt (in the gate), or
+// Ask leaves the restart request of the current attempt (in the gate), or
 // upgrades its mode. Called under the state lock.
-func (t *takeover) ask(g *gateState, st lockState) error {
+func (t *takeover) Ask(g *gateState, pid int) error {
 	a := g.Attempt
 	if strength(t.opts.Mode) <= strength(a.Mode) {
 		return nil // asked already, as strongly
@@ -519,69 +393,48 @@ func (t *takeover) ask(g *gateState, st lockState) error {
 	}
 	if wrote {
 		t.request = &req
-		t.log.Info("runnerstate: takeover asked the runner to restart", "dir", t.dir, "pid", st.pid, "mode", g.Attempt.Mode)
+		t.log.Info("runnerstate: takeover asked the runner to restart", "dir", t.dir, "pid", pid, "mode", g.Attempt.Mode)
 	}
 	return nil
 }
 
-// signal sends sig to the pinned holder, which re-verifies it first, when it
-// still holds the lock of lockPath.
-func (t *takeover) signal(sig liveness.Signal, lockPath string) {
-	if t.pinned == nil {
-		return
+// Report says what a step did.
+func (t *takeover) Report(e handoff.Event) {
+	switch e.What {
+	case handoff.NotPinned:
+		t.log.Debug("runnerstate: takeover could not pin the holder", "dir", t.dir, "pid", e.PID, "verdict", e.Verdict.String(), "why", e.Why)
+	case handoff.HolderReleased:
+		t.log.Info("runnerstate: takeover did not signal the runner: it released the directory", "dir", t.dir, "pid", e.PID, "signal", e.Signal.String())
+	case handoff.Signalled:
+		why := "the grace period ended"
+		if e.Signal == liveness.SIGKILL {
+			why = "it outlived SIGTERM by the kill-after period"
+		}
+		t.reportSignal(e, why, "runnerstate: takeover signalled the runner", "runnerstate: takeover did not signal the runner")
+	case handoff.OrphansMissed:
+		t.log.Warn("runnerstate: takeover could not read every process's descriptors; an orphan may be missed", "dir", t.dir)
+	case handoff.OrphanSignalled:
+		t.reportSignal(e, "the runner is gone and its tree still holds the directory", "runnerstate: takeover signalled an orphan", "runnerstate: takeover did not signal an orphan")
+	case handoff.PreviousRunning:
+		t.log.Warn("runnerstate: the previous runner released the directory but has not exited", "dir", t.dir, "pid", e.PID, "waited", e.Waited)
 	}
-	why := "the grace period ended"
-	if sig == liveness.SIGKILL {
-		why = "it outlived SIGTERM by the kill-after period"
-	}
-	// The step was decided from a look taken before the gate update, which
-	// may have waited for the state lock: the runner may have let go since.
-	// Where the kernel lists lock holders, signal only a pinned process it
-	// still names as the holder. (The kernel has no "signal if it holds the
-	// lock"; what is left is the microseconds between this look and the
-	// signal, against a process that is verified and pinned.)
-	if !filelock.StillHolds(lockPath, t.pinned.PID()) {
-		t.log.Info("runnerstate: takeover did not signal the runner: it released the directory", "dir", t.dir, "pid", t.pinned.PID(), "signal", sig.String())
-		return
-	}
-	err := t.pinned.Signal(sig)
-	args := []any{"dir", t.dir, "pid", t.pinned.PID(), "signal", sig.String(), "why", why}
-	if err != nil {
-		t.log.Warn("runnerstate: takeover did not signal the runner", append(args, "err", err)...)
-		return
-	}
-	t.log.Warn("runnerstate: takeover signalled the runner", args...)
 }
 
-// signalOrphans sends sig to every process that holds tree.lock now: each
-// one found by a scan, looked up, pinned, and checked through the pin to
-// hold tree.lock; a process that does not (a plain child, one that closed
-// its copy, one with the file open but not locked) is never signalled.
-func (t *takeover) signalOrphans(sig liveness.Signal) {
-	pids, complete := orphans(t.dir, 0)
-	if !complete {
-		t.log.Warn("runnerstate: takeover could not read every process's descriptors; an orphan may be missed", "dir", t.dir)
+// reportSignal says, with why, that e's process was signalled (sent), or
+// that it was not (failed, with the error).
+func (t *takeover) reportSignal(e handoff.Event, why, sent, failed string) {
+	args := []any{"dir", t.dir, "pid", e.PID, "signal", e.Signal.String(), "why", why}
+	if e.Err != nil {
+		t.log.Warn(failed, append(args, "err", e.Err)...)
+		return
 	}
-	for _, pid := range pids {
-		p := verifiedTreeHolder(t.dir, pid)
-		if p == nil {
-			continue
-		}
-		err := p.Signal(sig)
-		args := []any{"dir", t.dir, "pid", pid, "signal", sig.String(), "why", "the runner is gone and its tree still holds the directory"}
-		if err != nil {
-			t.log.Warn("runnerstate: takeover did not signal an orphan", append(args, "err", err)...)
-		} else {
-			t.log.Warn("runnerstate: takeover signalled an orphan", args...)
-		}
-		p.Close()
-	}
+	t.log.Warn(sent, args...)
 }
 
 // admit makes this starter the runner, holding p: if it is still the newest
 // starter, it leaves the gate, writes its identity, clears what the previous
 // runner left and publishes its record. Otherwise it lets p go and returns
-// errNotNewest.
+// handoff.ErrNotNewest.
 func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 	h, err := newHold(t.dir, p, t.self)
 	if err != nil {
@@ -608,7 +461,7 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 	if err != nil || !newest {
 		p.release()
 		if err == nil {
-			err = errNotNewest
+			err = handoff.ErrNotNewest
 		}
 		return nil, err
 	}
@@ -621,28 +474,11 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 		lost, _ := h.Lost()
 		h.Release()
 		if lost {
-			return nil, errLostInAdmission
+			return nil, handoff.ErrLost
 		}
 		return nil, err
 	}
 	return h, nil
-}
-
-// awaitPrevious waits, at most KillAfter and never past ctx, for the previous
-// runner's process to exit: it released the lock, but may still be finishing
-// its exit. The starter goes on to its admission either way.
-func (t *takeover) awaitPrevious(ctx context.Context) {
-	p := t.pinned
-	if p == nil {
-		return
-	}
-	t.pinned = nil
-	defer p.Close()
-	wctx, cancel := context.WithTimeout(ctx, t.opts.KillAfter)
-	defer cancel()
-	if err := p.Wait(wctx); err != nil && ctx.Err() == nil {
-		t.log.Warn("runnerstate: the previous runner released the directory but has not exited", "dir", t.dir, "pid", p.PID(), "waited", t.opts.KillAfter)
-	}
 }
 
 // warnOnceTo is warnOnce for the caller's logger, at info level: a standby
@@ -779,10 +615,7 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 			return s.res, nil
 		}
 		if err := s.wait.Wait(ctx); err != nil {
-			if occ == occOrphans || occ == occLostFile {
-				return s.res, treeBusyError(dir, err)
-			}
-			return s.res, busyError(filepath.Join(dir, LockName), err, inspectRunnerLock)
+			return s.res, runnerBusy(dir, occ, err)
 		}
 	}
 }
@@ -884,13 +717,8 @@ func waitingStarters(dir string) ([]Identity, string) {
 	return ids, warn
 }
 
-// The detached starter: Start.
-//
-// A client makes sure the runner of a directory runs and is ready with
-// Start, which starts it detached when none runs. Attempts are serialised by
-// start.lock and described by start.json (the attempt record: the process
-// started, where its output goes, and, once it died before it was ready,
-// its exit status and log tail), so that every concurrent caller, in any
+// The detached starter: Start. Its attempts are serialised by start.lock
+// and described by start.json, so that every concurrent caller, in any
 // process, shares one attempt and learns its outcome.
 
 // StartOptions says which ready runner will do, and where a started
@@ -984,34 +812,23 @@ const (
 //     (an exec error) is the caller's own failure: a waiter then makes its
 //     own attempt. Each waiter applies its own Accept; a record it refuses
 //     is replaced by its own attempt.
-//   - The started process runs detached: in a session of its own (setsid;
-//     on Windows a new process group without a console), stdin from the
-//     null device, stdout and stderr appended to opts.Log unless cmd sets
-//     them (then they must be *os.File), and none of the caller's
-//     descriptors but cmd.ExtraFiles and one readiness descriptor. To that
-//     end, before starting cmd, Start marks every descriptor of the calling
-//     process above stderr close-on-exec, under syscall.ForkLock: a caller
-//     passes descriptors to its own children through ExtraFiles, which this
-//     does not affect. Start sets cmd.Env (cmd.Env, or this process's, with
-//     NOTIFY_SOCKET removed, so that a runner started by a service never
-//     speaks for its unit, and RUNNERSTATE_READY_FD, RUNNERSTATE_READY_FOR
-//     and RUNNERSTATE_START_ATTEMPT, the attempt's number, added),
-//     cmd.ExtraFiles (the readiness descriptor appended), cmd.SysProcAttr
-//     (Setsid set; Setpgid, Setctty and Foreground cleared; the caller's
-//     other fields kept) and a nil cmd.Stdout and cmd.Stderr. The caller must not call cmd.Wait: the
-//     package reaps the process, in one goroutine per started process while
-//     it lives (internal/spawn.reap), and reads its readiness descriptor in
-//     another until it is ready or gone (internal/spawn.awaitReady); no
-//     zombie is left.
+//   - The started process runs detached: in a session of its own, stdin
+//     from the null device, stdout and stderr appended to opts.Log unless
+//     cmd sets them (then they must be *os.File), and none of the caller's
+//     descriptors but cmd.ExtraFiles and one readiness descriptor: before
+//     starting cmd, Start marks every descriptor of the calling process
+//     above stderr close-on-exec, under syscall.ForkLock (ExtraFiles are
+//     not affected). Start sets cmd.Env, cmd.ExtraFiles, cmd.SysProcAttr,
+//     cmd.Stdout and cmd.Stderr, as [docs/operations.md] lists. The caller
+//     must not call cmd.Wait: the package reaps the process, and no zombie
+//     is left.
 //   - The started process takes dir itself, with Takeover (or Acquire) and
 //     Publish, like any runner: Start lends it no lock. cmd runs the runner
 //     itself (a shell may exec it): a command that forks the runner and
-//     exits has exited before it was ready. Its Publish writes
-//     the readiness descriptor, and Start returns within milliseconds; other
-//     callers wake on a directory watch, and where there is none they look
-//     every 10 ms. There is no start-up timeout: ctx is the only bound. A
-//     holder that is held but cannot be verified, or never publishes, is
-//     starting: Start waits for it until ctx ends.
+//     exits has exited before it was ready. Its Publish makes Start return
+//     within milliseconds. There is no start-up timeout: ctx is the only
+//     bound. A holder that is held but cannot be verified, or never
+//     publishes, is starting: Start waits for it until ctx ends.
 //   - A started process that exits before it is ready: a *StartError with
 //     its exit status and the tail of its log, at once; nothing is left
 //     held in dir (start.lock and the log stay).
@@ -1024,25 +841,23 @@ const (
 //     one's record. If Accept refuses that one too, a *StartError with
 //     ExitCode -1 (the new runner is left running); it never loops.
 //
-// Platforms: Linux is first-class and tested. macOS detaches the same way
-// (setsid) and is built and vetted, not run here. On Windows the process
-// gets a new process group without a console (CREATE_NEW_PROCESS_GROUP,
-// DETACHED_PROCESS), and no readiness descriptor (os/exec cannot pass one
-// there): Start looks at the directory every 10 ms. Under Wine 8 a start,
-// its readiness, its reaping and a death before ready are tested
-// (TestStartPortable); that the process survives its console's closing is
-// not verified, there being no Windows machine or console here.
+// Linux is first-class and tested; macOS detaches the same way (setsid);
+// on Windows the process gets a new process group without a console and
+// no readiness descriptor, and Start looks every 10 ms. What each platform
+// is tested for is in [docs/operations.md].
 //
 // Errors: an error naming what is wrong, before anything but dir is
 // created, for a nil cmd, a cmd already started, a stream that is not an
 // *os.File, a dir that is a file or cannot be created, a command that does
 // not exist or is not in PATH, a Log that is a symlink or not a regular
 // file; an error naming it for a start.lock or start.json that is a
-// symlink, a directory or another non-regular file; a *StartError (errors.Is ErrStartFailed) as above; the errors of
-// Running for an unusable runner.lock; ErrLockingUnsupported, before
-// anything is started or created, on a filesystem whose locks do not
-// exclude. Touches start.lock, start.json and the log in dir; reads what
-// Running reads.
+// symlink, a directory or another non-regular file; a *StartError
+// (errors.Is ErrStartFailed) as above; the errors of Running for an
+// unusable runner.lock; ErrLockingUnsupported, before anything is started
+// or created, on a filesystem whose locks do not exclude. Touches
+// start.lock, start.json and the log in dir; reads what Running reads.
+//
+// [docs/operations.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/operations.md#what-start-does-to-the-process-it-starts
 func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (Record, error) {
 	since := time.Now()
 	if err := checkDir("Start", dir); err != nil {
@@ -1094,9 +909,22 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 		Cmd: cmd, Log: opts.Log, Accept: accept, Since: since}
 	rec, err := c.Run(ctx)
 	if f, ok := err.(*startup.Failure); ok {
-		return rec, &StartError{Dir: abs, PID: f.PID, ExitCode: f.ExitCode, Log: f.Log, LogTail: f.LogTail, Err: f.Err}
+		return rec, &StartError{Dir: abs, PID: f.PID, ExitCode: f.ExitCode, Log: f.Log, LogTail: f.LogTail, Err: whyNotReady(dir, f)}
 	}
 	return rec, err
+}
+
+// whyNotReady is f's reason, with the cause when a runner that still runs
+// could not be known ready because its record cannot be read: it stays so
+// until that runner publishes again.
+func whyNotReady(dir string, f *startup.Failure) error {
+	if f.ExitCode >= 0 || !errors.Is(f.Err, context.Canceled) && !errors.Is(f.Err, context.DeadlineExceeded) {
+		return f.Err
+	}
+	if _, state, err := readRecord(dir); state == fileCorrupt {
+		return fmt.Errorf("%w; the runner's record cannot be read (%v), so it cannot be known ready until it publishes again: restart it (runnerctl restart --dir %s), or see runnerctl status", f.Err, err, dir)
+	}
+	return f.Err
 }
 
 // checkStartInput refuses what Start can tell is wrong before it creates

@@ -121,15 +121,9 @@ func TestDaemonPingReportsAFailedStart(t *testing.T) {
 	daemon, dir := buildDaemon(t), t.TempDir()
 	// A directory where the server's socket belongs, with something in it.
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "stack", "daemon.sock", "x"), 0o755))
-	cmd := exec.Command(daemon, "ping", "--dir", dir)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	require.ErrorAs(t, err, &ee, stderr.String())
-	assert.Equal(t, 1, ee.ExitCode())
-	assert.Contains(t, stderr.String(), "exited with status 1")
-	assert.Contains(t, stderr.String(), "could not listen")
+	stderr := pingFails(t, daemon, dir)
+	assert.Contains(t, stderr, "exited with status 1")
+	assert.Contains(t, stderr, "could not listen")
 }
 
 // TestDaemonPingSaysTheSocketPathIsTooLong: a --dir whose socket path does not
@@ -138,6 +132,13 @@ func TestDaemonPingReportsAFailedStart(t *testing.T) {
 func TestDaemonPingSaysTheSocketPathIsTooLong(t *testing.T) {
 	daemon := buildDaemon(t)
 	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	assert.Contains(t, pingFails(t, daemon, dir), "too long for a unix socket; use a shorter --dir")
+}
+
+// pingFails runs "daemon ping --dir dir", which must exit 1 (the server
+// could not start), and returns its standard error.
+func pingFails(t *testing.T, daemon, dir string) string {
+	t.Helper()
 	cmd := exec.Command(daemon, "ping", "--dir", dir)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -145,7 +146,7 @@ func TestDaemonPingSaysTheSocketPathIsTooLong(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, stderr.String())
 	assert.Equal(t, 1, ee.ExitCode())
-	assert.Contains(t, stderr.String(), "too long for a unix socket; use a shorter --dir")
+	return stderr.String()
 }
 
 // TestDaemonAddTakesANegativeNumber: "add -3" adds minus three (it is not an

@@ -184,3 +184,17 @@ func TestPermissionAdviceNamesTheDirectory(t *testing.T) {
 		assert.NotContains(t, out, "runner.lock: permission denied", "%v", c.args)
 	}
 }
+
+// Case: a user who may enter the directory but not create files in it
+// (mode 0755, root's) is told that the directory is why, not only the name
+// of the file that could not be made.
+func TestPermissionAdviceNamesTheUnwritableDirectory(t *testing.T) {
+	s := newStory(t)
+	setpriv, runner, public := s.asNobody("runner")
+	dir := filepath.Join(public, "d")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	code, out := s.nobody(setpriv, runner, "--dir", dir)
+	assert.NotEqual(t, 0, code, out)
+	assert.Contains(t, out, "permission denied (this process may not create files in "+dir+": drwxr-xr-x, owner uid 0", out)
+	assert.Contains(t, out, "run as a user allowed to write there, or fix its permissions", out)
+}

@@ -29,9 +29,11 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -121,8 +123,13 @@ var commands = map[string]command{
 		synopsis: "wait [--dir DIR] [--timeout D]\n\nWait until no runner holds the directory (it released, or died).",
 		exits:    "0 no runner holds it; 75 a runner, or the orphans of a previous\nrunner's tree, still hold it when the timeout ends; 1 error; 2 usage.",
 		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {
-			timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
-			return func(dir string, stdout, stderr io.Writer) int { return wait(dir, *timeout, stdout, stderr) }
+			timeout := fs.Duration("timeout", 30*time.Second, "give up after this long (0: no limit)")
+			return func(dir string, stdout, stderr io.Writer) int {
+				if *timeout < 0 {
+					return negativeTimeout("wait", *timeout, stderr)
+				}
+				return wait(dir, *timeout, stdout, stderr)
+			}
 		},
 	},
 	"start": {
@@ -136,6 +143,9 @@ var commands = map[string]command{
 				if fs.NArg() == 0 {
 					fmt.Fprintln(stderr, "runnerctl start: name the command to start after --: runnerctl start --dir DIR -- CMD [ARGS...]")
 					return exitUsage
+				}
+				if *timeout < 0 {
+					return negativeTimeout("start", *timeout, stderr)
 				}
 				return start(dir, *timeout, *asJSON, fs.Args(), stdout, stderr)
 			}
@@ -363,8 +373,22 @@ func clearStale(dir string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// negativeTimeout refuses a --timeout below zero, which would give up at once.
+func negativeTimeout(cmd string, d time.Duration, stderr io.Writer) int {
+	fmt.Fprintf(stderr, "runnerctl %s: --timeout %v is negative: give a duration (30s, 2m), or 0 for no limit\n", cmd, d)
+	return exitUsage
+}
+
+// within is the context of a wait bounded by timeout; 0 is no limit.
+func within(timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout == 0 {
+		return context.WithCancel(context.Background())
+	}
+	return context.WithTimeout(context.Background(), timeout)
+}
+
 func wait(dir string, timeout time.Duration, stdout, stderr io.Writer) int {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := within(timeout)
 	defer cancel()
 	res, err := runnerstate.Standby(ctx, dir, runnerstate.StandbyOptions{})
 	if err != nil {
@@ -421,17 +445,46 @@ func readyWords(ready bool) string {
 	return "not yet (admitted, its record not yet published)"
 }
 
+// signalExit is the exit code of a process ended by sig: 128 + its number.
+func signalExit(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return exitError
+}
+
 // start makes sure a runner of dir is ready, starting argv when none is.
 func start(dir string, timeout time.Duration, asJSON bool, argv []string, stdout, stderr io.Writer) int {
-	ctx := context.Background()
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
+	ctx, cancel := within(timeout)
+	defer cancel()
+	// SIGINT or SIGTERM ends the wait, not the runner: say which one is
+	// left running, and exit as the signal would have (130, 143).
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	interrupted := make(chan os.Signal, 1)
+	go func() {
+		select {
+		case sig := <-sigs:
+			interrupted <- sig
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	rec, err := runnerstate.Start(ctx, dir, exec.Command(argv[0], argv[1:]...), runnerstate.StartOptions{})
 	var se *runnerstate.StartError
+	var sig os.Signal
+	select {
+	case sig = <-interrupted:
+	default:
+	}
 	switch {
+	case sig != nil && errors.As(err, &se) && se.PID > 0 && se.ExitCode < 0:
+		fmt.Fprintf(stderr, "runnerctl start: interrupted (%v); the runner started, pid %d, is left running, not yet ready: a later start waits for it (its output: %s)\n", sig, se.PID, printable(se.Log))
+		return signalExit(sig)
+	case sig != nil && err != nil:
+		fail(stderr, err)
+		return signalExit(sig)
 	case errors.As(err, &se):
 		fail(stderr, err)
 		if se.LogTail != "" {

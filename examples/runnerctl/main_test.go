@@ -228,3 +228,16 @@ func TestStatusSaysNoSuchDirectory(t *testing.T) {
 	assert.Equal(t, exitNotRunning, code, out)
 	assert.NotContains(t, out, "no such directory", "an empty directory is only not running")
 }
+
+// Case: --timeout 0 is no limit for wait, as for start; a negative one is a
+// usage error for both, where it would give up at once.
+func TestTimeoutZeroIsNoLimitAndNegativeIsRefused(t *testing.T) {
+	dir := testharness.TempDir(t)
+	code, out, errOut := ctl("wait", "--timeout", "0", "--dir", dir)
+	assert.Equal(t, exitOK, code, "no runner: done at once\n%s%s", out, errOut)
+	for _, cmd := range [][]string{{"wait", "--timeout", "-1s", "--dir", dir}, {"start", "--timeout", "-1s", "--dir", dir, "--", "true"}} {
+		code, _, errOut = ctl(cmd...)
+		assert.Equal(t, exitUsage, code, "%v", cmd)
+		assert.Contains(t, errOut, "--timeout -1s is negative", "%v", cmd)
+	}
+}

@@ -134,10 +134,18 @@ func (e *advisedError) Unwrap() error { return e.err }
 // (err, which errors.Is still finds): when a directory on the way to path
 // may not be entered by this process, the error names that directory, with
 // its mode and owner, as the cause, rather than path (op is the package's
-// prefix for Op); otherwise nil, and the caller keeps its own error.
+// prefix for Op); when path does not exist and this process may not create
+// files in its directory, the error says so, with the directory's mode and
+// owner; otherwise nil, and the caller keeps its own error.
 func Denied(op, path string, err error) error {
 	dir := blockedDir(path)
 	if dir == "" {
+		if dir = unwritableDir(path); dir != "" {
+			return &fs.PathError{Op: op + "create", Path: path, Err: &advisedError{
+				err:    fmt.Errorf("%w (this process may not create files in %s%s)", err, dir, dirDescription(dir)),
+				advice: "run as a user allowed to write there, or fix its permissions",
+			}}
+		}
 		return nil
 	}
 	return &fs.PathError{Op: op + "enter", Path: dir, Err: &advisedError{

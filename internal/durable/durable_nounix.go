@@ -22,6 +22,8 @@ func blockedDir(string) string { return "" }
 
 func dirDescription(string) string { return "" }
 
+func unwritableDir(string) string { return "" }
+
 // ReadFile reads up to max bytes of the regular file at path, refusing a
 // symlink, a directory or another non-regular file (by an Lstat first). A
 // missing file, or a missing directory on the way to it, is an error

@@ -222,6 +222,21 @@ func blockedDir(path string) string {
 	return ""
 }
 
+// unwritableDir is the directory of path when path does not exist and this
+// process may not create files in that directory (write and search
+// permission, as for the effective ids), else "": then a permission error
+// on creating path is the directory's.
+func unwritableDir(path string) string {
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	dir := filepath.Dir(path)
+	if unix.Faccessat(unix.AT_FDCWD, dir, unix.W_OK|unix.X_OK, unix.AT_EACCESS) == unix.EACCES {
+		return dir
+	}
+	return ""
+}
+
 // dirDescription says who may enter dir: its mode and owner.
 func dirDescription(dir string) string {
 	var st unix.Stat_t

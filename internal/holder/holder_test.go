@@ -12,6 +12,7 @@ import (
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/testharness"
 )
 
 // line is what the tests write into a lock file: an identity and the
@@ -44,7 +45,7 @@ func lockNamed(t *testing.T, path string) *filelock.File {
 // TestInspectMissingIsFree: a lock file that does not exist is free, and
 // names nobody.
 func TestInspectMissingIsFree(t *testing.T) {
-	assert.Equal(t, State{}, Inspect(filepath.Join(t.TempDir(), "x.lock"), 4096, parse))
+	assert.Equal(t, State{}, Inspect(filepath.Join(testharness.TempDir(t), "x.lock"), 4096, parse))
 }
 
 // TestInspectVerifiesTheNamedHolder: a lock held by the process its content
@@ -53,7 +54,7 @@ func TestInspectVerifiesTheNamedHolder(t *testing.T) {
 	if !filelock.CarriesContent {
 		t.Skip("a locked file's content cannot be read here")
 	}
-	path := filepath.Join(t.TempDir(), "x.lock")
+	path := filepath.Join(testharness.TempDir(t), "x.lock")
 	lockNamed(t, path)
 	st := Inspect(path, 4096, parse)
 	require.NoError(t, st.Err)
@@ -65,11 +66,12 @@ func TestInspectVerifiesTheNamedHolder(t *testing.T) {
 // TestInspectRefusesASymlink: a symlink where the lock file belongs is an
 // error, never followed.
 func TestInspectRefusesASymlink(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "x.lock")
-	if err := os.Symlink(filepath.Join(dir, "target"), path); err != nil {
-		t.Skipf("no symlinks here: %v", err) // Windows without the privilege
+	if !testharness.SymlinksWork() {
+		t.Skip("os.Symlink makes no symlinks here")
 	}
+	dir := testharness.TempDir(t)
+	path := filepath.Join(dir, "x.lock")
+	require.NoError(t, os.Symlink(filepath.Join(dir, "target"), path))
 	assert.ErrorIs(t, Inspect(path, 4096, parse).Err, durable.ErrSymlink)
 }
 
@@ -79,7 +81,7 @@ func TestInspectPairLostFile(t *testing.T) {
 	if !filelock.CarriesContent {
 		t.Skip("a locked file's content cannot be read here")
 	}
-	dir := t.TempDir()
+	dir := testharness.TempDir(t)
 	p := Pair{Lock: filepath.Join(dir, "x.lock"), Tree: filepath.Join(dir, "y.lock"), Limit: 4096, Parse: parse,
 		Hint: func() (Hint, bool) { return Hint{}, false }}
 	lockNamed(t, p.Tree)
@@ -96,7 +98,7 @@ func TestInspectPairHintConfirms(t *testing.T) {
 	if !filelock.ListsHolders() {
 		t.Skip("only Linux shows a process's locks")
 	}
-	dir := t.TempDir()
+	dir := testharness.TempDir(t)
 	p := Pair{Lock: filepath.Join(dir, "x.lock"), Tree: filepath.Join(dir, "y.lock"), Limit: 4096, Parse: parse}
 	l := lockNamed(t, p.Lock)
 	p.Hint = func() (Hint, bool) { return Hint{ID: liveness.Current(), FD: int(l.Fd())}, true }
