@@ -161,7 +161,8 @@ func ensureRunnerDir(dir string) error {
 // This process's holds.
 
 // holds are the runner directories this process holds (Acquire, Takeover):
-// Publish, Inherit, WatchRestart and Takeover's re-entry check reach a hold
+// Publish, Inherit, WatchRestart, Takeover's re-entry check and a busy
+// answer that names this very process (inspectRunnerLock) reach a hold
 // through it, by the directory's identity or, once the directory is gone,
 // by its path.
 var holds hold.Index
