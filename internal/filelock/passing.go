@@ -99,7 +99,9 @@ func (b BusyAnswer) String() string {
 //     to a file drops its lock, and that is the reader's;
 //   - while a probe's shared lock (taken by a process that cannot see the
 //     holder in the kernel's list: in a container, or off Linux) is held,
-//     for an instant.
+//     for an instant;
+//   - while this process's own parked goroutine (Lock) holds it on its way
+//     to letting it go, its wait having been given up (InTransit).
 //
 // It is held when the kernel lists an exclusive holder that shows the lock
 // among its own descriptors, or one whose descriptors cannot be read
@@ -108,6 +110,9 @@ func (b BusyAnswer) String() string {
 // as the runner's children that inherited tree.lock). It may be passing
 // when it is neither, but not every holder can be seen.
 func passage(path string, scan bool) BusyAnswer {
+	if InTransit(path) {
+		return BusyPassing // this process's own parked goroutine, about to let go
+	}
 	ino, err := InodeOf(path)
 	if err != nil {
 		return BusyMayBePassing

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // Lock waits until the file at path is locked in mode, creating it with
@@ -65,6 +66,10 @@ type waiter struct{ ch chan handoff }
 type queue struct {
 	perm    fs.FileMode // to create the file with, should the parked goroutine open it
 	waiters []*waiter
+	// got is set while the parked goroutine holds the lock it has just
+	// taken and not yet handed over or let go: to this process's other
+	// attempts the lock is passing, not held (see InTransit).
+	got atomic.Bool
 }
 
 // pop removes and returns the first waiter.
@@ -145,10 +150,19 @@ func (t *table) park(k key, q *queue, spare *File) {
 			}
 			return
 		}
+		if fn := testHookGot.Load(); fn != nil {
+			(*fn)(false)
+		}
 		f, err := t.block(k, q.perm, spare)
 		spare = nil
 		if err == errRetry {
 			continue
+		}
+		if err == nil {
+			q.got.Store(true)
+			if fn := testHookGot.Load(); fn != nil {
+				(*fn)(true)
+			}
 		}
 		if !t.handOver(k, q, f, err) {
 			return
@@ -209,6 +223,7 @@ func (t *table) abandoned(k key, q *queue) bool {
 func (t *table) handOver(k key, q *queue, f *File, err error) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer q.got.Store(false)
 	switch {
 	case len(q.waiters) == 0:
 		if f != nil {
@@ -226,6 +241,38 @@ func (t *table) handOver(k key, q *queue, f *File, err error) bool {
 	}
 	q.pop().ch <- handoff{f: f}
 	return true
+}
+
+// InTransit reports whether this process's parked goroutine for path holds
+// its lock only on the way to handing it over or letting it go: a wait
+// whose context ended leaves that goroutine blocked, and when the holder
+// lets go it takes the lock and, nobody waiting any more, releases it at
+// once. A TryLock of this process that meets it then is refused for an
+// instant by this process itself.
+func InTransit(path string) bool {
+	parked.mu.Lock()
+	defer parked.mu.Unlock()
+	for _, m := range []Mode{Exclusive, Shared} {
+		if q := parked.queues[key{path, m}]; q != nil && q.got.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// testHookGot, when set, is called by a parked goroutine before it blocks
+// for the lock (got false), and once it holds it, before it hands it over
+// or lets it go (got true).
+var testHookGot atomic.Pointer[func(got bool)]
+
+// SetGotHook makes fn be called by every parked goroutine before it blocks
+// in the kernel for its lock (got false: from then on it no longer looks
+// whether anyone waits until it has the lock), and once it has taken it,
+// before it hands it over or lets it go (got true); it returns a func that
+// removes the hook. For tests that hold the lock in transit.
+func SetGotHook(fn func(got bool)) (restore func()) {
+	old := testHookGot.Swap(&fn)
+	return func() { testHookGot.Store(old) }
 }
 
 // testHookQueued, when set, is called by a waiter once it is queued, with a
