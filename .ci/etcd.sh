@@ -69,6 +69,6 @@ go test -race -count=1 ./... 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 passed=$(grep -c '^ok ' "$log" || true)
-failed=$(grep -c '^FAIL' "$log" || true)
+failed=$(grep -c $'^FAIL\t' "$log" || true) # one line per package: 'FAIL<tab>pkg'
 echo "etcd test summary: $passed packages passed, $failed failed"
 exit "$status"
