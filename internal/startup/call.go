@@ -290,17 +290,9 @@ func exitFailure(a Attempt, code int, err error) *Failure {
 // process of a's that Accept refuses: the caller's own attempt replaces it).
 func (c *Call[R]) await(ctx context.Context, a Attempt) (R, error) {
 	var zero R
-	var exited, readyCh <-chan struct{}
 	local := localChild(c.Abs, a.Seq)
-	if local != nil {
-		exited, readyCh = local.child.Exited(), local.child.Ready()
-	} else if p, _, _ := liveness.Pin(a.Child); p != nil {
-		ew := liveness.WatchExit(ctx, p, nil)
-		defer ew.Stop()
-		exited = ew.Exited()
-	} else {
-		exited = closedChan
-	}
+	exited, readyCh, stop := watchAttempt(ctx, a, local)
+	defer stop()
 	w := dirwatch.New(c.Dir)
 	defer w.Close()
 	poll := Poll
@@ -312,32 +304,8 @@ func (c *Call[R]) await(ctx context.Context, a Attempt) (R, error) {
 	var goneAt time.Time
 	woke := time.Now()
 	for {
-		l := c.lookAfter(woke)
-		rec, ready := l.rec, l.ready
-		if l.err != nil {
-			return zero, l.err
-		}
-		if ready && c.Protocol.StartedBy(a, rec) {
-			if local != nil {
-				local.ready.Store(true)
-			}
-			switch {
-			case c.Accept(rec):
-				return rec, nil
-			case c.spawned:
-				return zero, c.refused(a)
-			}
-			return zero, errAgain
-		}
-		if ready && c.Accept(rec) {
-			return rec, nil
-		}
-		if cur, ok := l.att, l.haveAtt; ok && cur.Seq != a.Seq {
-			return zero, errAgain
-		} else if ok && cur.Failed {
-			return zero, cur.Failure()
-		} else if ok && (!cur.Ended.IsZero() || cur.Ready) {
-			return zero, errAgain // it was ready, and has let go or exited since
+		if rec, done, err := c.judge(c.lookAfter(woke), a, local); done {
+			return rec, err
 		}
 		if !goneAt.IsZero() {
 			switch {
@@ -350,14 +318,7 @@ func (c *Call[R]) await(ctx context.Context, a Attempt) (R, error) {
 		timer.Reset(poll)
 		select {
 		case <-ctx.Done():
-			err := ctx.Err()
-			if !c.spawned {
-				// The caller's command never ran: say whose attempt it
-				// waited for, and how to end it.
-				err = fmt.Errorf("%w, waiting for the attempt pid %d made at %s (this call ran no command of its own; while that process lives and is not ready, every Start waits for it: stop pid %d to start another)",
-					err, a.By.PID, a.Began.Format(time.RFC3339), a.Child.PID)
-			}
-			return zero, &Failure{PID: a.Child.PID, ExitCode: -1, Log: a.Log, LogTail: LogTail(a.Log, a.LogFrom), Err: err}
+			return zero, c.ended(ctx, a)
 		case <-w.Changed():
 		case <-readyCh:
 			readyCh = nil
@@ -367,6 +328,66 @@ func (c *Call[R]) await(ctx context.Context, a Attempt) (R, error) {
 		}
 		woke = time.Now()
 	}
+}
+
+// watchAttempt gives what tells that a's process exited, and that it said
+// it is ready (own only: the attempt this process started); stop ends the
+// watch.
+func watchAttempt(ctx context.Context, a Attempt, own *local) (exited, ready <-chan struct{}, stop func()) {
+	if own != nil {
+		return own.child.Exited(), own.child.Ready(), func() {}
+	}
+	if p, _, _ := liveness.Pin(a.Child); p != nil {
+		ew := liveness.WatchExit(ctx, p, nil)
+		return ew.Exited(), nil, ew.Stop
+	}
+	return closedChan, nil, func() {}
+}
+
+// judge is what a look l says of a wait on attempt a: done with a record
+// or an error (errAgain: look at the directory again from the start), or
+// not done, to wait on.
+func (c *Call[R]) judge(l look[R], a Attempt, own *local) (rec R, done bool, err error) {
+	var zero R
+	rec, ready := l.rec, l.ready
+	if l.err != nil {
+		return zero, true, l.err
+	}
+	if ready && c.Protocol.StartedBy(a, rec) {
+		if own != nil {
+			own.ready.Store(true)
+		}
+		switch {
+		case c.Accept(rec):
+			return rec, true, nil
+		case c.spawned:
+			return zero, true, c.refused(a)
+		}
+		return zero, true, errAgain
+	}
+	if ready && c.Accept(rec) {
+		return rec, true, nil
+	}
+	if cur, ok := l.att, l.haveAtt; ok && cur.Seq != a.Seq {
+		return zero, true, errAgain
+	} else if ok && cur.Failed {
+		return zero, true, cur.Failure()
+	} else if ok && (!cur.Ended.IsZero() || cur.Ready) {
+		return zero, true, errAgain // it was ready, and has let go or exited since
+	}
+	return zero, false, nil
+}
+
+// ended is the failure of a wait on attempt a whose context ended first.
+func (c *Call[R]) ended(ctx context.Context, a Attempt) *Failure {
+	err := ctx.Err()
+	if !c.spawned {
+		// The caller's command never ran: say whose attempt it waited
+		// for, and how to end it.
+		err = fmt.Errorf("%w, waiting for the attempt pid %d made at %s (this call ran no command of its own; while that process lives and is not ready, every Start waits for it: stop pid %d to start another)",
+			err, a.By.PID, a.Began.Format(time.RFC3339), a.Child.PID)
+	}
+	return &Failure{PID: a.Child.PID, ExitCode: -1, Log: a.Log, LogTail: LogTail(a.Log, a.LogFrom), Err: err}
 }
 
 // awaitHolder waits while the directory is held by a runner that is not
