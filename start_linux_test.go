@@ -37,7 +37,7 @@ import (
 // its environment (envStartMode).
 
 const (
-	envStartMode   = "RS_TEST_START_MODE"   // ready (default), slow, never, linger, die:N, kill, refuse-takeover
+	envStartMode   = "RS_TEST_START_MODE"   // ready (default), slow, never, linger, leave-slowly, die:N, kill, refuse-takeover
 	envStartMeta   = "RS_TEST_START_META"   // the Meta it publishes, a JSON string
 	envStartReport = "RS_TEST_START_REPORT" // a file it writes what it sees of itself into
 )
@@ -71,7 +71,8 @@ const spawnsName = "spawns"
 // itself with SIGKILL; otherwise Takeover, and "slow" waits for "go" before
 // its Publish, "never" never publishes. It runs until a restart request or
 // SIGTERM; "linger" then lets go of the directory and lives on until the
-// file "gone" exists in dir, as a runner that cleans up after its release.
+// file "gone" exists in dir, as a runner that cleans up after its release;
+// "leave-slowly" holds the directory until then, as a runner that drains.
 func roleStartedRunner(dir string) int {
 	terms := make(chan os.Signal, 1)
 	signal.Notify(terms, syscall.SIGTERM)
@@ -135,8 +136,11 @@ func roleStartedRunner(dir string) int {
 	case <-WatchRestart(wctx, dir):
 	case <-terms:
 	}
-	if mode == "linger" {
+	switch mode {
+	case "linger":
 		release()
+		waitFor("gone")
+	case "leave-slowly":
 		waitFor("gone")
 	}
 	return 0
@@ -595,7 +599,15 @@ func TestStart7ContextEndsFirst(t *testing.T) {
 	_, err = Start(short, dir, startedRunner(dir, "slow"), StartOptions{})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Contains(t, err.Error(), "this call ran no command of its own")
-	assert.Contains(t, err.Error(), fmt.Sprintf("stop pid %d to start another", se.PID))
+	var waiter *StartError
+	require.ErrorAs(t, err, &waiter)
+	if waiter.PID != 0 {
+		// It got as far as the attempt (where a loaded machine does not
+		// end the context first, at start.lock or on the holder's
+		// admission): it names it, and how to end it.
+		assert.Contains(t, err.Error(), fmt.Sprintf("stop pid %d to start another", se.PID))
+	}
+	assert.NotContains(t, err.Error(), "the command could not be started")
 	assert.Len(t, spawns(t, dir), 1)
 
 	done := make(chan error, 1)
@@ -1088,6 +1100,34 @@ func TestStartSaysTheRecordCannotBeRead(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, first.PID, se.PID, "the runner that runs is named")
 	assert.Contains(t, err.Error(), "the runner's record cannot be read")
-	assert.Contains(t, err.Error(), "runnerctl restart --dir "+dir)
+	assert.Contains(t, err.Error(), "runnerctl restart --now --dir "+dir)
 	assert.Len(t, spawns(t, dir), 1, "nothing else was started")
+}
+
+// A ready runner that is asked to restart is leaving: Start does not hand it
+// back, it waits for it to go and starts the next one.
+func TestStartDoesNotReturnARunnerAskedToRestart(t *testing.T) {
+	captureLog(t)
+	dir := startDir(t)
+	first, err := Start(background(t), dir, startedRunner(dir, "leave-slowly"), StartOptions{})
+	require.NoError(t, err)
+	require.NoError(t, RequestRestart(dir, RestartDrain))
+
+	// While it drains, it is not handed back; a Start that ends first says
+	// what it waited for, and started nothing.
+	ctx, cancel := context.WithTimeout(background(t), 100*time.Millisecond)
+	defer cancel()
+	_, err = Start(ctx, dir, startedRunner(dir, "ready"), StartOptions{})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "asked to restart")
+	assert.Len(t, spawns(t, dir), 1)
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gone"), nil, 0o600))
+	second, err := Start(background(t), dir, startedRunner(dir, "ready"), StartOptions{})
+	require.NoError(t, err)
+	assert.NotEqual(t, first.PID, second.PID, "not the runner that was leaving")
+	rec, held, err := Running(dir)
+	require.NoError(t, err)
+	require.True(t, held)
+	assert.Equal(t, second.PID, rec.PID)
 }

@@ -761,6 +761,8 @@ func (e *StartError) Error() string {
 	b.WriteString("runnerstate: start the runner of ")
 	b.WriteString(e.Dir)
 	switch {
+	case e.PID == 0 && (errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded)):
+		b.WriteString(": no runner became ready") // and Err says what this call waited for
 	case e.PID == 0:
 		b.WriteString(": the command could not be started")
 	case e.ExitCode >= 0:
@@ -796,9 +798,11 @@ const (
 // Start returns the record of a ready runner in dir that opts.Accept
 // accepts, starting cmd, detached, when there is none. Ready means: the
 // kernel lock on runner.lock is held, its holder is verified, and
-// runner.json names that holder with Ready true (its first Publish). A
-// runner admitted but not yet ready is starting: Start waits for it and
-// starts nothing.
+// runner.json names that holder with Ready true (its first Publish), and no
+// restart request addressed to it is pending. A runner admitted but not yet
+// ready is starting, and one asked to restart (draining or stopping) is
+// leaving: Start waits for either, and starts nothing until the one leaving
+// has gone.
 //
 //   - Fast path: a ready runner that Accept accepts is returned at about the
 //     cost of Running; nothing is locked or written.
@@ -922,7 +926,7 @@ func whyNotReady(dir string, f *startup.Failure) error {
 		return f.Err
 	}
 	if _, state, err := readRecord(dir); state == fileCorrupt {
-		return fmt.Errorf("%w; the runner's record cannot be read (%v), so it cannot be known ready until it publishes again: restart it (runnerctl restart --dir %s), or see runnerctl status", f.Err, err, dir)
+		return fmt.Errorf("%w; the runner's record cannot be read (%v), so it cannot be known ready until it publishes again: restart it (runnerctl restart --now --dir %s), or see runnerctl status", f.Err, err, dir)
 	}
 	return f.Err
 }
@@ -980,10 +984,16 @@ func startingOf(dir string, rec Record) Identity {
 }
 
 // probeStart is Running's answer: the record, whether the lock is held, and
-// whether the holder is ready (a verified holder whose record says Ready).
+// whether the holder is ready (a verified holder whose record says Ready,
+// and that is not asked to restart: a runner draining or stopping is
+// leaving, and Start waits for it to go rather than hand it back).
 func probeStart(dir string) (rec Record, held, ready bool, err error) {
 	rec, held, err = Running(dir)
-	return rec, held, held && rec.Ready && rec.Process.PID != 0, err
+	ready = held && rec.Ready && rec.Process.PID != 0
+	if req, asked := pendingRestart(dir); ready && asked && (req.For == "" || req.For == rec.Process.Instance) {
+		ready = false
+	}
+	return rec, held, ready, err
 }
 
 // startLooks shares, between the Start calls of this process, their looks

@@ -121,7 +121,7 @@ var commands = map[string]command{
 	},
 	"wait": {
 		synopsis: "wait [--dir DIR] [--timeout D]\n\nWait until no runner holds the directory (it released, or died).",
-		exits:    "0 no runner holds it; 75 a runner, or the orphans of a previous\nrunner's tree, still hold it when the timeout ends; 1 error; 2 usage.",
+		exits:    "0 no runner holds it; 75 a runner, or the orphans of a previous\nrunner's tree, still hold it when the timeout ends; 1 error; 2 usage;\n130 or 143 interrupted by SIGINT or SIGTERM.",
 		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {
 			timeout := fs.Duration("timeout", 30*time.Second, "give up after this long (0: no limit)")
 			return func(dir string, stdout, stderr io.Writer) int {
@@ -133,7 +133,7 @@ var commands = map[string]command{
 		},
 	},
 	"start": {
-		synopsis: "start [--dir DIR] [--timeout D] [--json] -- CMD [ARGS...]\n\nMake sure a runner of the directory runs and is ready: when none is, start\nCMD detached (its output appended to DIR/runner.log) and wait until it has\npublished its record; concurrent starts share one attempt. Print the ready\nrunner's record.",
+		synopsis: "start [--dir DIR] [--timeout D] [--json] -- CMD [ARGS...]\n\nMake sure a runner of the directory runs and is ready: when none is, start\nCMD detached (its output appended to DIR/runner.log) and wait until it has\npublished its record; concurrent starts share one attempt. A runner asked\nto restart is leaving: start waits for it to go, then starts CMD. Print the\nready runner's record.",
 		exits:    "0 a runner is ready; 1 the runner started did not become ready (its log\ntail is printed), or another error; 2 usage; 130 or 143 interrupted by\nSIGINT or SIGTERM. On a timeout or an interruption the runner started is\nleft running (it may just be slow): a later start waits for it.",
 		rest:     true,
 		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {

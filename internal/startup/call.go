@@ -124,7 +124,7 @@ func (c *Call[R]) Run(ctx context.Context) (R, error) {
 		release, err := c.Protocol.TryLock()
 		if err == ErrBusy {
 			if err := w.Wait(ctx, Poll, nil); err != nil {
-				return zero, &Failure{ExitCode: -1, Err: err}
+				return zero, &Failure{ExitCode: -1, Err: fmt.Errorf("%w, waiting while another caller decided whether to start the runner (this call ran no command of its own)", err)}
 			}
 			woke = time.Now()
 			continue
@@ -400,7 +400,7 @@ func (c *Call[R]) awaitHolder(ctx context.Context, pid int) (R, error) {
 	defer w.Close()
 	for {
 		if err := w.Wait(ctx, Poll, nil); err != nil {
-			return zero, &Failure{PID: pid, ExitCode: -1, Err: err}
+			return zero, &Failure{PID: pid, ExitCode: -1, Err: fmt.Errorf("%w, waiting for the runner that holds the directory, not ready or asked to restart, to be ready or to go (this call ran no command of its own)", err)}
 		}
 		_, held, ready, err := c.Protocol.Probe()
 		if err != nil {
