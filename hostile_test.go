@@ -277,6 +277,7 @@ func TestHostileNonRegularStateFiles(t *testing.T) {
 					st, err := Status(dir)
 					require.NoError(t, err)
 					assert.True(t, containsAny(st.Warnings, p), "Status warns naming %s: %q", p, st.Warnings)
+					assert.True(t, containsAny(st.Warnings, "Takeover refuses the directory until it is moved away"), "and says what Takeover does: %q", st.Warnings)
 					_, err = Takeover(background(t), dir, TakeoverOptions{})
 					assert.ErrorContains(t, err, p)
 					assert.NotErrorIs(t, err, ErrBusy)

@@ -567,6 +567,13 @@ func TestStart6DiesBeforeReady(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, ok, "nothing is left held")
 
+	// A command that exits 0 before the runner is ready (it left the
+	// runner in the background, say) is told it is not what Start waits for.
+	_, err = Start(background(t), dir, startedRunner(dir, "die:0"), StartOptions{})
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, 0, se.ExitCode)
+	assert.Contains(t, se.Error(), "exited with status 0 before it was ready (Start waits for the process it starts")
+
 	_, err = Start(background(t), dir, startedRunner(dir, "kill"), StartOptions{})
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, 128+int(syscall.SIGKILL), se.ExitCode)

@@ -680,6 +680,10 @@ func readGate(dir string) (gateState, string) {
 		return g, ""
 	}
 	warnOnce("gate:"+err.Error(), "runnerstate: ignoring a takeover gate that cannot be read", "path", path, "err", err)
+	if unusablePath(err) {
+		// Not a file a writer may replace: Takeover refuses it.
+		return gateState{}, fmt.Sprintf("%v; Takeover refuses the directory until it is moved away", err)
+	}
 	return gateState{}, fmt.Sprintf("%v; it is ignored, and the next Takeover replaces it", err)
 }
 
@@ -765,7 +769,11 @@ func (e *StartError) Error() string {
 		b.WriteString(": no runner became ready") // and Err says what this call waited for
 	case e.PID == 0:
 		b.WriteString(": the command could not be started")
-	case e.ExitCode >= 0:
+	case e.ExitCode == 0:
+		// A command that puts the runner in the background and exits
+		// (sh -c 'runner &') looks like this.
+		fmt.Fprintf(&b, ": pid %d exited with status 0 before it was ready (Start waits for the process it starts: start the runner itself, not a command that leaves it in the background)", e.PID)
+	case e.ExitCode > 0:
 		// Err is that exit ("exit status 7"): said once.
 		fmt.Fprintf(&b, ": pid %d exited with status %d before it was ready", e.PID, e.ExitCode)
 	default:

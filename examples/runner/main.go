@@ -87,6 +87,10 @@ func run() int {
 		flag.CommandLine.SetOutput(os.Stdout) // asked for, it is the output (runner --help | less); a usage error stays on stderr
 	}
 	flag.Parse()
+	if msg := badFlags(*parallel, *jobs, *mode, flag.Args()); msg != "" {
+		fmt.Fprintln(os.Stderr, "runner:", msg)
+		return 2
+	}
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("self", os.Getpid())
 	runnerstate.SetLogger(log)
@@ -254,6 +258,22 @@ func hint(dir string) {
 		"  a second runner takes over from this one:\n    go run ./examples/runner%s\n"+
 		"  it finishes its jobs, then exits:\n    go run ./examples/runnerctl restart --drain%s\n"+
 		"Stop it with Ctrl-C.\n\n", shellQuote(dir), flag, flag, flag)
+}
+
+// badFlags says what is wrong with the flags a runner was given, before it
+// takes the directory; "" when nothing is.
+func badFlags(parallel, jobs int, mode string, args []string) string {
+	switch {
+	case len(args) > 0:
+		return fmt.Sprintf("unexpected argument %q: every setting is a flag (see --help)", args[0])
+	case parallel < 1:
+		return fmt.Sprintf("-parallel %d: give at least 1 job at once", parallel)
+	case jobs < 0:
+		return fmt.Sprintf("-jobs %d: give a number of jobs, or 0 to run until asked to stop", jobs)
+	case mode != runnerstate.RestartNow && mode != runnerstate.RestartDrain:
+		return fmt.Sprintf("-mode %q: give now or drain", mode)
+	}
+	return ""
 }
 
 // shellQuote quotes s as one word for a POSIX shell: as it is when it is

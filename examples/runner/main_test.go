@@ -31,3 +31,24 @@ func TestShellQuoteReadsBackInBash(t *testing.T) {
 	assert.Equal(t, "/tmp/plain-dir_1.2", shellQuote("/tmp/plain-dir_1.2"), "a plain name stays as it is")
 	assert.Equal(t, `'it'\''s'`, shellQuote("it's"))
 }
+
+// Case: flags that cannot work are refused before the directory is taken
+// (-parallel -1 made a channel of negative size and panicked after
+// admission; a stray argument was ignored).
+func TestBadFlagsAreRefusedFirst(t *testing.T) {
+	for _, c := range []struct {
+		parallel, jobs int
+		mode           string
+		args           []string
+		want           string
+	}{
+		{-1, 0, "now", nil, "-parallel -1"},
+		{0, 0, "now", nil, "-parallel 0"},
+		{2, -1, "now", nil, "-jobs -1"},
+		{2, 0, "bogus", nil, `-mode "bogus"`},
+		{2, 0, "now", []string{"extra"}, `unexpected argument "extra"`},
+	} {
+		assert.Contains(t, badFlags(c.parallel, c.jobs, c.mode, c.args), c.want)
+	}
+	assert.Empty(t, badFlags(2, 0, "drain", nil))
+}

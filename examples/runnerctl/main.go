@@ -223,6 +223,9 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 		code = exitBusy
 	}
 	if asJSON {
+		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) && !r.Held {
+			r.Warnings = append(r.Warnings, dir+": no such directory (is --dir mistyped?)")
+		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(r); err != nil {

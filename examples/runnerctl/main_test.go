@@ -223,6 +223,9 @@ func TestStatusSaysNoSuchDirectory(t *testing.T) {
 	code, out, _ := ctl("status", "--dir", dir)
 	assert.Equal(t, exitNotRunning, code, out)
 	assert.Contains(t, out, "no such directory")
+	code, out, _ = ctl("status", "--json", "--dir", dir)
+	assert.Equal(t, exitNotRunning, code, out)
+	assert.Contains(t, out, "no such directory", "--json says so too, among the warnings")
 
 	code, out, _ = ctl("status", "--dir", testharness.TempDir(t))
 	assert.Equal(t, exitNotRunning, code, out)

@@ -141,10 +141,16 @@ func OpenRetry(path string, flags int, perm uint32) (int, error) {
 
 // OpenError turns an open(2) failure of path into an *fs.PathError that
 // says, where it helps, what to do: a symlink met by O_NOFOLLOW is ErrSymlink
-// (ELOOP; EMLINK is FreeBSD's answer), a directory ErrIsDir.
+// (ELOOP; EMLINK is FreeBSD's answer), a directory ErrIsDir. ELOOP met on
+// the way to path (a loop of symlinks in its directory's path) is that, and
+// names the directory.
 func OpenError(path string, err error) error {
 	switch err {
 	case unix.ELOOP, unix.EMLINK:
+		dir := filepath.Dir(path)
+		if _, serr := os.Stat(dir); errors.Is(serr, unix.ELOOP) {
+			return &fs.PathError{Op: "open", Path: dir, Err: err}
+		}
 		return refused(path, ErrSymlink)
 	case unix.EISDIR:
 		return refused(path, ErrIsDir)

@@ -8,6 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // openRead is, for the tests, a handle such as ReadFile holds while it
@@ -28,4 +32,20 @@ func TestEnsureDirDanglingSymlink(t *testing.T) {
 	if !errors.Is(err, ErrDanglingSymlink) || !strings.Contains(err.Error(), link) {
 		t.Fatalf("EnsureDir of a dangling symlink: %v", err)
 	}
+}
+
+// Case: a directory whose path is a loop of symlinks is named as such, not
+// taken for a symlink where the file belongs.
+func TestOpenErrorNamesASymlinkLoopOnTheWay(t *testing.T) {
+	loop := filepath.Join(t.TempDir(), "loop")
+	require.NoError(t, os.Symlink(loop, loop))
+	path := filepath.Join(loop, "runner.lock")
+	err := OpenError(path, unix.ELOOP)
+	assert.NotErrorIs(t, err, ErrSymlink)
+	assert.ErrorIs(t, err, unix.ELOOP)
+	assert.ErrorContains(t, err, loop+": too many levels of symbolic links")
+
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.Symlink("target", link))
+	assert.ErrorIs(t, OpenError(link, unix.ELOOP), ErrSymlink, "a symlink at the file's own place is still refused as one")
 }
