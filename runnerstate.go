@@ -121,17 +121,25 @@ func logger() *slog.Logger {
 // corrupt file that every probe reads is reported once, not on every probe.
 // The memory is bounded: past maxWarned keys it starts afresh.
 func warnOnce(key, msg string, args ...any) {
+	if firstTime(key) {
+		logger().Warn(msg, args...)
+	}
+}
+
+// firstTime reports whether key has not been seen before, and records it;
+// at most maxWarned keys are kept (then the set starts again, and a problem
+// is said once more).
+func firstTime(key string) bool {
 	warned.Lock()
+	defer warned.Unlock()
 	if _, ok := warned.keys[key]; ok {
-		warned.Unlock()
-		return
+		return false
 	}
 	if len(warned.keys) >= maxWarned {
 		clear(warned.keys)
 	}
 	warned.keys[key] = struct{}{}
-	warned.Unlock()
-	logger().Warn(msg, args...)
+	return true
 }
 
 const maxWarned = 1024

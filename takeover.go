@@ -484,13 +484,7 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 // warnOnceTo is warnOnce for the caller's logger, at info level: a standby
 // says once what it waits for.
 func warnOnceTo(log *slog.Logger, key, msg string, args ...any) {
-	warned.Lock()
-	_, seen := warned.keys[key]
-	if !seen {
-		warned.keys[key] = struct{}{}
-	}
-	warned.Unlock()
-	if !seen {
+	if firstTime(key) {
 		log.Info(msg, args...)
 	}
 }
