@@ -151,6 +151,15 @@ type faultOp struct {
 	// refused says the operation's answer without a fault is a busy
 	// refusal wrapping the context's error, not a success.
 	refused bool
+	// env, when set, is what the helper's environment adds (read when its
+	// packages load, before its role runs).
+	env func(root string) []string
+	// plans, when set, makes what says, call by call in the dry run's
+	// order, which calls cells are planned for: those it plans, up to the
+	// first it stops at (a path whose rest depends on another process's
+	// timing, such as Start's wait, is left out, so that every cell counts
+	// to the same call).
+	plans func() func(call straceCall) (plan, stop bool)
 }
 
 // faultCase is one cell: an operation, and the fault injected (none in a
@@ -254,7 +263,20 @@ func TestFaultMatrix(t *testing.T) {
 func planCells(op *faultOp, calls []straceCall, full bool) []*faultCase {
 	byClass := map[string][]straceCall{}
 	var order []string
+	var plans func(call straceCall) (plan, stop bool)
+	if op.plans != nil {
+		plans = op.plans()
+	}
 	for _, call := range calls {
+		if plans != nil {
+			plan, stop := plans(call)
+			if stop {
+				break
+			}
+			if !plan {
+				continue
+			}
+		}
 		if !call.inDir || faultErrnos[call.class] == nil {
 			continue
 		}
@@ -342,6 +364,9 @@ func (m *faultMatrix) canAttach(t *testing.T, c *faultCase) (bool, string) {
 func startFaultHelper(t *testing.T, op *faultOp, root string) *child {
 	cmd := testharness.Command(root)
 	cmd.Env = append(os.Environ(), envFaultOp+"="+op.name)
+	if op.env != nil {
+		cmd.Env = append(cmd.Env, op.env(root)...)
+	}
 	return startChildCmd(t, cmd, "fault")
 }
 

@@ -1,0 +1,89 @@
+//go:build linux
+
+package runnerstate
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"testing"
+
+	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/testharness"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Start's files in the fault matrix (faults_linux_test.go): start.lock,
+// start.json and runner.log, written by the starter ("start").
+
+func init() {
+	faultOps = append(faultOps,
+		&faultOp{name: "start", seed: seedNothing, plans: startPlans, check: checkStart, after: afterStart},
+	)
+	faultRuns["start"] = faultRun{run: func(st *faultState) error {
+		ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
+		defer cancel()
+		_, err := Start(ctx, st.root, startedRunner(st.root, "ready"), StartOptions{})
+		return err
+	}}
+}
+
+// startPlans plans a Start's cells on its path up to the release of
+// start.lock: after it, Start waits for the runner it started, and looks at
+// the directory as often as the runner's own writes wake it, which its
+// timing decides.
+func startPlans() func(call straceCall) (plan, stop bool) {
+	released := false
+	return func(call straceCall) (bool, bool) {
+		if released {
+			return false, true
+		}
+		released = call.class == "close(lock)" && call.path == "$D/"+startLockName
+		return true, false
+	}
+}
+
+// checkStart: a Start that failed named the path (checkFaultOutcome) and
+// left nothing held by the caller; one that succeeded left a ready runner,
+// another process, holding the directory.
+func checkStart(t *testing.T, c *faultCase, o *faultOutcome) {
+	t.Helper()
+	expectLocks(t, o, nil)
+	assert.False(t, o.res.Holds, "the caller of Start never holds the directory")
+	checkKept(t, c.root)
+	for _, name := range []string{startName, RecordName, gateName} {
+		assertNotTorn(t, filepath.Join(c.root, name))
+	}
+	if o.res.Err != "" {
+		return
+	}
+	rec, running, err := Running(c.root)
+	require.NoError(t, err)
+	assert.True(t, running, "a Start that succeeded leaves the runner running")
+	assert.True(t, rec.Ready, "and ready")
+	assert.NotEqual(t, o.pid, rec.PID, "a runner of its own, not the caller")
+}
+
+// afterStart: once the caller is gone, a Start with no fault finds the
+// runner the faulted Start started, or starts one: never two.
+func afterStart(t *testing.T, c *faultCase, o *faultOutcome) {
+	t.Helper()
+	stopStarted(t, c.root)
+	before := spawnedIDs(c.root)
+	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
+	defer cancel()
+	rec, err := Start(ctx, c.root, startedRunner(c.root, "ready"), StartOptions{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err, "a later Start succeeds")
+	if o.res.Err == "" {
+		assert.Equal(t, before, spawnedIDs(c.root), "it finds the runner started, and starts none")
+	}
+	var live []int
+	for _, id := range spawnedIDs(c.root) {
+		if p, _, _ := liveness.Pin(liveness.Identity(id)); p != nil {
+			live = append(live, id.PID)
+			p.Close()
+		}
+	}
+	assert.Equal(t, []int{rec.PID}, live, "one runner lives, the one Start returned")
+}
