@@ -48,6 +48,11 @@ var faultRegressions = []struct {
 	// WatchRestart would have told it RestartLost.
 	{"PublishStatFailureIsNoLoss", "publish", "statx", "first", unix.EIO}, // AtPath's statx of the locked descriptor (fstat before it named the mount)
 	{"PublishLstatFailureIsNoLoss", "publish", "newfstatat", "middle", unix.EACCES},
+	// A runner's first Publish took a start.json it could not read for no
+	// attempt at all: its ready mark was skipped, unlogged, and the
+	// attempt left pending.
+	{"StartMarkLogsUnreadOpen", "start-mark", "openat(r)", "first", unix.EIO},
+	{"StartMarkLogsUnreadRead", "start-mark", "read", "first", unix.EIO},
 }
 
 func TestFaultRegressions(t *testing.T) {

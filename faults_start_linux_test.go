@@ -5,21 +5,27 @@ package runnerstate
 import (
 	"context"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/spawn"
+	"github.com/runnerstate/runnerstate/internal/startup"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // Start's files in the fault matrix (faults_linux_test.go): start.lock,
-// start.json and runner.log, written by the starter ("start").
+// start.json and runner.log, written by the starter ("start") and by the
+// runner's first Publish, which marks its attempt ready ("start-mark").
 
 func init() {
 	faultOps = append(faultOps,
 		&faultOp{name: "start", seed: seedNothing, plans: startPlans, check: checkStart, after: afterStart},
+		&faultOp{name: "start-mark", seed: seedNothing, env: markEnv, plans: markPlans, check: checkMark},
 	)
 	faultRuns["start"] = faultRun{run: func(st *faultState) error {
 		ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
@@ -27,6 +33,24 @@ func init() {
 		_, err := Start(ctx, st.root, startedRunner(st.root, "ready"), StartOptions{})
 		return err
 	}}
+	faultRuns["start-mark"] = faultRun{
+		// The runner an attempt started, as it stands just before its
+		// first Publish: it holds the directory, and start.json names it
+		// as the attempt's process, still pending.
+		setup: func(st *faultState) error {
+			r, err := Acquire(st.root)
+			if err != nil {
+				return err
+			}
+			st.release = r
+			child, err := liveness.Lookup(os.Getpid()) // as Start records its child
+			if err != nil {
+				return err
+			}
+			return startFiles{dir: st.root}.Write(startup.Attempt{Seq: 1, By: liveness.Current(), Child: child, Began: time.Now(), ExitCode: -1})
+		},
+		run: func(st *faultState) error { return Publish(st.root, faultRecord("v1")) },
+	}
 }
 
 // startPlans plans a Start's cells on its path up to the release of
@@ -41,6 +65,20 @@ func startPlans() func(call straceCall) (plan, stop bool) {
 		}
 		released = call.class == "close(lock)" && call.path == "$D/"+startLockName
 		return true, false
+	}
+}
+
+// markEnv says to the helper it was started for root by an attempt, as
+// Start's child is told (spawn.ReadyForEnv), with no descriptor to write.
+func markEnv(root string) []string { return []string{spawn.ReadyForEnv + "=" + root} }
+
+// markPlans plans start-mark's cells from its first call on start.lock:
+// MarkReady's, after Publish's own (the "publish" operation's cells).
+func markPlans() func(call straceCall) (plan, stop bool) {
+	marking := false
+	return func(call straceCall) (bool, bool) {
+		marking = marking || call.path == "$D/"+startLockName
+		return marking, false
 	}
 }
 
@@ -86,4 +124,26 @@ func afterStart(t *testing.T, c *faultCase, o *faultOutcome) {
 		}
 	}
 	assert.Equal(t, []int{rec.PID}, live, "one runner lives, the one Start returned")
+}
+
+// checkMark: a mark that could not be written is logged, and never fails
+// Publish; the runner is ready, and a later Start finds it so.
+func checkMark(t *testing.T, c *faultCase, o *faultOutcome) {
+	t.Helper()
+	assert.Empty(t, o.res.Err, "a failed mark never fails Publish")
+	expectLocks(t, o, holdsDir)
+	assert.True(t, o.res.Holds)
+	assertNotTorn(t, filepath.Join(c.root, startName))
+	a, ok := readAttempt(c.root)
+	assert.True(t, ok, "the attempt record is never lost")
+	if !a.Ready {
+		assert.Contains(t, o.res.Log, "could not record in the start attempt that this runner is ready", "a mark not written is logged")
+	}
+	stopStarted(t, c.root)
+	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
+	defer cancel()
+	rec, err := Start(ctx, c.root, startedRunner(c.root, "ready"), StartOptions{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err, "a later Start finds the runner ready")
+	assert.Equal(t, o.pid, rec.PID, "the runner that published")
+	assert.Empty(t, spawnedIDs(c.root), "and starts none")
 }

@@ -1073,6 +1073,19 @@ func (d startFiles) NotSettled(pid int, err error) {
 	logger().Warn("runnerstate: could not record that the runner started has exited", "dir", d.dir, "pid", pid, "err", err)
 }
 
+// markFiles is start.json as MarkReady reads it: one that is there but
+// cannot be read is an error, which notifyReady logs, not "no attempt",
+// for the mark not written leaves the attempt pending.
+type markFiles struct{ startFiles }
+
+func (d markFiles) Read() (startup.Attempt, bool, error) {
+	a, state, err := readState(filepath.Join(d.dir, startName), startup.Parse)
+	if state == fileCorrupt {
+		return startup.Attempt{}, false, err
+	}
+	return a, state == fileOK && a.Seq > 0, nil
+}
+
 // sdReady sends the service manager's READY=1 once per process.
 var sdReady sync.Once
 
@@ -1082,7 +1095,7 @@ var sdReady sync.Once
 func notifyReady(dir string) {
 	if startup.Ready(dir) {
 		isSelf := func(child liveness.Identity) bool { return sameProcess(Identity(child), Self()) }
-		if err := startup.MarkReady(startFiles{dir: dir}, isSelf); err != nil {
+		if err := startup.MarkReady(markFiles{startFiles{dir: dir}}, isSelf); err != nil {
 			logger().Warn("runnerstate: could not record in the start attempt that this runner is ready", "dir", dir, "path", filepath.Join(dir, startName), "err", err)
 		}
 	}
