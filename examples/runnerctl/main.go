@@ -420,12 +420,10 @@ func fail(stderr io.Writer, err error) {
 // an escape, except where it is the path separator (Windows): there every
 // path has them, and no file name can hold a control character to escape.
 func printable(s string) string {
-	for _, r := range s {
-		if r == utf8.RuneError || (r == '\\' && filepath.Separator != '\\') || r == '"' || !unicode.IsGraphic(r) || (unicode.IsSpace(r) && r != ' ') {
-			return strconv.QuoteToGraphic(s)
-		}
+	if strings.ContainsRune(s, '"') || (filepath.Separator != '\\' && strings.ContainsRune(s, '\\')) {
+		return strconv.QuoteToGraphic(s)
 	}
-	return s
+	return prose(s)
 }
 
 // prose is printable for text of the library's own that quotes paths itself
