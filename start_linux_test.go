@@ -199,22 +199,26 @@ func startedRunner(dir, mode string, env ...string) *exec.Cmd {
 // (it names them in spawns), and waits until this process has reaped those
 // it started.
 func stopStarted(t *testing.T, dir string) {
-	t.Cleanup(func() {
-		ids := spawnedIDs(dir)
-		if a, ok := readAttempt(dir); ok {
-			ids = append(ids, Identity(a.Child))
+	t.Cleanup(func() { killStarted(t, dir) })
+}
+
+// killStarted stops now every process Start started in dir, and waits
+// until this process has reaped those it started.
+func killStarted(t *testing.T, dir string) {
+	ids := spawnedIDs(dir)
+	if a, ok := readAttempt(dir); ok {
+		ids = append(ids, Identity(a.Child))
+	}
+	for _, id := range ids {
+		if p, _, _ := liveness.Pin(liveness.Identity(id)); p != nil {
+			p.Signal(liveness.SIGKILL)
+			ctx, cancel := context.WithTimeout(context.Background(), childWait)
+			p.Wait(ctx)
+			cancel()
+			p.Close()
 		}
-		for _, id := range ids {
-			if p, _, _ := liveness.Pin(liveness.Identity(id)); p != nil {
-				p.Signal(liveness.SIGKILL)
-				ctx, cancel := context.WithTimeout(context.Background(), childWait)
-				p.Wait(ctx)
-				cancel()
-				p.Close()
-			}
-		}
-		eventually(t, "the started processes are reaped", func() bool { return reaped(dir) })
-	})
+	}
+	eventually(t, "the started processes are reaped", func() bool { return reaped(dir) })
 }
 
 // The package reaps what it started: once the runner exits, no zombie, no

@@ -3,6 +3,7 @@ package filelock
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 )
@@ -100,8 +101,9 @@ func (b BusyAnswer) String() string {
 //   - while a probe's shared lock (taken by a process that cannot see the
 //     holder in the kernel's list: in a container, or off Linux) is held,
 //     for an instant;
-//   - while this process's own parked goroutine (Lock) holds it on its way
-//     to letting it go, its wait having been given up (InTransit).
+//   - while the kernel names this process as the holder and this process
+//     has a parked goroutine (Lock) for path whose wait was given up: that
+//     goroutine holds it only on its way to letting it go (InTransit).
 //
 // It is held when the kernel lists an exclusive holder that shows the lock
 // among its own descriptors, or one whose descriptors cannot be read
@@ -110,9 +112,6 @@ func (b BusyAnswer) String() string {
 // as the runner's children that inherited tree.lock). It may be passing
 // when it is neither, but not every holder can be seen.
 func passage(path string, scan bool) BusyAnswer {
-	if InTransit(path) {
-		return BusyPassing // this process's own parked goroutine, about to let go
-	}
 	ino, err := InodeOf(path)
 	if err != nil {
 		return BusyMayBePassing
@@ -120,6 +119,9 @@ func passage(path string, scan bool) BusyAnswer {
 	holders, _ := HoldersOf(ino) // where the kernel lists none, any busy answer may be passing
 	for _, h := range holders {
 		if h.Exclusive && HeldBy(h.PID, ino) != No {
+			if h.PID == os.Getpid() && InTransit(path) {
+				return BusyPassing // this process's own given-up wait, about to let go
+			}
 			return BusyHeld
 		}
 	}

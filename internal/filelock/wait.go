@@ -66,10 +66,6 @@ type waiter struct{ ch chan handoff }
 type queue struct {
 	perm    fs.FileMode // to create the file with, should the parked goroutine open it
 	waiters []*waiter
-	// got is set while the parked goroutine holds the lock it has just
-	// taken and not yet handed over or let go: to this process's other
-	// attempts the lock is passing, not held (see InTransit).
-	got atomic.Bool
 }
 
 // pop removes and returns the first waiter.
@@ -158,11 +154,8 @@ func (t *table) park(k key, q *queue, spare *File) {
 		if err == errRetry {
 			continue
 		}
-		if err == nil {
-			q.got.Store(true)
-			if fn := testHookGot.Load(); fn != nil {
-				(*fn)(true)
-			}
+		if fn := testHookGot.Load(); err == nil && fn != nil {
+			(*fn)(true)
 		}
 		if !t.handOver(k, q, f, err) {
 			return
@@ -223,7 +216,6 @@ func (t *table) abandoned(k key, q *queue) bool {
 func (t *table) handOver(k key, q *queue, f *File, err error) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	defer q.got.Store(false)
 	switch {
 	case len(q.waiters) == 0:
 		if f != nil {
@@ -243,17 +235,17 @@ func (t *table) handOver(k key, q *queue, f *File, err error) bool {
 	return true
 }
 
-// InTransit reports whether this process's parked goroutine for path holds
-// its lock only on the way to handing it over or letting it go: a wait
-// whose context ended leaves that goroutine blocked, and when the holder
-// lets go it takes the lock and, nobody waiting any more, releases it at
-// once. A TryLock of this process that meets it then is refused for an
-// instant by this process itself.
+// InTransit reports whether this process has a parked goroutine for path
+// that nobody waits on any more: a wait whose context ended leaves it
+// blocked, and when the holder lets go it takes the lock only to release it
+// at once. A lock this process is seen to hold while InTransit is true is
+// that goroutine's, on its way to being let go (or, rarely, this process's
+// own through another descriptor, which a second look still finds held).
 func InTransit(path string) bool {
 	parked.mu.Lock()
 	defer parked.mu.Unlock()
 	for _, m := range []Mode{Exclusive, Shared} {
-		if q := parked.queues[key{path, m}]; q != nil && q.got.Load() {
+		if q := parked.queues[key{path, m}]; q != nil && len(q.waiters) == 0 {
 			return true
 		}
 	}
