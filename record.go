@@ -83,6 +83,28 @@ type Record struct {
 	// Running). A hint like the pid: it proves nothing until the kernel
 	// confirms it.
 	LockFD int `json:"lock_fd,omitempty"`
+	// Program names what the runner is (for example "idxd"): Takeover and
+	// Start given a Program refuse a directory whose verified holder names
+	// another one (ErrOtherProgram). Empty: not said.
+	Program string `json:"program,omitempty"`
+	// Version is the runner's build version (for example "v1.4.2"). The root
+	// package only records it; package daemon compares versions.
+	Version string `json:"version,omitempty"`
+	// Endpoints are where the runner serves, as bound (a unix socket's
+	// absolute path; the port picked for ":0").
+	Endpoints []Endpoint `json:"endpoints,omitempty"`
+	// Leaving is set once the runner is going, and says why: RestartDrain or
+	// RestartNow (a restart request WatchRestart delivered), RestartLost (its
+	// lock file was deleted or replaced), "idle" or "closed" (package
+	// daemon). A leaving runner has Ready false and is never ready again:
+	// Start never returns it, it waits for it to go.
+	Leaving string `json:"leaving,omitempty"`
+}
+
+// Endpoint is one address a runner serves on, as net.Listen takes it.
+type Endpoint struct {
+	Network string `json:"network"` // "unix", "tcp", "tcp4" or "tcp6"
+	Address string `json:"address"` // as net.Listen takes it; published as bound
 }
 
 // ErrNotHolder reports a call that needs the directory's runner lock (Publish)

@@ -101,6 +101,13 @@ const (
 // again later".
 const ExitBusy = 75
 
+// ErrNewerProtocol reports a runner directory written under a protocol newer
+// than this build knows (docs/protocol.md): the calls that write or admit
+// refuse it rather than guess, with an error naming both protocol numbers;
+// Running and Status report it. Upgrade this program, or let the newer
+// build's runner go first.
+var ErrNewerProtocol = errors.New("runnerstate: the runner directory was written under a newer protocol than this build knows")
+
 // Logging.
 
 var loggerPtr atomic.Pointer[slog.Logger]

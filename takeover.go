@@ -51,7 +51,23 @@ type TakeoverOptions struct {
 	// Logger receives the takeover's steps; nil means the package's logger
 	// (SetLogger).
 	Logger *slog.Logger
+	// Program names what this starter will run (for example "idxd"). When
+	// set, a directory whose verified holder's record names another Program
+	// is refused with ErrOtherProgram, before anything is asked, signalled or
+	// written; it is recorded with the starter while it waits and in the
+	// record written at admission. Empty: no check.
+	Program string
+	// Version is this starter's build version, recorded with it while it
+	// waits and in the record written at admission. The root package never
+	// compares versions (package daemon does).
+	Version string
 }
+
+// ErrOtherProgram reports a directory held by a runner of another program:
+// the verified holder's record names a Program other than the caller's
+// (both non-empty). It is returned wrapped in an error that also matches
+// ErrBusy and names both programs; nothing was asked, signalled or written.
+var ErrOtherProgram = errors.New("runnerstate: the directory is held by a runner of another program")
 
 // Default TakeoverOptions.
 const (
@@ -735,6 +751,13 @@ type StartOptions struct {
 	// Logger receives what Start did; nil means the package's logger
 	// (SetLogger).
 	Logger *slog.Logger
+	// Program, when set, refuses a directory whose verified holder's record
+	// names another Program with ErrOtherProgram (see TakeoverOptions).
+	Program string
+	// LogMaxBytes bounds Log: before appending, Start rotates a log larger
+	// than this (Log → Log.1 → Log.2 …, keeping a few). Zero means 8 MiB;
+	// negative never rotates.
+	LogMaxBytes int64
 }
 
 // ErrStartFailed is matched (errors.Is) by every *StartError: the runner
