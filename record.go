@@ -73,8 +73,8 @@ type Record struct {
 	// Ready is true once the runner has published its record (Publish
 	// always writes true): it is what Start waits for. The record a
 	// Takeover writes at admission, before the runner's first Publish, has
-	// false. A record read without the field (an older runner's) counts
-	// as ready.
+	// false, and so has the record of a runner that is leaving. A record
+	// read without the field (an older runner's) counts as ready.
 	Ready bool `json:"ready"`
 	// LockFD is the number of the descriptor through which the holder
 	// locks runner.lock, in the holder's process; Publish fills it in on
@@ -139,7 +139,9 @@ const maxStateSize = 64 << 20
 // Publish writes rec as this runner's runner.json in dir, atomically. It fills
 // rec.PID and rec.Process with this process's identity and rec.StartedAt with
 // the time the lock was taken when it is zero, and sets rec.Ready: the
-// runner is ready, and a Start waiting for it returns. The first Publish of
+// runner is ready, and a Start waiting for it returns. A holder that
+// WatchRestart has marked leaving stays so: its record is written with
+// Ready false and Leaving kept, and no readiness is told. The first Publish of
 // the process that succeeds also tells a service manager the runner is ready
 // (READY=1 and MAINPID over $NOTIFY_SOCKET, when set; a failure to send is
 // logged once and never fails Publish), and the process that started this
@@ -167,8 +169,8 @@ func Publish(dir string, rec Record) error {
 		return err
 	}
 	rec.Ready = true
-	err := publish(dir, rec)
-	if err == nil || errors.Is(err, ErrNotDurable) {
+	leaving, err := publishAs(dir, rec)
+	if (err == nil || errors.Is(err, ErrNotDurable)) && leaving == "" {
 		notifyReady(dir)
 	}
 	if err != nil && !errors.Is(err, ErrNotHolder) && !errors.Is(err, ErrNotDurable) {
@@ -193,15 +195,25 @@ func init() {
 // publish is Publish without the note that the hold stands, for an
 // admission that lets its hold go when it cannot publish.
 func publish(dir string, rec Record) error {
+	_, err := publishAs(dir, rec)
+	return err
+}
+
+// publishAs writes rec as this process's runner.json in dir. A holder that
+// is leaving (markLeaving) keeps its mark: the record is written with Ready
+// false and Leaving set, whatever rec says, and leaving says why. A record
+// with Ready true that is written makes the hold published, so that a
+// leaving mark undone (unmarkLeaving) gives the record its Ready back.
+func publishAs(dir string, rec Record) (leaving string, err error) {
 	if err := checkDir("Publish", dir); err != nil {
-		return err
+		return "", err
 	}
 	h := holdOf(dir)
 	if h == nil {
-		return fmt.Errorf("%w: %s (take it with Acquire or Takeover first)", ErrNotHolder, filepath.Join(dir, LockName))
+		return "", fmt.Errorf("%w: %s (take it with Acquire or Takeover first)", ErrNotHolder, filepath.Join(dir, LockName))
 	}
 	if lost, why := h.Lost(); lost {
-		return fmt.Errorf("%w: %s", ErrNotHolder, why)
+		return "", fmt.Errorf("%w: %s", ErrNotHolder, why)
 	}
 	self := Self()
 	rec.PID = self.PID
@@ -213,16 +225,27 @@ func publish(dir string, rec Record) error {
 	if rec.StartedAt.IsZero() {
 		rec.StartedAt = h.AcquiredAt()
 	}
-	data, err := jsonLine(rec)
-	if err != nil {
-		return errorf("publish %s: %w", filepath.Join(dir, RecordName), err)
-	}
-	if len(data) > maxRecordSize {
-		return pathError("publish", filepath.Join(dir, RecordName), fmt.Errorf("the record is %d bytes, over the %d a reader accepts; keep Meta small", len(data), maxRecordSize))
-	}
-	return withStateLock(dir, func() error {
-		return public(durable.Write(dir, RecordName, data))
+	ready := rec.Ready
+	err = withStateLock(dir, func() error {
+		// Read under the state lock, as markLeaving writes it.
+		rec.Leaving = ""
+		if leaving = h.Leaving(); leaving != "" {
+			rec.Ready, rec.Leaving = false, leaving
+		}
+		data, err := jsonLine(rec)
+		if err != nil {
+			return errorf("publish %s: %w", filepath.Join(dir, RecordName), err)
+		}
+		if len(data) > maxRecordSize {
+			return pathError("publish", filepath.Join(dir, RecordName), fmt.Errorf("the record is %d bytes, over the %d a reader accepts; keep Meta small", len(data), maxRecordSize))
+		}
+		err = public(durable.Write(dir, RecordName, data))
+		if ready && (err == nil || errors.Is(err, ErrNotDurable)) {
+			h.SetPublished()
+		}
+		return err
 	})
+	return leaving, err
 }
 
 // fileState is what reading a small state file found (durable.State).

@@ -300,7 +300,16 @@ func retireOnClear(dir string) (bool, error) {
 // has died): a request on offer is withdrawn within milliseconds of its
 // starter's exit, which the starter's pidfd signals.
 //
-// In the process that holds dir (Acquire or Takeover), it also delivers
+// In the process that holds dir (Acquire or Takeover), the holder is marked
+// leaving before a mode is offered: runner.json is rewritten with Ready
+// false and Leaving set to the mode (atomically, under the state lock, only
+// while it names this process and never once the hold is being released),
+// so that Start never hands out a runner that is going and Status shows it
+// leaving. The mark of a request withdrawn before the runner read it is
+// undone; once read, it stands, through later Publish calls, even when the
+// request is withdrawn after (the runner has acted on it).
+//
+// In the process that holds dir, it also delivers
 // RestartLost, once, as soon as a lock file of the hold is deleted, renamed
 // or replaced, or dir itself is gone, whenever the watch started, before or
 // after the loss: the runner must stop at once, since a next runner may be
@@ -340,6 +349,38 @@ type restartWatch struct {
 	last      restartRequest // the request delivered last
 	delivered bool           // last is still pending
 	lostSent  bool
+
+	// The holder's leaving mark (markLeaving): kept is the mode delivered
+	// last, which stands; offered is the mode on offer and marked, not yet
+	// delivered, undone if it is withdrawn first.
+	kept, offered string
+}
+
+// mark marks the holder leaving for offer before it is offered; nothing
+// when this process does not hold dir.
+func (rw *restartWatch) mark(ctx context.Context, offer string) {
+	if rw.hold == nil || rw.offered == offer || rw.offered == "" && rw.kept == offer {
+		return
+	}
+	markLeaving(ctx, rw.hold, offer)
+	rw.offered = offer
+}
+
+// unmark undoes the mark of a mode that was on offer and was withdrawn, or
+// whose watch ended, before the runner read it.
+func (rw *restartWatch) unmark(ctx context.Context) {
+	if rw.hold == nil || rw.offered == "" {
+		return
+	}
+	unmarkLeaving(context.WithoutCancel(ctx), rw.hold, rw.offered, rw.kept)
+	rw.offered = ""
+}
+
+// keep makes the mark of the mode just delivered stand.
+func (rw *restartWatch) keep(offer string) {
+	if rw.hold != nil {
+		rw.kept, rw.offered = offer, ""
+	}
 }
 
 func (rw *restartWatch) run(ctx context.Context) {
@@ -350,6 +391,7 @@ func (rw *restartWatch) run(ctx context.Context) {
 	for {
 		offer, req := rw.next()
 		if offer == "" {
+			rw.unmark(ctx) // withdrawn unread
 			watchHook("idle")
 			select {
 			case <-rw.w.Changed():
@@ -359,10 +401,12 @@ func (rw *restartWatch) run(ctx context.Context) {
 			}
 			continue
 		}
+		rw.mark(ctx, offer) // before it is offered: never ready once told to go
 		starter := rw.starterExit(ctx, req)
 		watchHook("offer " + offer)
 		select {
 		case rw.ch <- offer:
+			rw.keep(offer)
 			if offer == RestartLost {
 				rw.lostSent = true
 			} else {
@@ -374,6 +418,7 @@ func (rw *restartWatch) run(ctx context.Context) {
 		case <-tick.C:
 		case <-ctx.Done():
 			starter.Stop()
+			rw.unmark(ctx)
 			return
 		}
 		starter.Stop()
@@ -441,4 +486,52 @@ func (rw *restartWatch) starterExit(ctx context.Context, req restartRequest) *li
 // kept as it is by a weaker one, a rewrite of the same bytes).
 func sameRequest(a, b restartRequest) bool {
 	return a.Mode == b.Mode && a.For == b.For && a.RequestedAt.Equal(b.RequestedAt)
+}
+
+// markLeaving marks h's holder as going, for why (a restart mode, or
+// RestartLost): from now on its runner.json says Ready false and Leaving
+// why, so that Start and Status never take a runner that is going for a
+// ready one; a later Publish keeps the mark. The record is rewritten under
+// the state lock, and only while it names h's process and h is not being
+// released. It is not synced: a crash ends the runner, and the mark with it.
+// An error is logged, never returned: the runner must learn it is asked to
+// go whether or not its record says so.
+func markLeaving(ctx context.Context, h *hold.Hold, why string) {
+	setLeaving(ctx, h, why)
+}
+
+// unmarkLeaving undoes a mark of why that the holder never learnt of (its
+// request was withdrawn before the runner read it): the hold goes back to
+// was (the mark it had before, "" for none), and so does its record, with
+// Ready again when the holder had published.
+func unmarkLeaving(ctx context.Context, h *hold.Hold, why, was string) {
+	if h.Leaving() != why {
+		return
+	}
+	setLeaving(ctx, h, was)
+}
+
+// setLeaving sets h's mark to why and rewrites h's record to match.
+func setLeaving(ctx context.Context, h *hold.Hold, why string) {
+	dir := h.Dir()
+	h.SetLeaving(why) // at once, whether or not the record can be written
+	err := withStateLockCtx(ctx, dir, func() error {
+		h.SetLeaving(why)
+		if h.Ending() {
+			return nil
+		}
+		rec, state, _ := readRecord(dir)
+		if state != fileOK || !sameProcess(rec.Process, Identity(h.Self())) {
+			return nil // not yet published, or no longer this holder's
+		}
+		rec.Leaving, rec.Ready = why, why == "" && h.Published()
+		data, err := jsonLine(rec)
+		if err != nil {
+			return err
+		}
+		return public(durable.WriteVolatile(dir, RecordName, data))
+	})
+	if err != nil && ctx.Err() == nil {
+		logger().Warn("runnerstate: could not mark the runner leaving in its record; Start may hand it out until it goes", "dir", dir, "leaving", why, "err", err)
+	}
 }

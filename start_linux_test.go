@@ -65,6 +65,10 @@ func roleUnpublishedHolder(dir string) int {
 // spawnsName is the state file each started-runner appends its pid to.
 const spawnsName = "spawns"
 
+// toldName is the file a "leave-slowly" started-runner creates once
+// WatchRestart has told it to go.
+const toldName = "told"
+
 // started-runner: the runner Start starts. It appends its pid to spawns,
 // writes its report when asked, then, per its mode: "die:N" prints "boom N"
 // to stderr once the file "go" exists in dir and exits N; "kill" kills
@@ -134,6 +138,9 @@ func roleStartedRunner(dir string) int {
 	defer wcancel()
 	select {
 	case <-WatchRestart(wctx, dir):
+		if mode == "leave-slowly" {
+			os.WriteFile(filepath.Join(dir, toldName), nil, 0o600)
+		}
 	case <-terms:
 	}
 	switch mode {
@@ -1141,4 +1148,47 @@ func TestStartDoesNotReturnARunnerAskedToRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, held)
 	assert.Equal(t, second.PID, rec.PID)
+}
+
+// A runner told to restart is leaving even when the request is withdrawn
+// after it read it (the takeover that asked died): it drains on and then
+// exits, so Start must not hand it out as ready while it does. Its record
+// says so (Ready false, Leaving), Status shows it, and Start waits for it
+// to go, then starts the next one.
+func TestStartWaitsForALeavingRunnerWhoseRequestWasWithdrawn(t *testing.T) {
+	captureLog(t)
+	dir := startDir(t)
+	first, err := Start(background(t), dir, startedRunner(dir, "leave-slowly"), StartOptions{})
+	require.NoError(t, err)
+	require.NoError(t, RequestRestart(dir, RestartDrain))
+	eventually(t, "the runner is told to go", func() bool {
+		_, err := os.Stat(filepath.Join(dir, toldName))
+		return err == nil
+	})
+	require.NoError(t, ClearRestart(dir), "the request is withdrawn, as a takeover that dies withdraws its own")
+
+	rec, held, err := Running(dir)
+	require.NoError(t, err)
+	require.True(t, held)
+	assert.Equal(t, first.PID, rec.PID)
+	assert.False(t, rec.Ready, "a leaving runner is not ready")
+	assert.Equal(t, RestartDrain, rec.Leaving)
+	r, err := Status(dir)
+	require.NoError(t, err)
+	assert.Empty(t, r.Restart, "no request is pending")
+	assert.Equal(t, RestartDrain, r.Holder.Leaving, "Status shows it leaving")
+	assert.False(t, r.Holder.Ready)
+
+	ctx, cancel := context.WithTimeout(background(t), 100*time.Millisecond)
+	defer cancel()
+	_, err = Start(ctx, dir, startedRunner(dir, "ready"), StartOptions{})
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the leaving runner is not handed out")
+	assert.Len(t, spawns(t, dir), 1, "nothing is started while it holds the directory")
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gone"), nil, 0o600))
+	second, err := Start(background(t), dir, startedRunner(dir, "ready"), StartOptions{})
+	require.NoError(t, err)
+	assert.NotEqual(t, first.PID, second.PID, "not the runner that was leaving")
+	assert.True(t, second.Ready)
+	assert.Empty(t, second.Leaving)
 }

@@ -825,9 +825,9 @@ const (
 // kernel lock on runner.lock is held, its holder is verified, and
 // runner.json names that holder with Ready true (its first Publish), and no
 // restart request addressed to it is pending. A runner admitted but not yet
-// ready is starting, and one asked to restart (draining or stopping) is
-// leaving: Start waits for either, and starts nothing until the one leaving
-// has gone.
+// ready is starting, and one asked to restart (draining or stopping; its
+// record says Leaving, see WatchRestart) is leaving: Start waits for
+// either, and starts nothing until the one leaving has gone.
 //
 //   - Fast path: a ready runner that Accept accepts is returned at about the
 //     cost of Running; nothing is locked or written.
@@ -1011,10 +1011,12 @@ func startingOf(dir string, rec Record) Identity {
 // probeStart is Running's answer: the record, whether the lock is held, and
 // whether the holder is ready (a verified holder whose record says Ready,
 // and that is not asked to restart: a runner draining or stopping is
-// leaving, and Start waits for it to go rather than hand it back).
+// leaving, and Start waits for it to go rather than hand it back). A
+// leaving runner's record says Ready false itself (WatchRestart marks it);
+// the pending request covers the instant before the mark.
 func probeStart(dir string) (rec Record, held, ready bool, err error) {
 	rec, held, err = Running(dir)
-	ready = held && rec.Ready && rec.Process.PID != 0
+	ready = held && rec.Ready && rec.Leaving == "" && rec.Process.PID != 0
 	if req, asked := pendingRestart(dir); ready && asked && (req.For == "" || req.For == rec.Process.Instance) {
 		ready = false
 	}

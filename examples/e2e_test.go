@@ -354,3 +354,61 @@ func TestRunnerSIGTERMWhileWaiting(t *testing.T) {
 	assert.Contains(t, out, `"waiting": []`)
 	assert.Contains(t, out, `"restart": ""`)
 }
+
+// A runner that is leaving is never handed out as ready: a takeover asks a
+// draining runner to drain and then is stopped (SIGTERM), withdrawing its
+// request; the runner drains on. Meanwhile status shows it leaving, and
+// runnerctl start waits for it to go, then starts a new runner.
+func TestLeavingRunnerIsNotHandedOutAsReady(t *testing.T) {
+	s := newStory(t)
+	a := s.start("a", "-job", "1h", "-parallel", "1")
+	s.waitHolder("a", a.Process.Pid)
+	s.waitLog("a", "job started")
+	m := regexp.MustCompile(`msg="job started".* pid=(\d+)`).FindStringSubmatch(s.log("a"))
+	require.NotNil(t, m, s.log("a"))
+	job, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+
+	b := s.start("b", "-mode", "drain")
+	s.waitLog("a", "restart requested")
+	require.NoError(t, b.Process.Signal(syscall.SIGTERM))
+	s.waitGone("b", b)
+
+	out, err := s.ctl("status")
+	require.NoError(t, err)
+	assert.Regexp(t, `ready\s+no: leaving \(drain\)`, out)
+	assert.Regexp(t, `restart\s+none`, out, "the takeover withdrew its request")
+
+	// runnerctl start waits while a drains, then starts its command.
+	dir := filepath.Join(s.tmp, "runnerstate-demo")
+	start := exec.Command(s.runnerctl, "start", "--json", "--timeout", "60s", "--", s.runner, "-job", "1h")
+	start.Env = s.env()
+	var stdout, stderr bytes.Buffer
+	start.Stdout, start.Stderr = &stdout, &stderr
+	require.NoError(t, start.Start())
+	done := make(chan error, 1)
+	go func() { done <- start.Wait() }()
+	t.Cleanup(func() {
+		start.Process.Kill()
+		if rec, held, _ := runnerstate.Running(dir); held && rec.PID != 0 && rec.PID != a.Process.Pid {
+			syscall.Kill(rec.PID, syscall.SIGKILL)
+		}
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("runnerctl start returned while the old runner drained (%v): %s %s", err, stdout.String(), stderr.String())
+	case <-time.After(300 * time.Millisecond): // no answer yet is the point; any wait would do
+	}
+	require.NoError(t, syscall.Kill(job, syscall.SIGUSR1), "the job finishes, and the drain with it")
+	s.waitGone("a", a)
+	select {
+	case err := <-done:
+		require.NoError(t, err, "%s", stderr.String())
+	case <-time.After(storyWait):
+		t.Fatalf("runnerctl start never returned: %s", stderr.String())
+	}
+	var rec runnerstate.Record
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &rec), stdout.String())
+	assert.NotEqual(t, a.Process.Pid, rec.PID, "a new runner, not the one that left")
+	assert.True(t, rec.Ready)
+}

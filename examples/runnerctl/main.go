@@ -249,7 +249,7 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 		row("filesystem", printable(r.Filesystem))
 	}
 	if r.Held && r.Verified && r.Holder.Process.PID != 0 {
-		row("ready", readyWords(r.Holder.Ready))
+		row("ready", readyWords(r.Holder))
 	}
 	if r.Starting.PID != 0 {
 		row("starting", printable(r.Starting.String())+" (started by runnerctl start or runnerstate.Start, not yet ready)")
@@ -439,8 +439,11 @@ func prose(s string) string {
 	return s
 }
 
-func readyWords(ready bool) string {
-	if ready {
+func readyWords(rec runnerstate.Record) string {
+	switch {
+	case rec.Leaving != "":
+		return "no: leaving (" + printable(rec.Leaving) + "); a start waits for it to go, then starts a new runner"
+	case rec.Ready:
 		return "yes (it has published its record)"
 	}
 	return "not yet (admitted, its record not yet published)"

@@ -50,9 +50,49 @@ type Hold struct {
 	index      *Index // the index h is in, if any
 	once       sync.Once
 
-	mu       sync.Mutex
-	lent     []*os.File // descriptors of the tree lock handed to children by Lend
-	released bool
+	mu        sync.Mutex
+	lent      []*os.File // descriptors of the tree lock handed to children by Lend
+	released  bool
+	ending    bool   // Release has begun
+	leaving   string // why the holder is going, once it is
+	published bool   // the holder has published its ready record
+}
+
+// Leaving is why the holder is going ("" until it is), as SetLeaving set it.
+func (h *Hold) Leaving() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.leaving
+}
+
+// SetLeaving records why the holder is going; "" says it is not (a mark
+// undone before the holder learnt of it).
+func (h *Hold) SetLeaving(why string) {
+	h.mu.Lock()
+	h.leaving = why
+	h.mu.Unlock()
+}
+
+// Published reports whether the holder has published its ready record.
+func (h *Hold) Published() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.published
+}
+
+// SetPublished records that the holder has published its ready record.
+func (h *Hold) SetPublished() {
+	h.mu.Lock()
+	h.published = true
+	h.mu.Unlock()
+}
+
+// Ending reports whether Release has begun: from then on nothing may be
+// written in the hold's name.
+func (h *Hold) Ending() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ending
 }
 
 // New is a hold of dir by self through lock and tree, which the caller has
@@ -116,6 +156,9 @@ func (h *Hold) Lend() (*os.File, error) {
 // descriptor, wherever its file is now.
 func (h *Hold) Release() {
 	h.once.Do(func() {
+		h.mu.Lock()
+		h.ending = true
+		h.mu.Unlock()
 		if h.index != nil {
 			h.index.remove(h)
 		}
