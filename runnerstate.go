@@ -776,6 +776,11 @@ func Status(dir string) (Report, error) {
 	if occ.held() {
 		r.Holder = holderRecord(st, rec, recState)
 		r.Warnings = append(r.Warnings, st.warnings(filepath.Join(dir, LockName))...)
+		if r.Verified {
+			if stopped, state := liveness.Stopped(liveness.Identity(st.holder)); stopped {
+				r.Warnings = append(r.Warnings, fmt.Sprintf("the runner, pid %d, is stopped (state %c: SIGSTOP, a terminal's Ctrl-Z or a debugger): it holds %s but serves nothing until it is continued (SIGCONT)", st.holder.PID, state, dir))
+			}
+		}
 	}
 	if occ == occOrphans {
 		pids, complete := orphans(dir, 0)

@@ -579,3 +579,15 @@ func (p *Process) wait(ctx context.Context) error {
 		}
 	}
 }
+
+// Stopped reports whether id's process is stopped (/proc/<pid>/stat state
+// 'T', stopped by a signal such as SIGSTOP, or 't', stopped by a tracer),
+// and the state letter. A process that is not id's (another start, or gone)
+// or whose stat cannot be read is not reported stopped.
+func Stopped(id Identity) (bool, byte) {
+	st, err := readStat(procFile(procRoot, id.PID, "stat"))
+	if err != nil || id.StartTicks == 0 || st.StartTicks != id.StartTicks {
+		return false, 0
+	}
+	return st.State == 'T' || st.State == 't', st.State
+}
