@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/bridge"
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/hold"
@@ -486,6 +487,17 @@ func (rw *restartWatch) starterExit(ctx context.Context, req restartRequest) *li
 // kept as it is by a weaker one, a rewrite of the same bytes).
 func sameRequest(a, b restartRequest) bool {
 	return a.Mode == b.Mode && a.For == b.For && a.RequestedAt.Equal(b.RequestedAt)
+}
+
+func init() {
+	bridge.MarkLeaving = func(dir, why string) error {
+		h := holdOf(dir)
+		if h == nil {
+			return fmt.Errorf("%w: %s", ErrNotHolder, filepath.Join(dir, LockName))
+		}
+		markLeaving(context.Background(), h, why)
+		return nil
+	}
 }
 
 // markLeaving marks h's holder as going, for why (a restart mode, or

@@ -12,3 +12,12 @@ package bridge
 // runnerstate.Start and Status wait for the leader's own Publish. Its
 // errors are runnerstate.Publish's. Set by the root package.
 var PublishStarting func(dir string, rec any) error
+
+// MarkLeaving marks this process's hold of dir as going, for why (a
+// restart mode, runnerstate.RestartLost, "idle" or "closed"): its
+// runner.json says Ready false and Leaving why from then on, written only
+// while it names this process and never after the hold's release, and a
+// later Publish keeps the mark. It writes the mark even after the hold lost
+// its lock file, when Publish refuses. Errors: one naming dir when this
+// process does not hold it. Set by the root package; package daemon uses it.
+var MarkLeaving func(dir, why string) error
