@@ -137,8 +137,9 @@ const maxRecordSize = 1 << 20
 const maxStateSize = 64 << 20
 
 // Publish writes rec as this runner's runner.json in dir, atomically. It fills
-// rec.PID and rec.Process with this process's identity and rec.StartedAt with
-// the time the lock was taken when it is zero, and sets rec.Ready: the
+// rec.PID and rec.Process with this process's identity, rec.StartedAt with
+// the time the lock was taken when it is zero, rec.Program and rec.Version
+// with those given to Takeover when both are empty, and sets rec.Ready: the
 // runner is ready, and a Start waiting for it returns. A holder that
 // WatchRestart has marked leaving stays so: its record is written with
 // Ready false and Leaving kept, and no readiness is told. The first Publish of
@@ -229,6 +230,9 @@ func publishAs(dir string, rec Record) (leaving string, err error) {
 	err = withStateLock(dir, func() error {
 		// Read under the state lock, as markLeaving writes it.
 		rec.Leaving = ""
+		if program, version := h.Description(); rec.Program == "" && rec.Version == "" {
+			rec.Program, rec.Version = program, version
+		}
 		if leaving = h.Leaving(); leaving != "" {
 			rec.Ready, rec.Leaving = false, leaving
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/await"
+	"github.com/runnerstate/runnerstate/internal/bridge"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/gate"
@@ -155,7 +156,9 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 // (only older ones yield to it, as they did while it waited), and it is void
 // once its process exits.
 //
-// Errors: ErrBadMode for a bad opts.Mode; ErrSuperseded, wrapped with the
+// Errors: ErrBadMode for a bad opts.Mode; ErrOtherProgram (which matches
+// ErrBusy too) when opts.Program is set and the verified holder's record
+// names another, before anything is asked or written; ErrSuperseded, wrapped with the
 // directory and the newer starter's pid (match it with errors.Is); a *BusyError when ctx
 // ends; otherwise the errors of Acquire, or of gate.json, naming it. Touches
 // runner.lock, runner.json, restart.json and gate.json.
@@ -175,7 +178,10 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 		// from, and waiting on itself would only end with ctx.
 		return nil, busyError(filepath.Join(dir, LockName), nil, inspectRunnerLock)
 	}
-	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger, live: ctx.Err() == nil}
+	if err := checkProgram(dir, opts.Program); err != nil {
+		return nil, err
+	}
+	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger, live: ctx.Err() == nil, starter: bridge.StarterOf(ctx)}
 	if err := t.register(ctx); err != nil {
 		if ctx.Err() != nil && (errors.Is(err, ErrBusy) || errors.Is(err, ctx.Err())) {
 			return nil, t.busy(ctx.Err()) // the wait for the state lock ended with ctx
@@ -205,14 +211,94 @@ type takeover struct {
 	live          bool            // ctx had not ended when it began (keepIfLive)
 	request       *restartRequest // the restart request this starter wrote, if any
 	wait          *handoff.Wait[pair, *hold.Hold]
+	starter       bridge.Starter // what package daemon said of this starter
+	yielded       error          // the step-aside answer, once the gate decided it
 }
 
-// register takes the next sequence number and enters the waiting list.
+// register takes the next sequence number and enters the waiting list; a
+// starter that yields steps aside instead when a newer server of its
+// program holds dir or waits for it.
 func (t *takeover) register(ctx context.Context) error {
 	return updateGate(ctx, t.dir, func(g *gateState) error {
-		t.seq = g.Join(liveness.Identity(t.self), t.start)
+		if err := t.yieldTo(g); err != nil {
+			return err
+		}
+		t.seq = g.JoinAs(gate.Entry{Starter: liveness.Identity(t.self), Since: t.start,
+			Program: t.opts.Program, Version: t.opts.Version, Rendezvous: t.starter.Rendezvous})
 		return nil
 	})
+}
+
+// yieldTo is the step-aside answer of a starter that yields (package
+// daemon's, for a server a client started) when the holder of dir, or a
+// live starter waiting for it, runs the same Program at a newer Version;
+// nil otherwise, and always when either version is unknown. Called under
+// the state lock, with g the gate.
+func (t *takeover) yieldTo(g *gateState) error {
+	newer := bridge.Newer
+	if !t.starter.Yield || newer == nil || t.opts.Program == "" || t.opts.Version == "" {
+		return nil
+	}
+	mine := func(program, version string) bool {
+		return program == t.opts.Program && newer(version, t.opts.Version)
+	}
+	if rec, state, _ := readRecord(t.dir); state == fileOK && mine(rec.Program, rec.Version) {
+		if v, _ := liveness.Check(liveness.Identity(rec.Process)); v == liveness.Alive {
+			t.yielded = &yieldError{dir: t.dir, program: rec.Program, version: rec.Version, pid: rec.PID, holds: true}
+			return t.yielded
+		}
+	}
+	for _, e := range g.Waiting {
+		if e.Seq != t.seq && mine(e.Program, e.Version) && e.Live() {
+			t.yielded = &yieldError{dir: t.dir, program: e.Program, version: e.Version, pid: e.Starter.PID}
+			return t.yielded
+		}
+	}
+	return nil
+}
+
+// yieldError is the answer of a starter that stepped aside for a newer
+// server of its program: it matches ErrSuperseded.
+type yieldError struct {
+	dir, program, version string
+	pid                   int
+	holds                 bool // the newer server holds dir (else it waits for it)
+}
+
+func (e *yieldError) Error() string {
+	where := "is taking it over"
+	if e.holds {
+		where = "holds it"
+	}
+	return fmt.Sprintf("runnerstate: %s: stepped aside for a newer server: %s %s (pid %d) %s", e.dir, e.program, e.version, e.pid, where)
+}
+
+// Is reports true for ErrSuperseded.
+func (e *yieldError) Is(target error) bool { return target == ErrSuperseded }
+
+// checkProgram refuses dir when its verified holder's record names another
+// program than program (both non-empty), with an error matching both
+// ErrOtherProgram and ErrBusy; nil when either is empty or the holder has
+// no record yet.
+func checkProgram(dir, program string) error {
+	if program == "" {
+		return nil
+	}
+	rec, held, err := Running(dir)
+	if err != nil || !held {
+		return nil // Running's own errors are the caller's next step's to report
+	}
+	return otherProgram(dir, rec, program)
+}
+
+// otherProgram is checkProgram's refusal for rec, the record of dir's
+// verified holder.
+func otherProgram(dir string, rec Record, program string) error {
+	if program == "" || rec.Program == "" || rec.Program == program {
+		return nil
+	}
+	be := &BusyError{Path: filepath.Join(dir, LockName), PID: rec.PID, Verified: true}
+	return fmt.Errorf("%w: %s is held by %q (pid %d), not %q: %w", ErrOtherProgram, dir, rec.Program, rec.PID, program, be)
 }
 
 // withdraw leaves the waiting list and takes back this starter's restart
@@ -324,6 +410,9 @@ func (t *takeover) Enter(ctx context.Context, p pair) (*hold.Hold, error) {
 // superseded is this starter's ErrSuperseded: it names the directory and,
 // when the gate still lists it, the newest starter.
 func (t *takeover) superseded() error {
+	if t.yielded != nil {
+		return t.yielded
+	}
 	g, _ := readGate(t.dir)
 	if newest := g.Newest(t.seq); newest.Starter.PID > 0 {
 		return fmt.Errorf("%w %s: pid %d started after this one", ErrSuperseded, t.dir, newest.Starter.PID)
@@ -460,13 +549,14 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 	newest := true
 	err = withStateLockCtx(ctx, t.dir, func() error {
 		return updateGateLocked(t.dir, func(g *gateState) error {
-			if g.NewerThan(t.seq) {
+			if g.NewerThan(t.seq) || t.yieldTo(g) != nil {
 				newest = false
 				return nil
 			}
 			g.Remove(t.seq)
 			g.Admitted = t.seq
 			g.Attempt = nil
+			g.Handover = t.starter.Rendezvous
 			if err := stamp(h); err != nil {
 				return err
 			}
@@ -482,6 +572,7 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 		return nil, err
 	}
 	t.request = nil // retired with the previous runner
+	h.Describe(t.opts.Program, t.opts.Version)
 	holds.Add(h)
 	if err := publish(t.dir, Record{}); errors.Is(err, ErrNotDurable) {
 		// Published: the record is in place, and describes a live process.
@@ -718,6 +809,27 @@ func updateGateLocked(dir string, fn func(g *gateState) error) error {
 	return public(durable.WriteVolatile(dir, gateName, data))
 }
 
+func init() {
+	bridge.Successors = successors
+}
+
+// successors lists the live starters waiting for dir that have a
+// rendezvous, newest first, then the one admitted last, when it had one
+// (bridge.Successors).
+func successors(dir string) []bridge.Successor {
+	g, _ := readGate(dir)
+	var out []bridge.Successor
+	for _, e := range slices.Backward(g.Waiting) {
+		if e.Rendezvous != "" && e.Live() {
+			out = append(out, bridge.Successor{PID: e.Starter.PID, Instance: e.Starter.Instance, Rendezvous: e.Rendezvous})
+		}
+	}
+	if g.Handover != "" {
+		out = append(out, bridge.Successor{Rendezvous: g.Handover, Admitted: true})
+	}
+	return out
+}
+
 // waitingStarters lists the live starters waiting in Takeover for dir, oldest
 // first, and a warning when the gate file cannot be read.
 func waitingStarters(dir string) ([]Identity, string) {
@@ -905,7 +1017,9 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 	if err := filelock.Judge(filepath.Join(dir, LockName)); err != nil {
 		return Record{}, public(err) // nothing started, nothing created
 	}
-	if rec, _, ready, err := probeStart(dir); err != nil {
+	if rec, held, ready, err := probeStart(dir); err != nil {
+		return Record{}, err
+	} else if err := otherProgram(dir, rec, opts.Program); held && err != nil {
 		return Record{}, err
 	} else if ready && accept(rec) {
 		return rec, nil

@@ -1,16 +1,19 @@
 // Package bridge carries what the root package lends the cluster module
 // (module github.com/runnerstate/runnerstate/etcd, which may import this
-// package as part of the same project) without making it public API. The
-// root package sets each hook when it is initialised; nothing here imports
-// the root.
+// package as part of the same project) and package daemon without making it
+// public API. The root package sets each hook when it is initialised, and
+// package daemon sets Newer; nothing here imports the root.
 package bridge
+
+import "context"
 
 // PublishStarting writes rec, a runnerstate.Record, as dir's runner.json
 // for this process's hold of dir, with Ready false: the record a runner has
 // at admission, before its own first Publish. The cluster module writes a
-// leader's local record with it when the leadership is taken, so that
-// runnerstate.Start and Status wait for the leader's own Publish. Its
-// errors are runnerstate.Publish's. Set by the root package.
+// leader's local record with it when the leadership is taken, and package
+// daemon a server's until its Ready, so that runnerstate.Start and Status
+// wait for their own Publish. Its errors are runnerstate.Publish's. Set by
+// the root package.
 var PublishStarting func(dir string, rec any) error
 
 // MarkLeaving marks this process's hold of dir as going, for why (a
@@ -21,3 +24,49 @@ var PublishStarting func(dir string, rec any) error
 // its lock file, when Publish refuses. Errors: one naming dir when this
 // process does not hold it. Set by the root package; package daemon uses it.
 var MarkLeaving func(dir, why string) error
+
+// Starter is what package daemon says of a runnerstate.Takeover's caller,
+// through its context (WithStarter): the Takeover records it in the gate.
+type Starter struct {
+	// Rendezvous is where this starter receives the listening sockets of
+	// the server it replaces: a unix socket address ("@name": abstract).
+	// Empty: it takes none.
+	Rendezvous string
+	// Yield makes the starter step aside (an error matching
+	// runnerstate.ErrSuperseded) rather than register over, or be admitted
+	// ahead of, a holder or a waiting starter of the same Program with a
+	// newer Version (Newer decides). Decided in the gate, under the state
+	// lock.
+	Yield bool
+}
+
+type starterKey struct{}
+
+// WithStarter returns ctx carrying s, for a runnerstate.Takeover.
+func WithStarter(ctx context.Context, s Starter) context.Context {
+	return context.WithValue(ctx, starterKey{}, s)
+}
+
+// StarterOf is what WithStarter put in ctx (zero when nothing).
+func StarterOf(ctx context.Context) Starter {
+	s, _ := ctx.Value(starterKey{}).(Starter)
+	return s
+}
+
+// Newer reports whether version a is newer than version b; false when
+// either cannot be compared. Set by package daemon (semantic versions): the
+// root package never parses versions, and a nil Newer never yields.
+var Newer func(a, b string) bool
+
+// Successor is a starter that may receive a leaving server's sockets.
+type Successor struct {
+	PID        int    // the starter's process
+	Instance   string // its instance
+	Rendezvous string // where it receives them
+	Admitted   bool   // the starter admitted last (it binds its listeners)
+}
+
+// Successors lists the live starters waiting for dir that have a
+// rendezvous, newest first, then the one admitted last when it had one.
+// Set by the root package; package daemon uses it.
+var Successors func(dir string) []Successor

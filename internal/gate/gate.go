@@ -21,6 +21,15 @@ type Entry struct {
 	Seq     uint64            `json:"seq"`
 	Starter liveness.Identity `json:"starter"`
 	Since   time.Time         `json:"since"`
+	// What the starter will run, as it said (both optional): a starter
+	// that yields never goes ahead of one of the same Program with a newer
+	// Version.
+	Program string `json:"program,omitempty"`
+	Version string `json:"version,omitempty"`
+	// Rendezvous is where the starter receives the listening sockets of
+	// the server it replaces ("" when it takes none): a unix socket
+	// address, "@name" for an abstract one.
+	Rendezvous string `json:"rendezvous,omitempty"`
 }
 
 // Attempt is the current takeover attempt against one holder.
@@ -39,6 +48,9 @@ type State struct {
 	Admitted uint64   `json:"admitted"` // the sequence number of the last starter admitted
 	Waiting  []Entry  `json:"waiting"`
 	Attempt  *Attempt `json:"attempt,omitempty"`
+	// Handover is the rendezvous of the starter admitted last, which it
+	// keeps open while it binds its listeners ("" when it has none).
+	Handover string `json:"handover,omitempty"`
 }
 
 // UnverifiableTTL is how long a waiting starter whose liveness cannot be
@@ -126,9 +138,25 @@ func (g *State) Remove(seq uint64) {
 // Join enters starter, which came at since, in the waiting list under the
 // next sequence number (Next), and returns that number.
 func (g *State) Join(starter liveness.Identity, since time.Time) uint64 {
-	seq := g.Next()
-	g.Waiting = append(g.Waiting, Entry{Seq: seq, Starter: starter, Since: since})
-	return seq
+	return g.JoinAs(Entry{Starter: starter, Since: since})
+}
+
+// JoinAs is Join for an entry that says more of its starter (Program,
+// Version, Rendezvous); its Seq is set.
+func (g *State) JoinAs(e Entry) uint64 {
+	e.Seq = g.Next()
+	g.Waiting = append(g.Waiting, e)
+	return e.Seq
+}
+
+// Entry returns the entry with seq, if it is still there.
+func (g *State) Entry(seq uint64) (Entry, bool) {
+	for _, e := range g.Waiting {
+		if e.Seq == seq {
+			return e, true
+		}
+	}
+	return Entry{}, false
 }
 
 // Newest is the newest live starter that came after seq; a zero Entry when

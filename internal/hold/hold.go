@@ -56,6 +56,22 @@ type Hold struct {
 	ending    bool   // Release has begun
 	leaving   string // why the holder is going, once it is
 	published bool   // the holder has published its ready record
+	program   string // what the holder said it runs, when it was admitted
+	version   string
+}
+
+// Describe records what the holder said it runs: its program and version.
+func (h *Hold) Describe(program, version string) {
+	h.mu.Lock()
+	h.program, h.version = program, version
+	h.mu.Unlock()
+}
+
+// Description is what Describe recorded.
+func (h *Hold) Description() (program, version string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.program, h.version
 }
 
 // Leaving is why the holder is going ("" until it is), as SetLeaving set it.
