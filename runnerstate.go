@@ -62,6 +62,7 @@ package runnerstate
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -112,16 +113,47 @@ var ErrNewerProtocol = errors.New("runnerstate: the runner directory was written
 
 var loggerPtr atomic.Pointer[slog.Logger]
 
-// SetLogger sets where warnings go (a stale record cleared, a corrupt file set
-// aside, a foreign holder seen). nil restores the default, slog.Default().
-// Safe for concurrent use.
+// SetLogger sets the package's logger, which every call whose options have
+// no Logger of their own uses. A logger set here gets everything at the
+// levels its handler enables: what the package did (Info: a runner started,
+// a takeover's restart request and signals, a stale record cleared) and its
+// warnings. nil restores the default, which is quiet: warnings only (Warn
+// and above), to slog.Default() as it is when each is logged. Nothing below
+// Warn is logged unless a logger is set here or in the call's options
+// (TakeoverOptions, StartOptions, StandbyOptions). Safe for concurrent use.
 func SetLogger(l *slog.Logger) { loggerPtr.Store(l) }
 
+// logger is the package's logger: the one SetLogger set, else
+// slog.Default() behind warningsOnly.
 func logger() *slog.Logger {
 	if l := loggerPtr.Load(); l != nil {
 		return l
 	}
-	return slog.Default()
+	return slog.New(warningsOnly{slog.Default().Handler()})
+}
+
+// warningsOnly is the default logger's handler: the handler it wraps, given
+// only records at Warn and above. A library says what it did only to a
+// logger its caller gave it.
+type warningsOnly struct{ slog.Handler }
+
+func (h warningsOnly) Enabled(ctx context.Context, level slog.Level) bool {
+	return level >= slog.LevelWarn && h.Handler.Enabled(ctx, level)
+}
+
+func (h warningsOnly) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelWarn {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h warningsOnly) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return warningsOnly{h.Handler.WithAttrs(attrs)}
+}
+
+func (h warningsOnly) WithGroup(name string) slog.Handler {
+	return warningsOnly{h.Handler.WithGroup(name)}
 }
 
 // warnOnce logs a warning once per key for the life of the process, so that a

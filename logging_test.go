@@ -1,0 +1,70 @@
+//go:build unix || windows
+
+package runnerstate
+
+import (
+	"log"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/runnerstate/runnerstate/internal/testharness"
+	"github.com/stretchr/testify/assert"
+)
+
+// captureDefault captures slog.Default() at every level for the length of
+// a test, with the package's logger unset: what the package says to a
+// program that set no logger. The log package's output, which
+// slog.SetDefault redirects, is put back too.
+func captureDefault(t *testing.T) *testharness.LogBuffer {
+	t.Helper()
+	b := &testharness.LogBuffer{}
+	old, w, flags := slog.Default(), log.Writer(), log.Flags()
+	SetLogger(nil)
+	slog.SetDefault(slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	t.Cleanup(func() {
+		slog.SetDefault(old)
+		log.SetOutput(w)
+		log.SetFlags(flags)
+	})
+	return b
+}
+
+// belowWarn are the lines of a text log under Warn.
+func belowWarn(text string) []string {
+	var lines []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, "level=INFO") || strings.Contains(l, "level=DEBUG") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// With no logger set, the package's logger passes warnings on to
+// slog.Default() (as it is when they are logged) and drops what it did;
+// a logger the caller set gets both, and nil goes back to the default.
+func TestDefaultLoggerKeepsOnlyWarnings(t *testing.T) {
+	def := captureDefault(t)
+	logger().Debug("runnerstate: debug line")
+	logger().Info("runnerstate: info line")
+	logger().With("dir", "d").WithGroup("g").Info("runnerstate: info line with attrs")
+	logger().Warn("runnerstate: warn line", "dir", "d")
+	logger().With("dir", "d").Error("runnerstate: error line")
+	assert.Empty(t, belowWarn(def.String()), "nothing below Warn by default")
+	assert.Contains(t, def.String(), `level=WARN msg="runnerstate: warn line" dir=d`)
+	assert.Contains(t, def.String(), `level=ERROR msg="runnerstate: error line" dir=d`)
+
+	set := &testharness.LogBuffer{}
+	SetLogger(slog.New(slog.NewTextHandler(set, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	defer SetLogger(nil)
+	logger().Info("runnerstate: info to the caller's logger")
+	logger().Debug("runnerstate: debug to the caller's logger")
+	assert.Contains(t, set.String(), "info to the caller's logger")
+	assert.Contains(t, set.String(), "debug to the caller's logger")
+	assert.NotContains(t, def.String(), "caller's logger")
+
+	SetLogger(nil)
+	logger().Info("runnerstate: info after SetLogger(nil)")
+	assert.NotContains(t, def.String(), "after SetLogger(nil)")
+}
