@@ -10,6 +10,7 @@ import (
 
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // captureDefault captures slog.Default() at every level for the length of
@@ -67,4 +68,29 @@ func TestDefaultLoggerKeepsOnlyWarnings(t *testing.T) {
 	SetLogger(nil)
 	logger().Info("runnerstate: info after SetLogger(nil)")
 	assert.NotContains(t, def.String(), "after SetLogger(nil)")
+}
+
+// A takeover from a client that set no logger says nothing below Warn:
+// its steps (the restart it asked for, the holder it will not signal) go
+// only to a logger the caller set, TakeoverOptions.Logger here.
+func TestTakeoverIsQuietWithoutALogger(t *testing.T) {
+	def := captureDefault(t)
+	dir := tempDir(t)
+	t.Setenv(envBehaviour, "obey")
+	startChild(t, "runner", dir).Expect("acquired")
+
+	ctx := background(t)
+	release, err := Takeover(ctx, dir, TakeoverOptions{NoSignal: true})
+	require.NoError(t, err, "the runner, asked, lets go")
+	release()
+	assert.Empty(t, belowWarn(def.String()), "a takeover with no logger set logs nothing below Warn:\n%s", def)
+	assert.NotContains(t, def.String(), "will not signal", "NoSignal is the caller's own choice, not a warning")
+
+	startChild(t, "runner", dir).Expect("acquired")
+	var steps testharness.LogBuffer
+	release, err = Takeover(ctx, dir, TakeoverOptions{NoSignal: true, Logger: slog.New(slog.NewTextHandler(&steps, nil))})
+	require.NoError(t, err)
+	release()
+	assert.Contains(t, steps.String(), "takeover asked the runner to restart", "the caller's logger gets the steps")
+	assert.Empty(t, belowWarn(def.String()), "and slog.Default() still nothing below Warn")
 }

@@ -121,6 +121,32 @@ var loggerPtr atomic.Pointer[slog.Logger]
 // and above), to slog.Default() as it is when each is logged. Nothing below
 // Warn is logged unless a logger is set here or in the call's options
 // (TakeoverOptions, StartOptions, StandbyOptions). Safe for concurrent use.
+//
+// The warnings are kept for what an operator must act on:
+//   - a corrupt state file set aside as <name>.corrupt-<time>, or one that
+//     could not be set aside; a directory where runner.json belongs;
+//   - a runner lock other users can read, whose mode this process may not
+//     change (chown it to the runner's user, or chmod it 0600);
+//   - a record left by a runner of another machine or PID namespace, cleared
+//     without signalling it;
+//   - this runner lost its lock file (something deletes or replaces files in
+//     the directory);
+//   - a takeover that could not signal the runner or an orphan, or had to
+//     send SIGKILL (it outlived SIGTERM by KillAfter); a previous runner that
+//     released the directory but has not exited; descriptors of other
+//     processes that could not be read (an orphan may be missed);
+//   - a sync mark that cannot be taken (the sync runs unmarked, and resets
+//     are refused until it is fixed);
+//   - a service manager that could not be told READY=1;
+//   - WatchRestart given an empty directory name.
+//
+// Everything else is Info. What a caller can act on is in the error or in
+// Status's Report; what a client meets in passing and cannot act on (an
+// unreadable restart request, gate or scope owner record, which the next
+// writer replaces), and a file the protocol does without when it cannot be
+// written, removed or synced (start.json, a withdrawal from gate.json, a
+// release's clean-up, which the next holder does), is said only to a logger
+// the caller set.
 func SetLogger(l *slog.Logger) { loggerPtr.Store(l) }
 
 // logger is the package's logger: the one SetLogger set, else
@@ -162,6 +188,14 @@ func (h warningsOnly) WithGroup(name string) slog.Handler {
 func warnOnce(key, msg string, args ...any) {
 	if firstTime(key) {
 		logger().Warn(msg, args...)
+	}
+}
+
+// infoOnce is warnOnce at Info: a problem a client meets in passing, and
+// cannot act on, is said once, and only to a logger the caller set.
+func infoOnce(key, msg string, args ...any) {
+	if firstTime(key) {
+		logger().Info(msg, args...)
 	}
 }
 
@@ -259,7 +293,7 @@ func (runnerFiles) Tidy(h *hold.Hold, runnerHere bool) {
 		return err
 	})
 	if err != nil {
-		logger().Warn("runnerstate: release could not clean up", "dir", h.Dir(), "err", err)
+		logger().Info("runnerstate: release could not clean up", "dir", h.Dir(), "err", err)
 	}
 }
 
@@ -318,7 +352,9 @@ func crossCheck(l *filelock.File) error {
 		return nil
 	}
 	dir := filepath.Dir(l.Path())
-	logger().Warn("runnerstate: refused a runner lock that does not exclude: another process holds it through another mount",
+	// The refusal is the error, which names all of this: said only to a
+	// logger the caller set.
+	logger().Info("runnerstate: refused a runner lock that does not exclude: another process holds it through another mount",
 		"path", l.Path(), "pid", pid, "holder_path", holderPath, "filesystem", fsinfo.TypeOf(dir))
 	return public(filelock.NotExcluding(l.Path(), fsinfo.TypeOf(dir), pid, holderPath))
 }
@@ -430,7 +466,7 @@ func acquire(dir string, since time.Time) (*hold.Hold, error) {
 		return nil, err
 	}
 	if err != nil {
-		logger().Warn("runnerstate: could not clear the previous runner's files", "dir", dir, "err", err)
+		logger().Info("runnerstate: could not clear the previous runner's files", "dir", dir, "err", err)
 	}
 	holds.Add(h)
 	return h, nil
@@ -520,7 +556,7 @@ func clearStaleRecord(dir string, self Identity) (int, bool, error) {
 		// clears it again, so an fsync would only slow every admission
 		// after a crash.
 		if err := os.Remove(path); err != nil && !isNotExist(err) {
-			logger().Warn("runnerstate: could not remove a stale record", "path", path, "err", err)
+			logger().Info("runnerstate: could not remove a stale record", "path", path, "err", err)
 			return rec.PID, false, pathError("remove", path, durable.Unwrap(err))
 		}
 		args := []any{"path", path, "pid", rec.PID, "verdict", v.String(), "why", why}

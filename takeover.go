@@ -150,7 +150,7 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 // record its admission lets the directory go and returns the error, so no
 // runner is ever admitted outside the gate; one that cannot withdraw (its
 // context ended, or it was refused) returns its own answer all the same and
-// logs a warning: its entry stays, and counts as a waiting starter (in
+// logs it at Info: its entry stays, and counts as a waiting starter (in
 // Status too) while its process lives. It never holds back a newer starter
 // (only older ones yield to it, as they did while it waited), and it is void
 // once its process exits.
@@ -240,7 +240,7 @@ func (t *takeover) withdraw() {
 		return nil
 	})
 	if err != nil {
-		t.log.Warn("runnerstate: takeover could not withdraw from the gate; it counts as a waiting starter until this process exits",
+		t.log.Info("runnerstate: takeover could not withdraw from the gate; it counts as a waiting starter until this process exits",
 			"dir", t.dir, "path", filepath.Join(t.dir, gateName), "err", err)
 	}
 }
@@ -375,7 +375,7 @@ func (t *takeover) Target(held handoff.Held) (handoff.Target, bool, error) {
 		if !t.opts.NoSignal && occ.verified() && st.verdict == liveness.Alive {
 			at.Signal, at.Holder = handoff.Holder, liveness.Identity(st.holder)
 		} else if t.opts.NoSignal || !occ.verified() {
-			warnOnce(fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
+			warnOnceTo(t.log, fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
 				"runnerstate: takeover will not signal the holder; it leaves a restart request and waits", "dir", t.dir, "pid", st.pid, "why", st.reason, "no_signal", t.opts.NoSignal)
 		}
 	case occ == occLostFile:
@@ -437,14 +437,20 @@ func (t *takeover) Report(e handoff.Event) {
 }
 
 // reportSignal says, with why, that e's process was signalled (sent), or
-// that it was not (failed, with the error).
+// that it was not (failed, with the error). SIGTERM after the grace period
+// is the takeover's plan, and Info; a process that had to be killed, or
+// could not be signalled, is a warning: its shutdown is cut short, or the
+// takeover waits on it until ctx ends.
 func (t *takeover) reportSignal(e handoff.Event, why, sent, failed string) {
 	args := []any{"dir", t.dir, "pid", e.PID, "signal", e.Signal.String(), "why", why}
-	if e.Err != nil {
+	switch {
+	case e.Err != nil:
 		t.log.Warn(failed, append(args, "err", e.Err)...)
-		return
+	case e.Signal == liveness.SIGKILL:
+		t.log.Warn(sent, args...)
+	default:
+		t.log.Info(sent, args...)
 	}
-	t.log.Warn(sent, args...)
 }
 
 // admit makes this starter the runner, holding p: if it is still the newest
@@ -485,7 +491,7 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 	holds.Add(h)
 	if err := publish(t.dir, Record{}); errors.Is(err, ErrNotDurable) {
 		// Published: the record is in place, and describes a live process.
-		t.log.Warn("runnerstate: takeover published its record, but its directory could not be synced", "dir", t.dir, "err", err)
+		t.log.Info("runnerstate: takeover published its record, but its directory could not be synced", "dir", t.dir, "err", err)
 	} else if err != nil {
 		lost, _ := h.Lost()
 		h.Release()
@@ -689,7 +695,7 @@ func readGate(dir string) (gateState, string) {
 	if state != fileCorrupt {
 		return g, ""
 	}
-	warnOnce("gate:"+err.Error(), "runnerstate: ignoring a takeover gate that cannot be read", "path", path, "err", err)
+	infoOnce("gate:"+err.Error(), "runnerstate: ignoring a takeover gate that cannot be read", "path", path, "err", err)
 	if unusablePath(err) {
 		// Not a file a writer may replace: Takeover refuses it.
 		return gateState{}, fmt.Sprintf("%v; Takeover refuses the directory until it is moved away", err)
@@ -1089,11 +1095,11 @@ func (d startFiles) Started(pid int, log string) {
 }
 
 func (d startFiles) NotRecorded(err error) {
-	d.log.Warn("runnerstate: could not record the start attempt; other callers may not see it", "dir", d.dir, "path", filepath.Join(d.dir, startName), "err", err)
+	d.log.Info("runnerstate: could not record the start attempt; other callers may not see it", "dir", d.dir, "path", filepath.Join(d.dir, startName), "err", err)
 }
 
 func (d startFiles) NotSettled(pid int, err error) {
-	logger().Warn("runnerstate: could not record that the runner started has exited", "dir", d.dir, "pid", pid, "err", err)
+	logger().Info("runnerstate: could not record that the runner started has exited", "dir", d.dir, "pid", pid, "err", err)
 }
 
 // markFiles is start.json as MarkReady reads it: one that is there but
@@ -1119,7 +1125,7 @@ func notifyReady(dir string) {
 	if startup.Ready(dir) {
 		isSelf := func(child liveness.Identity) bool { return sameProcess(Identity(child), Self()) }
 		if err := startup.MarkReady(markFiles{startFiles{dir: dir}}, isSelf); err != nil {
-			logger().Warn("runnerstate: could not record in the start attempt that this runner is ready", "dir", dir, "path", filepath.Join(dir, startName), "err", err)
+			logger().Info("runnerstate: could not record in the start attempt that this runner is ready", "dir", dir, "path", filepath.Join(dir, startName), "err", err)
 		}
 	}
 	sdReady.Do(func() {
