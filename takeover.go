@@ -30,7 +30,8 @@ import (
 var ErrSuperseded = errors.New("runnerstate: a newer starter took over the runner directory")
 
 // TakeoverOptions says how Takeover asks, and then makes, a live runner give
-// the directory up. The zero value is the defaults.
+// the directory up. The zero value is the defaults; with no Logger here nor
+// SetLogger, a takeover logs only its warnings, to slog.Default().
 type TakeoverOptions struct {
 	// Mode is the restart request left for the live runner first:
 	// RestartNow (the default) or RestartDrain.
@@ -48,8 +49,13 @@ type TakeoverOptions struct {
 	// NoSignal never signals the runner: only the cooperative request is
 	// left, and the wait ends with ctx.
 	NoSignal bool
-	// Logger receives the takeover's steps; nil means the package's logger
-	// (SetLogger).
+	// Logger receives the takeover's steps: at Info, the restart request it
+	// left, a holder it will not signal (not verified, or NoSignal), SIGTERM
+	// after Grace, an orphan signalled, a withdrawal; at Warn, SIGKILL (the
+	// runner outlived SIGTERM by KillAfter), a signal that failed, a previous
+	// runner that let go but has not exited, descriptors it could not read.
+	// nil means the package's logger (SetLogger), which by default passes on
+	// the warnings only, to slog.Default().
 	Logger *slog.Logger
 	// Program names what this starter will run (for example "idxd"). When
 	// set, a directory whose verified holder's record names another Program
@@ -561,8 +567,8 @@ type StandbyOptions struct {
 	// WorkIsComplete, when set, ends the standby with WorkCompleted as soon as
 	// it returns true (the owner did the work this process stood by for).
 	WorkIsComplete func() bool
-	// Logger receives the one line naming the owner; nil means the package's
-	// logger (SetLogger).
+	// Logger receives the one line naming the owner (Info); nil means the
+	// package's logger (SetLogger), which by default does not print it.
 	Logger *slog.Logger
 }
 
@@ -754,8 +760,9 @@ type StartOptions struct {
 	// when cmd.Stdout and cmd.Stderr are nil. Default: <dir>/runner.log (0600).
 	// It is never opened through a symlink, and must be a regular file.
 	Log string
-	// Logger receives what Start did; nil means the package's logger
-	// (SetLogger).
+	// Logger receives what Start did (Info: the runner it started, its pid
+	// and log file); nil means the package's logger (SetLogger), which by
+	// default does not print it: a Start with no logger set logs nothing.
 	Logger *slog.Logger
 	// Program, when set, refuses a directory whose verified holder's record
 	// names another Program with ErrOtherProgram (see TakeoverOptions).
