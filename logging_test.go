@@ -3,8 +3,14 @@
 package runnerstate
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"log"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -93,4 +99,39 @@ func TestTakeoverIsQuietWithoutALogger(t *testing.T) {
 	release()
 	assert.Contains(t, steps.String(), "takeover asked the runner to restart", "the caller's logger gets the steps")
 	assert.Empty(t, belowWarn(def.String()), "and slog.Default() still nothing below Warn")
+}
+
+// Library texts (errors, log lines, Report warnings) name the call or the
+// file, never a tool of this repository's examples, which a program built
+// on the library does not have: no string literal outside examples/ and
+// the tests names runnerctl.
+func TestLibraryTextsNameNoExampleProgram(t *testing.T) {
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "examples" || d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != "." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		f, err := parser.ParseFile(fset, path, src, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING && strings.Contains(lit.Value, "runnerctl") {
+				t.Errorf("%s names runnerctl: %s", fset.Position(lit.Pos()), lit.Value)
+			}
+			return true
+		})
+		return nil
+	})
+	require.NoError(t, err)
 }

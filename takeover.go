@@ -964,7 +964,7 @@ func whyNotReady(dir string, f *startup.Failure) error {
 		return f.Err
 	}
 	if _, state, err := readRecord(dir); state == fileCorrupt {
-		return fmt.Errorf("%w; the runner's record cannot be read (%v), so it cannot be known ready until it publishes again: restart it (runnerctl restart --now --dir %s), or see runnerctl status", f.Err, err, dir)
+		return fmt.Errorf("%w; the runner's record cannot be read (%v), so it cannot be known ready until it publishes again: ask it to restart (RequestRestart(dir, RestartNow)), or see Status", f.Err, err)
 	}
 	return f.Err
 }
