@@ -1027,6 +1027,11 @@ func startingOf(dir string, rec Record) Identity {
 // leaving, and Start waits for it to go rather than hand it back).
 func probeStart(dir string) (rec Record, held, ready bool, err error) {
 	rec, held, err = Running(dir)
+	if err != nil {
+		// The real error comes first: restart.json, read next, would only
+		// fail the same way (a path over PATH_MAX, say) and say it of itself.
+		return rec, held, false, err
+	}
 	ready = held && rec.Ready && rec.Process.PID != 0
 	if req, asked := pendingRestart(dir); ready && asked && (req.For == "" || req.For == rec.Process.Instance) {
 		ready = false
