@@ -140,7 +140,8 @@ var loggerPtr atomic.Pointer[slog.Logger]
 //   - a service manager that could not be told READY=1;
 //   - WatchRestart given an empty directory name.
 //
-// Everything else is Info. What a caller can act on is in the error or in
+// Everything else is Info, or Debug (a holder a takeover could not pin).
+// What a caller can act on is in the error or in
 // Status's Report; what a client meets in passing and cannot act on (an
 // unreadable restart request, gate or scope owner record, which the next
 // writer replaces), and a file the protocol does without when it cannot be
