@@ -394,7 +394,7 @@ func removeOwnRecord(dir string, self Identity) {
 		return err == nil && sameProcess(rec.Process, self)
 	})
 	if err != nil {
-		logger().Warn("runnerstate: release could not remove the runner's record", "dir", dir, "err", public(err))
+		logger().Info("runnerstate: release could not remove the runner's record", "dir", dir, "err", public(err))
 	}
 }
 

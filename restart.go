@@ -174,7 +174,7 @@ func pendingForWrite(dir string) (restartRequest, bool, error) {
 	case state == fileCorrupt && unreadable(err):
 		return restartRequest{}, false, fmt.Errorf("%w (the pending request cannot be read, so it is left as it is)", err)
 	case state == fileCorrupt:
-		warnOnce("restart:"+err.Error(), "runnerstate: ignoring a restart request that cannot be read", "path", path, "err", err)
+		infoOnce("restart:"+err.Error(), "runnerstate: ignoring a restart request that cannot be read", "path", path, "err", err)
 	}
 	if state != fileOK || req.void() {
 		return restartRequest{}, false, nil
@@ -195,7 +195,7 @@ func readRestartState(dir string) (restartRequest, fileState, error) {
 	path := filepath.Join(dir, RestartName)
 	req, state, err := readState(path, parseRestart)
 	if state == fileCorrupt {
-		warnOnce("restart:"+err.Error(), "runnerstate: ignoring a restart request that cannot be read", "path", path, "err", err)
+		infoOnce("restart:"+err.Error(), "runnerstate: ignoring a restart request that cannot be read", "path", path, "err", err)
 	}
 	return req, state, err
 }

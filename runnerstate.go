@@ -62,6 +62,7 @@ package runnerstate
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -112,16 +113,74 @@ var ErrNewerProtocol = errors.New("runnerstate: the runner directory was written
 
 var loggerPtr atomic.Pointer[slog.Logger]
 
-// SetLogger sets where warnings go (a stale record cleared, a corrupt file set
-// aside, a foreign holder seen). nil restores the default, slog.Default().
-// Safe for concurrent use.
+// SetLogger sets the package's logger, which every call whose options have
+// no Logger of their own uses. A logger set here gets everything at the
+// levels its handler enables: what the package did (Info: a runner started,
+// a takeover's restart request and signals, a stale record cleared) and its
+// warnings. nil restores the default, which is quiet: warnings only (Warn
+// and above), to slog.Default() as it is when each is logged. Nothing below
+// Warn is logged unless a logger is set here or in the call's options
+// (TakeoverOptions, StartOptions, StandbyOptions). Safe for concurrent use.
+//
+// The warnings are kept for what an operator must act on:
+//   - a corrupt state file set aside as <name>.corrupt-<time>, or one that
+//     could not be set aside; a directory where runner.json belongs;
+//   - a runner lock other users can read, whose mode this process may not
+//     change (chown it to the runner's user, or chmod it 0600);
+//   - a record left by a runner of another machine or PID namespace, cleared
+//     without signalling it;
+//   - this runner lost its lock file (something deletes or replaces files in
+//     the directory);
+//   - a takeover that could not signal the runner or an orphan, or had to
+//     send SIGKILL (it outlived SIGTERM by KillAfter); a previous runner that
+//     released the directory but has not exited; descriptors of other
+//     processes that could not be read (an orphan may be missed);
+//   - a sync mark that cannot be taken (the sync runs unmarked, and resets
+//     are refused until it is fixed);
+//   - a service manager that could not be told READY=1;
+//   - WatchRestart given an empty directory name.
+//
+// Everything else is Info, or Debug (a holder a takeover could not pin).
+// What a caller can act on is in the error or in
+// Status's Report; what a client meets in passing and cannot act on (an
+// unreadable restart request, gate or scope owner record, which the next
+// writer replaces), and a file the protocol does without when it cannot be
+// written, removed or synced (start.json, a withdrawal from gate.json, a
+// release's clean-up, which the next holder does), is said only to a logger
+// the caller set.
 func SetLogger(l *slog.Logger) { loggerPtr.Store(l) }
 
+// logger is the package's logger: the one SetLogger set, else
+// slog.Default() behind warningsOnly.
 func logger() *slog.Logger {
 	if l := loggerPtr.Load(); l != nil {
 		return l
 	}
-	return slog.Default()
+	return slog.New(warningsOnly{slog.Default().Handler()})
+}
+
+// warningsOnly is the default logger's handler: the handler it wraps, given
+// only records at Warn and above. A library says what it did only to a
+// logger its caller gave it.
+type warningsOnly struct{ slog.Handler }
+
+func (h warningsOnly) Enabled(ctx context.Context, level slog.Level) bool {
+	return level >= slog.LevelWarn && h.Handler.Enabled(ctx, level)
+}
+
+func (h warningsOnly) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelWarn {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h warningsOnly) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return warningsOnly{h.Handler.WithAttrs(attrs)}
+}
+
+func (h warningsOnly) WithGroup(name string) slog.Handler {
+	return warningsOnly{h.Handler.WithGroup(name)}
 }
 
 // warnOnce logs a warning once per key for the life of the process, so that a
@@ -130,6 +189,14 @@ func logger() *slog.Logger {
 func warnOnce(key, msg string, args ...any) {
 	if firstTime(key) {
 		logger().Warn(msg, args...)
+	}
+}
+
+// infoOnce is warnOnce at Info: a problem a client meets in passing, and
+// cannot act on, is said once, and only to a logger the caller set.
+func infoOnce(key, msg string, args ...any) {
+	if firstTime(key) {
+		logger().Info(msg, args...)
 	}
 }
 
@@ -227,7 +294,7 @@ func (runnerFiles) Tidy(h *hold.Hold, runnerHere bool) {
 		return err
 	})
 	if err != nil {
-		logger().Warn("runnerstate: release could not clean up", "dir", h.Dir(), "err", err)
+		logger().Info("runnerstate: release could not clean up", "dir", h.Dir(), "err", err)
 	}
 }
 
@@ -286,7 +353,9 @@ func crossCheck(l *filelock.File) error {
 		return nil
 	}
 	dir := filepath.Dir(l.Path())
-	logger().Warn("runnerstate: refused a runner lock that does not exclude: another process holds it through another mount",
+	// The refusal is the error, which names all of this: said only to a
+	// logger the caller set.
+	logger().Info("runnerstate: refused a runner lock that does not exclude: another process holds it through another mount",
 		"path", l.Path(), "pid", pid, "holder_path", holderPath, "filesystem", fsinfo.TypeOf(dir))
 	return public(filelock.NotExcluding(l.Path(), fsinfo.TypeOf(dir), pid, holderPath))
 }
@@ -398,7 +467,7 @@ func acquire(dir string, since time.Time) (*hold.Hold, error) {
 		return nil, err
 	}
 	if err != nil {
-		logger().Warn("runnerstate: could not clear the previous runner's files", "dir", dir, "err", err)
+		logger().Info("runnerstate: could not clear the previous runner's files", "dir", dir, "err", err)
 	}
 	holds.Add(h)
 	return h, nil
@@ -488,7 +557,7 @@ func clearStaleRecord(dir string, self Identity) (int, bool, error) {
 		// clears it again, so an fsync would only slow every admission
 		// after a crash.
 		if err := os.Remove(path); err != nil && !isNotExist(err) {
-			logger().Warn("runnerstate: could not remove a stale record", "path", path, "err", err)
+			logger().Info("runnerstate: could not remove a stale record", "path", path, "err", err)
 			return rec.PID, false, pathError("remove", path, durable.Unwrap(err))
 		}
 		args := []any{"path", path, "pid", rec.PID, "verdict", v.String(), "why", why}

@@ -141,7 +141,7 @@ func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func()
 	if errors.Is(err, ErrNotDurable) {
 		// The sidecar is in place; it is a hint that names this holder,
 		// and a power loss ends the holder with it: not worth refusing.
-		logger().Warn("runnerstate: the scope owner record is in place but its directory could not be synced", "path", filepath.Join(scopeDir, scopeOwnerName), "err", err)
+		logger().Info("runnerstate: the scope owner record is in place but its directory could not be synced", "path", filepath.Join(scopeDir, scopeOwnerName), "err", err)
 		err = nil
 	}
 	if err != nil {
@@ -185,7 +185,7 @@ func (h *scopeHold) release() {
 			return nil
 		})
 		if err != nil {
-			logger().Warn("runnerstate: could not remove the scope owner record", "path", filepath.Join(h.dir, scopeOwnerName), "err", err)
+			logger().Info("runnerstate: could not remove the scope owner record", "path", filepath.Join(h.dir, scopeOwnerName), "err", err)
 		}
 	})
 }
@@ -203,7 +203,7 @@ func ReadScopeOwner(scopeDir string) (ScopeOwner, bool) {
 	owner, state, err := readScopeOwner(scopeDir)
 	if state == fileCorrupt {
 		path := filepath.Join(scopeDir, scopeOwnerName)
-		warnOnce("scope-owner:"+path, "runnerstate: the scope owner record cannot be read and is ignored", "path", path, "err", err)
+		infoOnce("scope-owner:"+path, "runnerstate: the scope owner record cannot be read and is ignored", "path", path, "err", err)
 	}
 	return owner, state == fileOK
 }

@@ -31,7 +31,8 @@ import (
 var ErrSuperseded = errors.New("runnerstate: a newer starter took over the runner directory")
 
 // TakeoverOptions says how Takeover asks, and then makes, a live runner give
-// the directory up. The zero value is the defaults.
+// the directory up. The zero value is the defaults; with no Logger here nor
+// SetLogger, a takeover logs only its warnings, to slog.Default().
 type TakeoverOptions struct {
 	// Mode is the restart request left for the live runner first:
 	// RestartNow (the default) or RestartDrain.
@@ -49,8 +50,13 @@ type TakeoverOptions struct {
 	// NoSignal never signals the runner: only the cooperative request is
 	// left, and the wait ends with ctx.
 	NoSignal bool
-	// Logger receives the takeover's steps; nil means the package's logger
-	// (SetLogger).
+	// Logger receives the takeover's steps: at Info, the restart request it
+	// left, a holder it will not signal (not verified, or NoSignal), SIGTERM
+	// after Grace, an orphan signalled, a withdrawal; at Warn, SIGKILL (the
+	// runner outlived SIGTERM by KillAfter), a signal that failed, a previous
+	// runner that let go but has not exited, descriptors it could not read.
+	// nil means the package's logger (SetLogger), which by default passes on
+	// the warnings only, to slog.Default().
 	Logger *slog.Logger
 	// Program names what this starter will run (for example "idxd"). When
 	// set, a directory whose verified holder's record names another Program
@@ -151,7 +157,7 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 // record its admission lets the directory go and returns the error, so no
 // runner is ever admitted outside the gate; one that cannot withdraw (its
 // context ended, or it was refused) returns its own answer all the same and
-// logs a warning: its entry stays, and counts as a waiting starter (in
+// logs it at Info: its entry stays, and counts as a waiting starter (in
 // Status too) while its process lives. It never holds back a newer starter
 // (only older ones yield to it, as they did while it waited), and it is void
 // once its process exits.
@@ -326,7 +332,7 @@ func (t *takeover) withdraw() {
 		return nil
 	})
 	if err != nil {
-		t.log.Warn("runnerstate: takeover could not withdraw from the gate; it counts as a waiting starter until this process exits",
+		t.log.Info("runnerstate: takeover could not withdraw from the gate; it counts as a waiting starter until this process exits",
 			"dir", t.dir, "path", filepath.Join(t.dir, gateName), "err", err)
 	}
 }
@@ -464,7 +470,7 @@ func (t *takeover) Target(held handoff.Held) (handoff.Target, bool, error) {
 		if !t.opts.NoSignal && occ.verified() && st.verdict == liveness.Alive {
 			at.Signal, at.Holder = handoff.Holder, liveness.Identity(st.holder)
 		} else if t.opts.NoSignal || !occ.verified() {
-			warnOnce(fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
+			warnOnceTo(t.log, fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
 				"runnerstate: takeover will not signal the holder; it leaves a restart request and waits", "dir", t.dir, "pid", st.pid, "why", st.reason, "no_signal", t.opts.NoSignal)
 		}
 	case occ == occLostFile:
@@ -526,14 +532,20 @@ func (t *takeover) Report(e handoff.Event) {
 }
 
 // reportSignal says, with why, that e's process was signalled (sent), or
-// that it was not (failed, with the error).
+// that it was not (failed, with the error). SIGTERM after the grace period
+// is the takeover's plan, and Info; a process that had to be killed, or
+// could not be signalled, is a warning: its shutdown is cut short, or the
+// takeover waits on it until ctx ends.
 func (t *takeover) reportSignal(e handoff.Event, why, sent, failed string) {
 	args := []any{"dir", t.dir, "pid", e.PID, "signal", e.Signal.String(), "why", why}
-	if e.Err != nil {
+	switch {
+	case e.Err != nil:
 		t.log.Warn(failed, append(args, "err", e.Err)...)
-		return
+	case e.Signal == liveness.SIGKILL:
+		t.log.Warn(sent, args...)
+	default:
+		t.log.Info(sent, args...)
 	}
-	t.log.Warn(sent, args...)
 }
 
 // admit makes this starter the runner, holding p: if it is still the newest
@@ -576,7 +588,7 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 	holds.Add(h)
 	if err := publish(t.dir, Record{}); errors.Is(err, ErrNotDurable) {
 		// Published: the record is in place, and describes a live process.
-		t.log.Warn("runnerstate: takeover published its record, but its directory could not be synced", "dir", t.dir, "err", err)
+		t.log.Info("runnerstate: takeover published its record, but its directory could not be synced", "dir", t.dir, "err", err)
 	} else if err != nil {
 		lost, _ := h.Lost()
 		h.Release()
@@ -646,8 +658,8 @@ type StandbyOptions struct {
 	// WorkIsComplete, when set, ends the standby with WorkCompleted as soon as
 	// it returns true (the owner did the work this process stood by for).
 	WorkIsComplete func() bool
-	// Logger receives the one line naming the owner; nil means the package's
-	// logger (SetLogger).
+	// Logger receives the one line naming the owner (Info); nil means the
+	// package's logger (SetLogger), which by default does not print it.
 	Logger *slog.Logger
 }
 
@@ -780,7 +792,7 @@ func readGate(dir string) (gateState, string) {
 	if state != fileCorrupt {
 		return g, ""
 	}
-	warnOnce("gate:"+err.Error(), "runnerstate: ignoring a takeover gate that cannot be read", "path", path, "err", err)
+	infoOnce("gate:"+err.Error(), "runnerstate: ignoring a takeover gate that cannot be read", "path", path, "err", err)
 	if unusablePath(err) {
 		// Not a file a writer may replace: Takeover refuses it.
 		return gateState{}, fmt.Sprintf("%v; Takeover refuses the directory until it is moved away", err)
@@ -860,8 +872,9 @@ type StartOptions struct {
 	// when cmd.Stdout and cmd.Stderr are nil. Default: <dir>/runner.log (0600).
 	// It is never opened through a symlink, and must be a regular file.
 	Log string
-	// Logger receives what Start did; nil means the package's logger
-	// (SetLogger).
+	// Logger receives what Start did (Info: the runner it started, its pid
+	// and log file); nil means the package's logger (SetLogger), which by
+	// default does not print it: a Start with no logger set logs nothing.
 	Logger *slog.Logger
 	// Program, when set, refuses a directory whose verified holder's record
 	// names another Program with ErrOtherProgram (see TakeoverOptions).
@@ -1065,7 +1078,7 @@ func whyNotReady(dir string, f *startup.Failure) error {
 		return f.Err
 	}
 	if _, state, err := readRecord(dir); state == fileCorrupt {
-		return fmt.Errorf("%w; the runner's record cannot be read (%v), so it cannot be known ready until it publishes again: restart it (runnerctl restart --now --dir %s), or see runnerctl status", f.Err, err, dir)
+		return fmt.Errorf("%w; the runner's record cannot be read (%v), so it cannot be known ready until it publishes again: ask it to restart (RequestRestart(dir, RestartNow)), or see Status", f.Err, err)
 	}
 	return f.Err
 }
@@ -1130,6 +1143,11 @@ func startingOf(dir string, rec Record) Identity {
 // the pending request covers the instant before the mark.
 func probeStart(dir string) (rec Record, held, ready bool, err error) {
 	rec, held, err = Running(dir)
+	if err != nil {
+		// The real error comes first: restart.json, read next, would only
+		// fail the same way (a path over PATH_MAX, say) and say it of itself.
+		return rec, held, false, err
+	}
 	ready = held && rec.Ready && rec.Leaving == "" && rec.Process.PID != 0
 	if req, asked := pendingRestart(dir); ready && asked && (req.For == "" || req.For == rec.Process.Instance) {
 		ready = false
@@ -1205,11 +1223,11 @@ func (d startFiles) Started(pid int, log string) {
 }
 
 func (d startFiles) NotRecorded(err error) {
-	d.log.Warn("runnerstate: could not record the start attempt; other callers may not see it", "dir", d.dir, "path", filepath.Join(d.dir, startName), "err", err)
+	d.log.Info("runnerstate: could not record the start attempt; other callers may not see it", "dir", d.dir, "path", filepath.Join(d.dir, startName), "err", err)
 }
 
 func (d startFiles) NotSettled(pid int, err error) {
-	logger().Warn("runnerstate: could not record that the runner started has exited", "dir", d.dir, "pid", pid, "err", err)
+	logger().Info("runnerstate: could not record that the runner started has exited", "dir", d.dir, "pid", pid, "err", err)
 }
 
 // markFiles is start.json as MarkReady reads it: one that is there but
@@ -1235,7 +1253,7 @@ func notifyReady(dir string) {
 	if startup.Ready(dir) {
 		isSelf := func(child liveness.Identity) bool { return sameProcess(Identity(child), Self()) }
 		if err := startup.MarkReady(markFiles{startFiles{dir: dir}}, isSelf); err != nil {
-			logger().Warn("runnerstate: could not record in the start attempt that this runner is ready", "dir", dir, "path", filepath.Join(dir, startName), "err", err)
+			logger().Info("runnerstate: could not record in the start attempt that this runner is ready", "dir", dir, "path", filepath.Join(dir, startName), "err", err)
 		}
 	}
 	sdReady.Do(func() {

@@ -337,8 +337,8 @@ func (r *runnerRole) run(ctx context.Context, dir string, log *slog.Logger) {
 // add borrows the runner role in the foreground and adds n to the total.
 func (d daemon) add(n int) int {
 	// The takeover's steps (it asks the server's runner, never signals it)
-	// are the server's to log, not this command's.
-	runnerstate.SetLogger(slog.New(slog.NewTextHandler(d.stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	// are the server's to log, not this command's: with no logger set, the
+	// library says nothing of them.
 	ctx, cancel := context.WithTimeout(context.Background(), d.wait)
 	defer cancel()
 	release, err := runnerstate.Takeover(ctx, d.role, runnerstate.TakeoverOptions{NoSignal: true})
