@@ -138,6 +138,9 @@ var loggerPtr atomic.Pointer[slog.Logger]
 //   - a sync mark that cannot be taken (the sync runs unmarked, and resets
 //     are refused until it is fixed);
 //   - a service manager that could not be told READY=1;
+//   - a runner told to go whose record could not be marked leaving (Start
+//     may hand it out as ready until it goes: see why the state lock or
+//     runner.json cannot be written);
 //   - WatchRestart given an empty directory name.
 //
 // Everything else is Info, or Debug (a holder a takeover could not pin).
