@@ -1,0 +1,440 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/internal/testharness"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Tests of package daemon, one or more per numbered point of its contract,
+// with real server processes where two servers meet.
+
+func unixEndpoint(addr string) []runnerstate.Endpoint {
+	return []runnerstate.Endpoint{{Network: "unix", Address: addr}}
+}
+
+func background(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// shortDir is a temporary directory whose socket paths fit sun_path.
+func shortDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "rsd")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// Point 3: until Ready the record says Ready false with Program, Version
+// and the Endpoints as bound; Ready publishes them with Ready true.
+func TestListenPublishesStartingThenReady(t *testing.T) {
+	dir := shortDir(t)
+	srv, err := Listen(background(t), dir, Options{Program: "idxd", Version: "v1.2.0",
+		Endpoints: []runnerstate.Endpoint{{Network: "unix", Address: "d.sock"}, {Network: "tcp", Address: "127.0.0.1:0"}}})
+	require.NoError(t, err)
+	defer srv.Close()
+	rec, held, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	require.True(t, held)
+	assert.False(t, rec.Ready, "starting until Ready")
+	assert.Equal(t, "idxd", rec.Program)
+	assert.Equal(t, "v1.2.0", rec.Version)
+	require.Len(t, rec.Endpoints, 2)
+	assert.Equal(t, filepath.Join(dir, "d.sock"), rec.Endpoints[0].Address, "a unix socket's absolute path")
+	assert.NotEqual(t, "127.0.0.1:0", rec.Endpoints[1].Address, "the port picked")
+	assert.Len(t, srv.Listeners(), 2)
+
+	require.NoError(t, srv.Ready([]byte(`{"k":1}`)))
+	rec, _, err = runnerstate.Running(dir)
+	require.NoError(t, err)
+	assert.True(t, rec.Ready)
+	assert.JSONEq(t, `{"k":1}`, string(rec.Meta))
+	assert.Equal(t, "idxd", rec.Program)
+}
+
+// Point 11: bad endpoints are refused before anything is taken or created.
+func TestBadEndpointsAreRefusedFirst(t *testing.T) {
+	long := "/" + strings.Repeat("x", 120) + ".sock"
+	cases := []struct {
+		name string
+		eps  []runnerstate.Endpoint
+		want string
+	}{
+		{"none", nil, "no Endpoints"},
+		{"unknown network", []runnerstate.Endpoint{{Network: "udp", Address: ":1"}}, `network "udp"`},
+		{"path over sun_path", unixEndpoint(long), "over the"},
+		{"no address", unixEndpoint(""), "no Address"},
+		{"bad tcp", []runnerstate.Endpoint{{Network: "tcp", Address: "nope"}}, "host:port"},
+		{"twice", append(unixEndpoint("a.sock"), unixEndpoint("a.sock")...), "given twice"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "d")
+			_, err := Listen(background(t), dir, Options{Endpoints: c.eps})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+			_, err = os.Stat(dir)
+			assert.ErrorIs(t, err, os.ErrNotExist, "nothing created")
+		})
+	}
+	_, err := Listen(background(t), t.TempDir(), Options{Endpoints: unixEndpoint("a.sock"), Mode: "later"})
+	assert.ErrorIs(t, err, runnerstate.ErrBadMode)
+}
+
+// Point 4 and 12: Stop asks the server to go and returns once it let the
+// directory go; its record says leaving before its Leaving closes.
+func TestStopDrainsAndReturnsOnceLetGo(t *testing.T) {
+	dir := shortDir(t)
+	s := startServer(t, dir, Options{Program: "idxd", Endpoints: unixEndpoint("d.sock")})
+	s.Expect("ready inherited=0")
+	require.NoError(t, Stop(background(t), dir, ""))
+	s.Expect("leaving drain")
+	s.Expect("closed")
+	_, held, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	assert.False(t, held)
+	_, err = os.Lstat(filepath.Join(dir, "d.sock"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "Close removed its own socket file")
+
+	require.NoError(t, Stop(background(t), dir, runnerstate.RestartNow), "nothing holds it: nil at once")
+	assert.ErrorIs(t, Stop(background(t), dir, "soon"), runnerstate.ErrBadMode)
+}
+
+// Point 12: a Stop whose ctx ends first names the holder; it never signals.
+func TestStopEndsWithCtxNamingTheHolder(t *testing.T) {
+	dir := shortDir(t)
+	srv, err := Listen(background(t), dir, Options{Endpoints: unixEndpoint("d.sock")})
+	require.NoError(t, err)
+	defer srv.Close()
+	require.NoError(t, srv.Ready(nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err = Stop(ctx, dir, runnerstate.RestartDrain) // this process holds it, and does not go
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "pid "+strconv.Itoa(os.Getpid()))
+	<-srv.Leaving()
+	assert.Equal(t, runnerstate.RestartDrain, srv.Reason())
+}
+
+// Point 4: a server told to go is marked leaving before its Leaving
+// closes, from then on its listeners return no connection, and it is never
+// ready again.
+func TestLeavingStopsAcceptAndMarksTheRecord(t *testing.T) {
+	dir := shortDir(t)
+	srv, err := Listen(background(t), dir, Options{Endpoints: unixEndpoint("d.sock")})
+	require.NoError(t, err)
+	defer srv.Close()
+	require.NoError(t, srv.Ready(nil))
+	ln := srv.Listeners()[0]
+	accepted := make(chan error, 1)
+	go func() {
+		_, err := ln.Accept() // blocked when Leaving closes
+		accepted <- err
+	}()
+	require.NoError(t, runnerstate.RequestRestart(dir, runnerstate.RestartNow))
+	select {
+	case <-srv.Leaving():
+	case <-time.After(testharness.Wait):
+		t.Fatal("Leaving never closed")
+	}
+	rec, _, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	assert.Equal(t, runnerstate.RestartNow, rec.Leaving, "marked before Leaving closed")
+	assert.False(t, rec.Ready)
+	assert.ErrorIs(t, <-accepted, net.ErrClosed)
+	_, err = ln.Accept()
+	assert.ErrorIs(t, err, net.ErrClosed)
+
+	// The socket stays open for a successor: a client waits in its backlog.
+	c, err := net.Dial("unix", filepath.Join(dir, "d.sock"))
+	require.NoError(t, err, "queued, not refused")
+	c.Close()
+	require.NoError(t, ln.Close(), "after Leaving, Close only ends Accept")
+	require.NoError(t, srv.Ready(nil))
+	rec, _, _ = runnerstate.Running(dir)
+	assert.False(t, rec.Ready, "never ready again")
+}
+
+// Point 5: an idle server leaves (Reason "idle"): its record says so, its
+// socket file goes first, then Leaving closes.
+func TestIdleServerLeaves(t *testing.T) {
+	dir := shortDir(t)
+	srv, err := Listen(background(t), dir, Options{Endpoints: unixEndpoint("d.sock"), IdleTimeout: 30 * time.Millisecond})
+	require.NoError(t, err)
+	defer srv.Close()
+	// A connection open holds the idle clock off.
+	go func() {
+		for {
+			c, err := srv.Listeners()[0].Accept()
+			if err != nil {
+				return
+			}
+			go func() { ping(c, "x"); c.Close() }()
+		}
+	}()
+	require.NoError(t, srv.Ready(nil))
+	done := srv.Busy()
+	select {
+	case <-srv.Leaving():
+		t.Fatal("left while Busy")
+	case <-time.After(100 * time.Millisecond): // three IdleTimeouts: it must not leave
+	}
+	done()
+	done() // a second call does nothing
+	select {
+	case <-srv.Leaving():
+	case <-time.After(testharness.Wait):
+		t.Fatal("an idle server never left")
+	}
+	assert.Equal(t, ReasonIdle, srv.Reason())
+	rec, _, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	assert.Equal(t, ReasonIdle, rec.Leaving)
+	_, err = os.Lstat(filepath.Join(dir, "d.sock"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the socket file is removed before Leaving closes")
+}
+
+// Point 1: a server B taking dir over from a server A that serves through
+// Listen inherits A's listening socket; a client that dials all through
+// the handoff is never refused, and each request is answered.
+func TestHandoverNeverRefusesAClient(t *testing.T) {
+	if !handsOver {
+		t.Skip("this platform binds anew")
+	}
+	dir := shortDir(t)
+	opts := Options{Program: "echo", Version: "v1.0.0", Endpoints: unixEndpoint("d.sock"), Mode: runnerstate.RestartNow}
+	a := startServer(t, dir, opts)
+	a.Expect("ready inherited=0")
+	path := filepath.Join(dir, "d.sock")
+
+	var refused, answered atomic.Int64
+	var answers sync.Map
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := net.Dial("unix", path)
+				if err != nil {
+					refused.Add(1)
+					t.Errorf("dial refused during the handoff: %v", err)
+					return
+				}
+				line, err := ping(c, "ping")
+				c.Close()
+				if err != nil {
+					t.Errorf("a connection was not answered: %v", err)
+					return
+				}
+				answered.Add(1)
+				answers.Store(strings.Fields(line)[1], true)
+			}
+		})
+	}
+	opts.Version = "v1.1.0"
+	b := startServer(t, dir, opts)
+	a.Expect("leaving now")
+	a.Expect("closed")
+	b.Expect("ready inherited=1")
+	// Some requests answered by the new server, then stop.
+	n := answered.Load()
+	for deadline := time.Now().Add(testharness.Wait); answered.Load() < n+20 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	assert.Zero(t, refused.Load())
+	_, byB := answers.Load(strconv.Itoa(b.PID()))
+	assert.True(t, byB, "the new server answered")
+	rec, _, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	assert.Equal(t, "v1.1.0", rec.Version)
+	assert.Equal(t, path, rec.Endpoints[0].Address)
+}
+
+// Point 2: a server killed hands nothing over; the next one replaces its
+// dead socket file and binds anew.
+func TestAfterAKillTheNextServerBindsAnew(t *testing.T) {
+	dir := shortDir(t)
+	opts := Options{Endpoints: unixEndpoint("d.sock")}
+	a := startServer(t, dir, opts)
+	a.Expect("ready inherited=0")
+	a.Kill()
+	a.Wait()
+	b := startServer(t, dir, opts)
+	b.Expect("ready inherited=0")
+	c, err := net.Dial("unix", filepath.Join(dir, "d.sock"))
+	require.NoError(t, err)
+	line, err := ping(c, "ping")
+	c.Close()
+	require.NoError(t, err)
+	assert.Contains(t, line, "pong "+strconv.Itoa(b.PID()))
+}
+
+// Point 2: a path that is not a socket is refused naming it, and dir is
+// let go.
+func TestANonSocketPathIsRefused(t *testing.T) {
+	dir := shortDir(t)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "d.sock"), []byte("mine"), 0o644))
+	_, err := Listen(background(t), dir, Options{Endpoints: unixEndpoint("d.sock")})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), filepath.Join(dir, "d.sock"))
+	assert.Contains(t, err.Error(), "not a socket")
+	_, held, _ := runnerstate.Running(dir)
+	assert.False(t, held, "dir let go")
+	data, _ := os.ReadFile(filepath.Join(dir, "d.sock"))
+	assert.Equal(t, "mine", string(data), "untouched")
+}
+
+// Point 8: with a nil cmd and nothing there, ErrNotRunning; a ready runner
+// that publishes no Endpoints is an error at once naming it.
+func TestDialWithoutAServer(t *testing.T) {
+	dir := shortDir(t)
+	_, _, err := Dial(background(t), dir, nil, DialOptions{})
+	assert.ErrorIs(t, err, ErrNotRunning)
+
+	release, err := runnerstate.Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+	require.NoError(t, runnerstate.Publish(dir, runnerstate.Record{Specs: []string{"plain"}}))
+	_, _, err = Dial(background(t), dir, nil, DialOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "published no Endpoints")
+}
+
+// Point 8: a refusal from a ready server that is not leaving returns at
+// once, naming the endpoint.
+func TestDialRefusedByAReadyServerReturns(t *testing.T) {
+	dir := shortDir(t)
+	release, err := runnerstate.Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+	gone := filepath.Join(dir, "gone.sock")
+	require.NoError(t, runnerstate.Publish(dir, runnerstate.Record{Endpoints: unixEndpoint(gone)}))
+	_, _, err = Dial(background(t), dir, nil, DialOptions{})
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, syscall.ENOENT), "%v", err)
+	assert.Contains(t, err.Error(), gone)
+}
+
+// Point 7: concurrent Dials on an empty directory start exactly one
+// server, and all get a connection to it.
+func TestConcurrentDialsStartOneServer(t *testing.T) {
+	dir := shortDir(t)
+	cmd := serverCmd(dir, Options{Program: "echo", Version: "v1.0.0", Endpoints: unixEndpoint("d.sock")})
+	const n = 10
+	pids := make(chan string, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			c, rec, err := Dial(background(t), dir, cmd, DialOptions{Program: "echo", Version: "v1.0.0"})
+			if !assert.NoError(t, err) {
+				return
+			}
+			line, err := ping(c, "ping")
+			c.Close()
+			assert.NoError(t, err)
+			assert.Contains(t, line, "pong "+strconv.Itoa(rec.PID))
+			pids <- strings.Fields(line)[1]
+		})
+	}
+	wg.Wait()
+	close(pids)
+	seen := map[string]bool{}
+	for p := range pids {
+		seen[p] = true
+	}
+	assert.Len(t, seen, 1, "one server")
+	t.Cleanup(func() { Stop(context.Background(), dir, runnerstate.RestartNow) })
+}
+
+// Point 9: a newer client replaces an older server once; an older client
+// then uses the newer server; Accept is asked only of a server that is not
+// older, and its refusal is ErrIncompatible naming both versions.
+func TestVersionsReplaceOnceNeverBack(t *testing.T) {
+	dir := shortDir(t)
+	eps := unixEndpoint("d.sock")
+	old := startServer(t, dir, Options{Program: "echo", Version: "v1.0.0", Endpoints: eps})
+	old.Expect("ready inherited=0")
+	t.Cleanup(func() { Stop(context.Background(), dir, runnerstate.RestartNow) })
+
+	newCmd := serverCmd(dir, Options{Program: "echo", Version: "v1.1.0", Endpoints: eps})
+	var asked []string
+	c, rec, err := Dial(background(t), dir, newCmd, DialOptions{Program: "echo", Version: "1.1.0",
+		Accept: func(r runnerstate.Record) bool { asked = append(asked, r.Version); return true }})
+	require.NoError(t, err)
+	c.Close()
+	assert.Equal(t, "v1.1.0", rec.Version, "replaced by the newer")
+	assert.Equal(t, []string{"v1.1.0"}, asked, "Accept is never asked of an older server")
+	old.Expect("leaving drain")
+
+	oldCmd := serverCmd(dir, Options{Program: "echo", Version: "v1.0.0", Endpoints: eps})
+	c, rec2, err := Dial(background(t), dir, oldCmd, DialOptions{Program: "echo", Version: "v1.0.0"})
+	require.NoError(t, err)
+	c.Close()
+	assert.Equal(t, rec.Process.Instance, rec2.Process.Instance, "an older client uses the newer server: no ping-pong")
+
+	_, _, err = Dial(background(t), dir, oldCmd, DialOptions{Program: "echo", Version: "v1.0.0",
+		Accept: func(runnerstate.Record) bool { return false }})
+	require.ErrorIs(t, err, ErrIncompatible)
+	assert.Contains(t, err.Error(), "v1.1.0")
+	assert.Contains(t, err.Error(), "v1.0.0")
+
+	_, _, err = Dial(background(t), dir, nil, DialOptions{Version: "v2.0.0"})
+	assert.ErrorIs(t, err, ErrIncompatible, "a nil cmd cannot replace an older server")
+}
+
+// Point 9: a server that Dial started steps aside for a newer server of
+// its program that holds the directory.
+func TestDialStartedServerStepsAside(t *testing.T) {
+	dir := shortDir(t)
+	eps := unixEndpoint("d.sock")
+	newer := startServer(t, dir, Options{Program: "echo", Version: "v2.0.0", Endpoints: eps})
+	newer.Expect("ready inherited=0")
+	t.Cleanup(func() { Stop(context.Background(), dir, runnerstate.RestartNow) })
+	cmd := serverCmd(dir, Options{Program: "echo", Version: "v1.0.0", Endpoints: eps})
+	cmd.Env = append(cmd.Env, envYield+"=1")
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "stepped aside for a newer server")
+	assert.Contains(t, string(out), "v2.0.0")
+	rec, _, _ := runnerstate.Running(dir)
+	assert.Equal(t, "v2.0.0", rec.Version)
+	assert.Empty(t, rec.Leaving, "the newer server was not asked to go")
+}
+
+// Point 10: a server of another program is never used nor replaced.
+func TestAnotherProgramIsRefused(t *testing.T) {
+	dir := shortDir(t)
+	s := startServer(t, dir, Options{Program: "idxd", Endpoints: unixEndpoint("d.sock")})
+	s.Expect("ready inherited=0")
+	t.Cleanup(func() { Stop(context.Background(), dir, runnerstate.RestartNow) })
+	_, _, err := Dial(background(t), dir, serverCmd(dir, Options{Program: "syncd", Endpoints: unixEndpoint("d.sock")}), DialOptions{Program: "syncd"})
+	require.ErrorIs(t, err, runnerstate.ErrOtherProgram)
+	require.ErrorIs(t, err, runnerstate.ErrBusy)
+	_, err = Listen(background(t), dir, Options{Program: "syncd", Endpoints: unixEndpoint("e.sock")})
+	require.ErrorIs(t, err, runnerstate.ErrOtherProgram)
+	_, asked := runnerstate.RestartRequested(dir)
+	assert.False(t, asked)
+}

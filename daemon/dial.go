@@ -1,0 +1,331 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/internal/dirwatch"
+)
+
+// DialOptions says which server will do.
+type DialOptions struct {
+	// Program: a server of another program is never used nor replaced
+	// (runnerstate.ErrOtherProgram). Empty: any.
+	Program string
+	// Version: a ready server whose Version is older than this (semver) is
+	// replaced. Empty: none is.
+	Version string
+	// Accept, optional, is asked of a ready server that is not older than
+	// Version, once per distinct record the call sees; a refusal is
+	// ErrIncompatible, and nothing is replaced.
+	Accept func(runnerstate.Record) bool
+	// Endpoint is the index in the record's Endpoints to dial; default 0.
+	Endpoint int
+	// Log and Logger are runnerstate.StartOptions'.
+	Log    string
+	Logger *slog.Logger
+}
+
+// ErrNotRunning is Dial's answer with a nil cmd when nothing holds the
+// directory.
+var ErrNotRunning = errors.New("daemon: no server runs in the directory")
+
+// ErrIncompatible is Dial's answer when the ready server is not older than
+// the client and Accept refuses it, or when it is older and cannot be
+// replaced (a nil cmd, or a replacement that is older too).
+var ErrIncompatible = errors.New("daemon: the server that runs will not do for this client")
+
+// Dial returns a connection to the ready server of dir and its record,
+// starting a copy of cmd (runnerstate.Start) when none runs or the one that
+// runs is older than opts.Version.
+//
+// cmd is a template: Dial never starts cmd itself, and may start more than
+// one copy, each with cmd's Path, Args, Env, Dir, ExtraFiles, SysProcAttr,
+// Stdout and Stderr. A server a copy runs steps aside for a newer server of
+// its program (Listen), so clients of two versions cause at most one
+// replacement (older → newer), never back and forth. N concurrent Dials
+// from any number of processes start one server (Start's shared attempt).
+//
+// Dial never returns a connection to a server that is not ready. A dial
+// refused (ECONNREFUSED, ENOENT, ECONNRESET, EAGAIN) while the record shows
+// the server gone, another instance, leaving or not ready is tried again
+// (starting a copy of cmd when none is ready) until ctx ends; the same
+// errors from a ready server that is not leaving, and any other error,
+// return at once naming the endpoint. With a nil cmd, Dial waits (bounded
+// by ctx) for a server starting or leaving, and returns ErrNotRunning once
+// nothing holds dir.
+//
+// Errors: ErrNotRunning; ErrIncompatible, naming both versions;
+// runnerstate.ErrOtherProgram (matching runnerstate.ErrBusy); an error
+// naming the runner when its record has no Endpoints (it does not serve
+// through this package) or not opts.Endpoint; a *runnerstate.StartError
+// when the copy started did not become ready; an error wrapping ctx.Err()
+// naming the holder when ctx ends first.
+func Dial(ctx context.Context, dir string, cmd *exec.Cmd, opts DialOptions) (net.Conn, runnerstate.Record, error) {
+	d := &dialing{dir: dir, cmd: cmd, opts: opts, asked: map[string]bool{}}
+	defer d.close()
+	for {
+		c, rec, err, again := d.once(ctx)
+		if !again {
+			return c, rec, err
+		}
+		if ctx.Err() != nil {
+			return nil, runnerstate.Record{}, d.ended(ctx, rec)
+		}
+	}
+}
+
+// dialing is one Dial call.
+type dialing struct {
+	dir   string
+	cmd   *exec.Cmd
+	opts  DialOptions
+	asked map[string]bool // Accept's answer, by record
+	w     *dirwatch.Watcher
+}
+
+// once looks, and dials, starts or waits once; again says to look again.
+func (d *dialing) once(ctx context.Context) (net.Conn, runnerstate.Record, error, bool) {
+	rec, held, err := runnerstate.Running(d.dir)
+	if err != nil {
+		return nil, rec, err, false
+	}
+	if err := d.otherProgram(rec, held); err != nil {
+		return nil, rec, err, false
+	}
+	ready := held && rec.Ready && rec.Leaving == "" && rec.Process.PID != 0
+	switch {
+	case ready && older(rec.Version, d.opts.Version):
+		if d.cmd == nil {
+			return nil, rec, fmt.Errorf("%w: %s is served by %s (pid %d), older than this client's %s, and Dial was given no command to replace it", ErrIncompatible, d.dir, versionWords(rec.Version), rec.PID, d.opts.Version), false
+		}
+		return d.start(ctx, rec)
+	case ready:
+		if !d.accept(rec) {
+			return nil, rec, fmt.Errorf("%w: %s is served by %s (pid %d), which this client's Accept refuses (client %s)", ErrIncompatible, d.dir, versionWords(rec.Version), rec.PID, versionWords(d.opts.Version)), false
+		}
+		return d.dial(ctx, rec)
+	case d.cmd == nil && !held:
+		return nil, rec, fmt.Errorf("%w: nothing holds %s", ErrNotRunning, d.dir), false
+	case d.cmd == nil:
+		d.wait(ctx)
+		return nil, rec, nil, true
+	}
+	return d.start(ctx, rec)
+}
+
+// dial dials the ready server rec.
+func (d *dialing) dial(ctx context.Context, rec runnerstate.Record) (net.Conn, runnerstate.Record, error, bool) {
+	if len(rec.Endpoints) == 0 {
+		return nil, rec, fmt.Errorf("daemon: Dial %s: the runner (pid %d) published no Endpoints: it does not serve through package daemon", d.dir, rec.PID), false
+	}
+	if d.opts.Endpoint < 0 || d.opts.Endpoint >= len(rec.Endpoints) {
+		return nil, rec, fmt.Errorf("daemon: Dial %s: endpoint %d asked, but the server (pid %d) publishes %d", d.dir, d.opts.Endpoint, rec.PID, len(rec.Endpoints)), false
+	}
+	ep := rec.Endpoints[d.opts.Endpoint]
+	c, err := dialEndpoint(ctx, ep)
+	if err == nil {
+		return c, rec, nil, false
+	}
+	if retryable(err) && ctx.Err() == nil {
+		now, held, _ := runnerstate.Running(d.dir)
+		stillReady := held && now.Ready && now.Leaving == "" && now.Process.Instance == rec.Process.Instance
+		if !stillReady {
+			return nil, rec, nil, true // it went, or is going: look again
+		}
+	}
+	return nil, rec, fmt.Errorf("daemon: dial %s %s (the server of %s, pid %d): %w", ep.Network, ep.Address, d.dir, rec.PID, err), false
+}
+
+// dialEndpoint dials ep; the dial is counted for tests (testHookDial).
+func dialEndpoint(ctx context.Context, ep runnerstate.Endpoint) (net.Conn, error) {
+	var dialer net.Dialer
+	c, err := dialer.DialContext(ctx, ep.Network, ep.Address)
+	if h := testHookDial; h != nil {
+		h(err)
+	}
+	return c, err
+}
+
+// testHookDial, when set, is told the outcome of every connect Dial makes.
+var testHookDial func(err error)
+
+// retryable reports whether err is a refusal a server that is going, or not
+// yet there, gives.
+func retryable(err error) bool {
+	for _, e := range []error{syscall.ECONNREFUSED, syscall.ENOENT, syscall.ECONNRESET, syscall.EAGAIN} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// start makes sure a ready server that will do runs, starting a copy of
+// cmd through runnerstate.Start when none does; was is what held dir.
+func (d *dialing) start(ctx context.Context, was runnerstate.Record) (net.Conn, runnerstate.Record, error, bool) {
+	rec, err := runnerstate.Start(ctx, d.dir, d.copyCmd(), runnerstate.StartOptions{
+		Accept:  func(r runnerstate.Record) bool { return !older(r.Version, d.opts.Version) },
+		Log:     d.opts.Log,
+		Logger:  d.opts.Logger,
+		Program: d.opts.Program,
+	})
+	var se *runnerstate.StartError
+	switch {
+	case err == nil:
+		return nil, rec, nil, true // dial it (or what replaced it) on the next look
+	case errors.As(err, &se) && se.ExitCode == -1 && ctx.Err() == nil:
+		// The copy started is ready but older than this client too.
+		now, _, _ := runnerstate.Running(d.dir)
+		return nil, now, fmt.Errorf("%w: %s: the server started is %s, older than this client's %s: %v", ErrIncompatible, d.dir, versionWords(now.Version), d.opts.Version, err), false
+	case errors.As(err, &se) && ctx.Err() == nil:
+		// It exited before it was ready. A copy that stepped aside for a
+		// newer server leaves that one to wait for; any other failure is
+		// the answer.
+		if _, held, _ := runnerstate.Running(d.dir); held {
+			return nil, was, nil, true
+		}
+	}
+	return nil, was, err, false
+}
+
+// copyCmd is a fresh copy of the template cmd, marked to step aside for a
+// newer server of its program.
+func (d *dialing) copyCmd() *exec.Cmd {
+	c := exec.Command(d.cmd.Path)
+	c.Args = append([]string(nil), d.cmd.Args...)
+	c.Env = d.cmd.Env
+	if c.Env == nil {
+		c.Env = os.Environ()
+	}
+	c.Env = append(c.Env[:len(c.Env):len(c.Env)], envYield+"=1")
+	c.Dir = d.cmd.Dir
+	c.ExtraFiles = append([]*os.File(nil), d.cmd.ExtraFiles...)
+	if d.cmd.SysProcAttr != nil {
+		attr := *d.cmd.SysProcAttr
+		c.SysProcAttr = &attr
+	}
+	c.Stdout, c.Stderr = d.cmd.Stdout, d.cmd.Stderr
+	return c
+}
+
+// accept is opts.Accept's answer for rec, asked once per distinct record.
+func (d *dialing) accept(rec runnerstate.Record) bool {
+	if d.opts.Accept == nil {
+		return true
+	}
+	data, _ := json.Marshal(rec)
+	key := string(data)
+	if ok, seen := d.asked[key]; seen {
+		return ok
+	}
+	ok := d.opts.Accept(rec)
+	d.asked[key] = ok
+	return ok
+}
+
+// otherProgram refuses a verified holder of another program.
+func (d *dialing) otherProgram(rec runnerstate.Record, held bool) error {
+	if !held || d.opts.Program == "" || rec.Program == "" || rec.Program == d.opts.Program {
+		return nil
+	}
+	be := &runnerstate.BusyError{Path: filepath.Join(d.dir, runnerstate.LockName), PID: rec.PID, Verified: true}
+	return fmt.Errorf("%w: %s is held by %q (pid %d), not %q: %w", runnerstate.ErrOtherProgram, d.dir, rec.Program, rec.PID, d.opts.Program, be)
+}
+
+// wait waits for a change in dir (bounded by ctx).
+func (d *dialing) wait(ctx context.Context) {
+	if d.w == nil {
+		d.w = dirwatch.New(d.dir)
+	}
+	d.w.Wait(ctx, 0, nil)
+}
+
+func (d *dialing) close() {
+	if d.w != nil {
+		d.w.Close()
+	}
+}
+
+// ended is the answer when ctx ended: it wraps ctx.Err() and names the
+// holder.
+func (d *dialing) ended(ctx context.Context, rec runnerstate.Record) error {
+	now, held, _ := runnerstate.Running(d.dir)
+	switch {
+	case held && now.PID != 0:
+		state := "not ready"
+		if now.Leaving != "" {
+			state = "leaving (" + now.Leaving + ")"
+		}
+		return fmt.Errorf("daemon: Dial %s: the server (pid %d) is %s: %w", d.dir, now.PID, state, ctx.Err())
+	case held:
+		return fmt.Errorf("daemon: Dial %s: held by a process that cannot be named: %w", d.dir, ctx.Err())
+	}
+	_ = rec
+	return fmt.Errorf("daemon: Dial %s: no server became ready: %w", d.dir, ctx.Err())
+}
+
+func versionWords(v string) string {
+	if v == "" {
+		return "an unversioned build"
+	}
+	return "version " + v
+}
+
+// Stop asks the server of dir to go (mode runnerstate.RestartDrain, the
+// default for "", or RestartNow) and waits until that server has let dir
+// go (a successor may hold it by then), or ctx ends. Nothing holds dir: nil
+// at once. It never signals.
+//
+// Errors: runnerstate.ErrBadMode for another mode; RequestRestart's; an
+// error wrapping ctx.Err() naming the holder when ctx ends first.
+func Stop(ctx context.Context, dir, mode string) error {
+	if mode == "" {
+		mode = runnerstate.RestartDrain
+	}
+	if mode != runnerstate.RestartDrain && mode != runnerstate.RestartNow {
+		return fmt.Errorf("daemon: Stop %s: %w, not %q", dir, runnerstate.ErrBadMode, mode)
+	}
+	rec, held, err := runnerstate.Running(dir)
+	if err != nil {
+		return err
+	}
+	if !held {
+		return nil
+	}
+	if err := runnerstate.RequestRestart(dir, mode); err != nil {
+		return err
+	}
+	w := dirwatch.New(dir)
+	defer w.Close()
+	for {
+		now, held, err := runnerstate.Running(dir)
+		if err != nil {
+			return err
+		}
+		if !held || !sameHolder(rec, now) {
+			return nil
+		}
+		if w.Wait(ctx, 100*time.Millisecond, nil) != nil {
+			return fmt.Errorf("daemon: Stop %s: the server (pid %d) has not let the directory go (asked: %s): %w", dir, rec.PID, mode, ctx.Err())
+		}
+	}
+}
+
+// sameHolder reports whether b names the holder a named.
+func sameHolder(a, b runnerstate.Record) bool {
+	if a.Process.Instance != "" && b.Process.Instance != "" {
+		return a.Process.Instance == b.Process.Instance
+	}
+	return a.PID == b.PID
+}

@@ -1,0 +1,140 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/internal/testharness"
+	"go.uber.org/goleak"
+)
+
+// The daemon tests' roles: real server processes, re-executing the test
+// binary. A role reports events on stdout, one line each.
+
+const (
+	envServerOptions = "RS_DAEMON_OPTIONS" // the server's Options (JSON, without Logger)
+	envServerHold    = "RS_DAEMON_HOLD"    // "1": answer only once the file "answer" exists in dir
+)
+
+var roles = testharness.Roles{
+	"server": roleServer,
+}
+
+func TestMain(m *testing.M) {
+	testharness.RunRole(roles)
+	// Every server's goroutines (its watch, its handover, its rendezvous,
+	// Start's reaper of the servers Dial started, which Stop ended) are gone
+	// by the end.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/runnerstate/runnerstate/internal/dirwatch.read"),
+		goleak.IgnoreAnyFunction("github.com/runnerstate/runnerstate/internal/spawn.reap"),
+		goleak.IgnoreAnyFunction("github.com/runnerstate/runnerstate/internal/spawn.awaitReady"))
+}
+
+// server: Listen with the options in its environment, say "listening
+// <inherited>", publish Ready and say "ready", answer each line "ping"
+// with "pong <pid> <version>" (a line "slow" waits for the file "answer"
+// in dir first), and on Leaving say "leaving <reason>", wait for the
+// connections in flight when the reason is a drain, Close, say "closed"
+// and exit 0. Listen's error: "error <err>", exit 3 (superseded: 4).
+func roleServer(dir string) int {
+	var opts Options
+	if s := os.Getenv(envServerOptions); s != "" {
+		if err := json.Unmarshal([]byte(s), &opts); err != nil {
+			testharness.Say("error %v", err)
+			return 1
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
+	srv, err := Listen(ctx, dir, opts)
+	cancel()
+	if err != nil {
+		testharness.Say("error %v", err)
+		if errors.Is(err, runnerstate.ErrSuperseded) {
+			return 4
+		}
+		return 3
+	}
+	var inflight sync.WaitGroup
+	for _, ln := range srv.Listeners() {
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				inflight.Add(1)
+				go func() {
+					defer inflight.Done()
+					defer c.Close()
+					answer(c, dir, opts.Version)
+				}()
+			}
+		}()
+	}
+	if err := srv.Ready(nil); err != nil {
+		testharness.Say("error %v", err)
+		return 1
+	}
+	testharness.Say("ready inherited=%d", srv.inherited)
+	<-srv.Leaving()
+	testharness.Say("leaving %s", srv.Reason())
+	if srv.Reason() == runnerstate.RestartDrain || srv.Reason() == ReasonIdle {
+		inflight.Wait()
+	}
+	srv.Close()
+	testharness.Say("closed")
+	return 0
+}
+
+// answer answers c's lines.
+func answer(c net.Conn, dir, version string) {
+	c.SetDeadline(time.Now().Add(testharness.Wait))
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		if sc.Text() == "slow" {
+			for deadline := time.Now().Add(testharness.Wait); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+				if _, err := os.Stat(dir + "/answer"); err == nil {
+					break
+				}
+			}
+		}
+		fmt.Fprintf(c, "pong %d %s\n", os.Getpid(), version)
+	}
+}
+
+// serverCmd is the command that plays a server of dir with opts.
+func serverCmd(dir string, opts Options) *exec.Cmd {
+	data, _ := json.Marshal(opts)
+	cmd := testharness.Command(dir)
+	cmd.Env = append(os.Environ(), testharness.RoleEnv+"=server", envServerOptions+"="+string(data), "GORACE=atexit_sleep_ms=0")
+	return cmd
+}
+
+// startServer starts a server of dir with opts, killed and reaped when the
+// test ends.
+func startServer(t *testing.T, dir string, opts Options) *testharness.Child {
+	t.Helper()
+	data, _ := json.Marshal(opts)
+	cmd := testharness.Command(dir)
+	cmd.Env = append(os.Environ(), envServerOptions+"="+string(data))
+	return testharness.StartCmd(t, cmd, "server")
+}
+
+// ping sends one ping over c and returns the answer line.
+func ping(c net.Conn, line string) (string, error) {
+	c.SetDeadline(time.Now().Add(testharness.Wait))
+	if _, err := fmt.Fprintln(c, line); err != nil {
+		return "", err
+	}
+	return bufio.NewReader(c).ReadString('\n')
+}

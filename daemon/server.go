@@ -1,0 +1,535 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/internal/bridge"
+	"github.com/runnerstate/runnerstate/internal/dirwatch"
+)
+
+// Options says how a server takes its directory and what it offers.
+type Options struct {
+	// Program names what serves the directory (for example "idxd"). It is
+	// published, and a directory whose holder names another program is
+	// refused (runnerstate.ErrOtherProgram).
+	Program string
+	// Version is this build's version (for example "v1.4.2"): published,
+	// and compared by Dial as a semantic version.
+	Version string
+	// Endpoints are what the server listens on, at least one. A "unix"
+	// Address is relative to the directory unless absolute ("@name": a
+	// Linux abstract socket); "tcp" ("tcp4", "tcp6") takes host:port, and
+	// port 0 picks one, which a successor that inherits the socket keeps.
+	Endpoints []runnerstate.Endpoint
+	// Mode is asked of the server already there: runnerstate.RestartDrain
+	// (the default) or runnerstate.RestartNow.
+	Mode string
+	// Grace and KillAfter are runnerstate.TakeoverOptions'. With a drain and
+	// no Grace, the server already there is never signalled: Listen waits
+	// for its drain until ctx ends.
+	Grace, KillAfter time.Duration
+	// IdleTimeout makes the server leave (Reason "idle") after this long
+	// with no connection open that it accepted and no Busy hold, counted
+	// from Ready, the last such connection's close or the last Busy
+	// release, whichever is latest. Zero: never.
+	IdleTimeout time.Duration
+	// Logger receives what the server does (Info); nil: only warnings, to
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Reasons a server leaves, besides the restart modes (Server.Reason).
+const (
+	ReasonIdle   = "idle"   // IdleTimeout passed
+	ReasonClosed = "closed" // the server's Close
+)
+
+// envYield marks a server that Dial started: it steps aside for a newer
+// server of its program (see Dial). Listen reads it and removes it from the
+// environment.
+const envYield = "RUNNERSTATE_DAEMON_YIELD"
+
+// Server is a running server of a directory: its listeners, its record, and
+// the signal to leave. Its methods are safe for concurrent use.
+type Server struct {
+	dir       string
+	opts      Options
+	release   func()
+	lns       []*listener
+	bound     []runnerstate.Endpoint
+	rvAddr    string // the rendezvous this server came through
+	inherited int    // listeners handed over by the server it replaced
+	log       *slog.Logger
+
+	leaving   chan struct{}
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
+	handStop  chan struct{}
+	handDone  chan struct{}
+
+	mu        sync.Mutex
+	reason    string
+	ready     bool
+	conns     int // connections accepted and not closed
+	busy      int // Busy holds
+	idle      *time.Timer
+	sent      map[string]bool // the rendezvous the sockets went to
+	handedOut bool
+	closeOnce sync.Once
+}
+
+// Listen takes dir over and returns a Server whose listeners are open: those
+// the server it replaced handed over, where there was one serving through
+// this package (Linux and macOS), else bound anew. Until Ready, dir's record
+// says Ready false, with Program, Version and Endpoints: runnerstate.Start
+// and Dial wait for it. ctx bounds Listen only (the takeover and the binds),
+// as net.ListenConfig.Listen's does: the server then lives until it leaves
+// or Close.
+//
+// The takeover is runnerstate.Takeover's with opts' Mode, Grace, KillAfter,
+// Program and Version. Sockets handed over are matched to opts.Endpoints by
+// network and configured address; those not matched are closed before any
+// bind. A unix socket file whose dial is refused is a dead server's, and is
+// replaced; one where a server answers (after waiting about a second for
+// a predecessor's sockets) or a path that is not a socket is refused.
+//
+// Errors, each naming what it is about: a bad endpoint (none, an unknown
+// network, a unix path longer than the platform's sun_path) or Mode
+// (runnerstate.ErrBadMode), before anything is taken or created;
+// runnerstate.Takeover's (ErrOtherProgram, ErrSuperseded, a *BusyError when
+// ctx ends); a bind that fails after admission, after dir is let go. A
+// server that Dial started steps aside, with an error matching
+// runnerstate.ErrSuperseded, for a newer server of its program.
+func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
+	eps, err := resolveEndpoints(dir, opts.Endpoints)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Mode == "" {
+		opts.Mode = runnerstate.RestartDrain
+	}
+	if opts.Mode != runnerstate.RestartDrain && opts.Mode != runnerstate.RestartNow {
+		return nil, fmt.Errorf("daemon: Listen %s: %w, not %q", dir, runnerstate.ErrBadMode, opts.Mode)
+	}
+	yield := os.Getenv(envYield) == "1"
+	os.Unsetenv(envYield)
+	log := loggerOf(opts.Logger)
+
+	rv := listenRendezvous()
+	tctx := bridge.WithStarter(ctx, bridge.Starter{Rendezvous: rv.address(), Yield: yield})
+	release, err := runnerstate.Takeover(tctx, dir, runnerstate.TakeoverOptions{
+		Mode: opts.Mode, Grace: opts.Grace, KillAfter: opts.KillAfter,
+		Program: opts.Program, Version: opts.Version, Logger: opts.Logger,
+	})
+	if err != nil {
+		if errors.Is(err, runnerstate.ErrSuperseded) {
+			passOn(dir, rv) // to the starter that superseded this one
+		}
+		rv.close()
+		return nil, err
+	}
+	s := &Server{dir: dir, opts: opts, release: release, rvAddr: rv.address(), log: log,
+		leaving: make(chan struct{}), handStop: make(chan struct{}), handDone: make(chan struct{}), sent: map[string]bool{}}
+	if err := s.open(eps, rv); err != nil {
+		rv.close()
+		release()
+		return nil, err
+	}
+	rv.close()
+	if err := bridge.PublishStarting(dir, runnerstate.Record{Program: opts.Program, Version: opts.Version, Endpoints: s.bound}); err != nil {
+		s.closeSockets(true)
+		release()
+		return nil, err
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	s.stopWatch, s.watchDone = stop, make(chan struct{})
+	go s.watch(wctx)
+	log.Info("daemon: listening", "dir", dir, "endpoints", s.bound, "handed_over", s.inherited)
+	return s, nil
+}
+
+// open gives each endpoint its socket: the one handed over for it, else one
+// bound anew.
+func (s *Server) open(eps []endpoint, rv *rendezvous) error {
+	socks := make([]net.Listener, len(eps))
+	closeAll := func() {
+		for _, ln := range socks {
+			if ln != nil {
+				ln.Close()
+			}
+		}
+	}
+	for i, e := range eps {
+		if r, ok := rv.take(e.key()); ok {
+			socks[i] = r.ln
+			s.inherited++
+		}
+	}
+	for _, r := range rv.all() {
+		r.ln.Close() // handed over, and matching no endpoint of this server
+	}
+	for i, e := range eps {
+		if socks[i] != nil {
+			continue
+		}
+		ln, err := bind(e)
+		if err != nil && rv != nil && (errors.Is(err, errAlive) || errors.Is(err, syscall.EADDRINUSE)) {
+			// A starter this one superseded may still pass it the sockets.
+			if r, ok := rv.await(e.key(), time.Second); ok {
+				ln, err = r.ln, nil
+				s.inherited++
+			}
+		}
+		if err != nil {
+			closeAll()
+			return err
+		}
+		socks[i] = ln
+	}
+	for i, e := range eps {
+		l := &listener{Listener: socks[i], s: s, ep: e, file: fileOf(e), drained: make(chan struct{})}
+		if ul, ok := socks[i].(*net.UnixListener); ok {
+			ul.SetUnlinkOnClose(false)
+		}
+		s.lns = append(s.lns, l)
+		bound := runnerstate.Endpoint{Network: e.Network, Address: e.Address}
+		if e.Network != "unix" {
+			bound.Address = socks[i].Addr().String()
+		}
+		s.bound = append(s.bound, bound)
+	}
+	return nil
+}
+
+// passOn hands the sockets a superseded starter received to the starter
+// that superseded it, or the one admitted in its place, before they are
+// closed.
+func passOn(dir string, rv *rendezvous) {
+	got := rv.all()
+	if len(got) == 0 {
+		return
+	}
+	socks := make([]handable, len(got))
+	for i, r := range got {
+		socks[i] = handable{offer: r.offer, ln: r.ln}
+	}
+	for _, succ := range bridge.Successors(dir) {
+		if succ.Rendezvous != rv.address() && handTo(succ.Rendezvous, socks) {
+			break
+		}
+	}
+	for _, r := range got {
+		r.ln.Close()
+	}
+}
+
+// Listeners returns the server's listeners, one per Options.Endpoints, in
+// order: the same values for the server's life. Their Accept returns
+// connections the server counts for IdleTimeout (NetConn returns the one
+// each wraps), and an error matching net.ErrClosed once the server is
+// leaving. Closing one before the server leaves closes its socket; after,
+// it only ends Accept: the socket stays open, for the successor, until
+// Close.
+func (s *Server) Listeners() []net.Listener {
+	out := make([]net.Listener, len(s.lns))
+	for i, l := range s.lns {
+		out[i] = l
+	}
+	return out
+}
+
+// Ready publishes the server's record: Ready true, the Endpoints as bound
+// (a unix socket's absolute path; the port picked for port 0), Program,
+// Version and meta (the caller's own payload, at most about 1 MiB; nil for
+// none). Start and Dial return the server from then on. A server that is
+// leaving stays so (its record says Ready false), and nil is returned.
+// Errors: runnerstate.Publish's.
+func (s *Server) Ready(meta json.RawMessage) error {
+	err := runnerstate.Publish(s.dir, runnerstate.Record{Program: s.opts.Program, Version: s.opts.Version, Endpoints: s.bound, Meta: meta})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.ready = true
+	s.mu.Unlock()
+	s.idleCheck()
+	return nil
+}
+
+// Leaving is closed when the server must go: a restart request (a
+// successor's takeover leaves one), IdleTimeout, its lock file deleted or
+// replaced, or Close. Before it closes, the record already says Ready
+// false and Leaving (Reason), so Start and Dial never return a server that
+// is going, and from then on the listeners return no connection. Then
+// finish what is in flight (Reason RestartDrain) or stop at once (the
+// others), and call Close.
+func (s *Server) Leaving() <-chan struct{} { return s.leaving }
+
+// Reason says why the server is leaving, once Leaving is closed:
+// runnerstate.RestartDrain, RestartNow, RestartLost, ReasonIdle or
+// ReasonClosed ("" before). A drain may be made stronger while it runs (a
+// request to restart now, a lost lock file): Reason then says so.
+func (s *Server) Reason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reason
+}
+
+// Busy holds off IdleTimeout while work runs with no connection open: call
+// done when it ends (once; more calls do nothing).
+func (s *Server) Busy() (done func()) {
+	s.mu.Lock()
+	s.busy++
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.busy--
+			s.mu.Unlock()
+			s.idleCheck()
+		})
+	}
+}
+
+// Close lets dir go: it leaves (Reason ReasonClosed, unless it was leaving
+// already), hands the sockets to a starter waiting at this instant (one
+// last pass), otherwise closes them, removing a unix socket file only while
+// it is still the one this server's socket is bound to; then runner.json is
+// removed and the hold released. Idempotent; safe after a lost lock file.
+// Exit promptly after it: a successor's clients wait in the sockets'
+// backlog until it is admitted, which is after this process's exit or its
+// release, whichever the takeover waits for.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.leave(ReasonClosed)
+		close(s.handStop)
+		<-s.handDone
+		s.handToSuccessors()
+		s.mu.Lock()
+		handed := s.handedOut
+		s.mu.Unlock()
+		s.closeSockets(!handed)
+		s.stopWatch()
+		<-s.watchDone
+		s.release()
+		s.log.Info("daemon: closed", "dir", s.dir, "reason", s.Reason(), "handed_over", handed)
+	})
+	return nil
+}
+
+// closeSockets closes every socket, removing its file when removeFiles.
+func (s *Server) closeSockets(removeFiles bool) {
+	for _, l := range s.lns {
+		l.halt()
+		l.Listener.Close()
+		if removeFiles {
+			l.file.remove()
+		}
+	}
+}
+
+// watch turns restart requests and a lost lock file into leaving.
+func (s *Server) watch(ctx context.Context) {
+	defer close(s.watchDone)
+	for mode := range runnerstate.WatchRestart(ctx, s.dir) {
+		s.leave(mode)
+	}
+}
+
+// strength orders reasons to leave: a stronger one replaces a weaker one.
+func strength(why string) int {
+	switch why {
+	case runnerstate.RestartDrain, ReasonIdle, ReasonClosed:
+		return 1
+	case runnerstate.RestartNow:
+		return 2
+	case runnerstate.RestartLost:
+		return 3
+	}
+	return 0
+}
+
+// leave makes the server leave for why, once; a stronger why later only
+// changes Reason.
+func (s *Server) leave(why string) {
+	s.mu.Lock()
+	if s.reason != "" {
+		if strength(why) > strength(s.reason) {
+			s.reason = why
+		}
+		s.mu.Unlock()
+		return
+	}
+	s.reason = why
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	s.mu.Unlock()
+	if why == ReasonIdle || why == ReasonClosed {
+		// Restart modes and a lost lock file are marked by WatchRestart.
+		if err := bridge.MarkLeaving(s.dir, why); err != nil {
+			s.log.Info("daemon: could not mark the server leaving", "dir", s.dir, "err", err)
+		}
+	}
+	s.log.Info("daemon: leaving", "dir", s.dir, "reason", why)
+	if why == ReasonIdle {
+		s.leaveIdle()
+		close(s.leaving)
+		close(s.handDone)
+		return
+	}
+	for _, l := range s.lns {
+		l.halt()
+	}
+	close(s.leaving)
+	if !handsOver {
+		close(s.handDone)
+		return
+	}
+	go s.handOver()
+}
+
+// leaveIdle makes the endpoints unreachable (a unix socket file is removed
+// first), lets Accept return what is already queued, and closes the sockets.
+func (s *Server) leaveIdle() {
+	for _, l := range s.lns {
+		l.file.remove()
+	}
+	var wg sync.WaitGroup
+	for _, l := range s.lns {
+		wg.Go(func() { l.drainQueue(time.Second) })
+	}
+	wg.Wait()
+	for _, l := range s.lns {
+		l.Listener.Close()
+	}
+}
+
+// handOver hands the sockets to each starter waiting for dir, from Leaving
+// until Close, waking when the directory changes.
+func (s *Server) handOver() {
+	defer close(s.handDone)
+	w := dirwatch.New(s.dir)
+	defer w.Close()
+	for {
+		s.handToSuccessors()
+		select {
+		case <-s.handStop:
+			return
+		case <-w.Changed():
+		case <-time.After(w.Interval()):
+		}
+	}
+}
+
+// handToSuccessors hands the sockets to each live starter waiting for dir,
+// or admitted after this server, that has not had them yet.
+func (s *Server) handToSuccessors() {
+	if !handsOver || s.Reason() == ReasonIdle {
+		return
+	}
+	var socks []handable
+	for _, l := range s.lns {
+		socks = append(socks, handable{offer: offer{Network: l.ep.Network, Address: l.ep.Address, Bound: l.Listener.Addr().String()}, ln: l.Listener})
+	}
+	for _, succ := range bridge.Successors(s.dir) {
+		key := succ.Rendezvous + " " + succ.Instance
+		s.mu.Lock()
+		done := s.sent[key] || succ.Rendezvous == s.rvAddr
+		s.mu.Unlock()
+		if done {
+			continue
+		}
+		if handTo(succ.Rendezvous, socks) {
+			s.mu.Lock()
+			s.sent[key], s.handedOut = true, true
+			s.mu.Unlock()
+			s.log.Info("daemon: handed the listening sockets over", "dir", s.dir, "to_pid", succ.PID)
+		}
+	}
+}
+
+// track counts a connection accepted through a listener, open.
+func (s *Server) track(c net.Conn) net.Conn {
+	s.mu.Lock()
+	s.conns++
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	s.mu.Unlock()
+	return &conn{Conn: c, s: s}
+}
+
+// untrack counts one closed.
+func (s *Server) untrack() {
+	s.mu.Lock()
+	s.conns--
+	s.mu.Unlock()
+	s.idleCheck()
+}
+
+// isLeaving reports whether the server has begun to leave.
+func (s *Server) isLeaving() bool { return s.Reason() != "" }
+
+// idleCheck starts the idle clock when the server is ready, has no
+// connection open and no Busy hold.
+func (s *Server) idleCheck() {
+	if s.opts.IdleTimeout <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ready || s.conns > 0 || s.busy > 0 || s.reason != "" {
+		return
+	}
+	if s.idle == nil {
+		s.idle = time.AfterFunc(s.opts.IdleTimeout, s.idleFired)
+		return
+	}
+	s.idle.Reset(s.opts.IdleTimeout)
+}
+
+// idleFired leaves when the server is still idle.
+func (s *Server) idleFired() {
+	s.mu.Lock()
+	idle := s.ready && s.conns == 0 && s.busy == 0 && s.reason == ""
+	s.mu.Unlock()
+	if idle {
+		go s.leave(ReasonIdle)
+	}
+}
+
+// loggerOf is the caller's logger, or one that passes only warnings to
+// slog.Default().
+func loggerOf(l *slog.Logger) *slog.Logger {
+	if l != nil {
+		return l
+	}
+	return slog.New(warnOnly{})
+}
+
+// warnOnly passes warnings and errors to slog.Default()'s handler.
+type warnOnly struct{}
+
+func (warnOnly) Enabled(ctx context.Context, level slog.Level) bool {
+	return level >= slog.LevelWarn && slog.Default().Handler().Enabled(ctx, level)
+}
+func (warnOnly) Handle(ctx context.Context, r slog.Record) error {
+	return slog.Default().Handler().Handle(ctx, r)
+}
+func (w warnOnly) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w warnOnly) WithGroup(string) slog.Handler      { return w }
