@@ -176,7 +176,6 @@ func listenerFile(ln net.Listener) (*os.File, error) {
 	return nil, errors.New("not a socket listener")
 }
 
-
 // acceptQueued accepts a connection already queued on ln, without waiting:
 // false when none is.
 func acceptQueued(ln net.Listener) (net.Conn, bool) {
