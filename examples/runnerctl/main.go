@@ -5,6 +5,7 @@
 //	runnerctl clear-stale              clear a dead runner's leftovers
 //	runnerctl wait [--timeout 30s]     wait until no runner holds the directory
 //	runnerctl start -- CMD ARGS...     make sure a runner is ready, starting CMD detached
+//	runnerctl stop [--drain|--now]     ask the server to go, and wait until it has
 //
 // Every command takes --dir (default $TMPDIR/runnerstate-demo, the demo
 // runner's) and --help. Exit codes follow the conventions operators already
@@ -40,6 +41,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/daemon"
 )
 
 // Exit codes.
@@ -65,6 +67,8 @@ commands:
   wait [--timeout D]       wait until no runner holds the directory
   start [--timeout D] [--json] -- CMD [ARGS...]
                            make sure a runner is ready, starting CMD when none is
+  stop [--drain|--now] [--timeout D]
+                           ask the server to go, and wait until it has
 
 every command takes --dir DIR (default $TMPDIR/runnerstate-demo) and --help
 ("runnerctl <command> --help" lists its flags and exit codes).
@@ -72,8 +76,9 @@ every command takes --dir DIR (default $TMPDIR/runnerstate-demo) and --help
 exit codes: 0 done (status: a runner runs; start: a runner is ready); 1 error
 (start: the runner started did not become ready); 2 usage;
 3 no runner (status, restart); 4 status cannot tell; 75 the directory is
-busy: a runner holds it (clear-stale, wait), or orphans of a previous
-runner's tree do (status).
+busy: a runner holds it (clear-stale, wait, stop), or orphans of a previous
+runner's tree do (status); 130 or 143 interrupted by SIGINT or SIGTERM
+(wait, start, stop).
 `
 
 // command is one subcommand: what it does, its exit codes, its flags.
@@ -129,6 +134,29 @@ var commands = map[string]command{
 					return negativeTimeout("wait", *timeout, stderr)
 				}
 				return wait(dir, *timeout, stdout, stderr)
+			}
+		},
+	},
+	"stop": {
+		synopsis: "stop [--dir DIR] [--drain|--now] [--timeout D]\n\nAsk the server of the directory to go (a restart request: --drain, the\ndefault, finishes what is in flight; --now stops at once) and wait until\nit has let the directory go (a successor may hold it by then). It never\nsignals.",
+		exits:    "0 the server asked has let the directory go, or none held it; 75 it still\nholds it when the timeout ends; 1 error; 2 usage; 130 or 143 interrupted\nby SIGINT or SIGTERM (the request stays: the server still goes).",
+		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {
+			drain := fs.Bool("drain", false, "finish what is in flight, then go (the default)")
+			now := fs.Bool("now", false, "go at once")
+			timeout := fs.Duration("timeout", 30*time.Second, "give up waiting after this long (0: no limit)")
+			return func(dir string, stdout, stderr io.Writer) int {
+				if *drain && *now {
+					fmt.Fprintln(stderr, "runnerctl stop: give at most one of --drain and --now")
+					return exitUsage
+				}
+				if *timeout < 0 {
+					return negativeTimeout("stop", *timeout, stderr)
+				}
+				mode := runnerstate.RestartDrain
+				if *now {
+					mode = runnerstate.RestartNow
+				}
+				return stop(dir, mode, *timeout, stdout, stderr)
 			}
 		},
 	},
@@ -407,6 +435,60 @@ func wait(dir string, timeout time.Duration, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "no runner")
 	}
 	return exitOK
+}
+
+// stop asks the server of dir to go, in mode, and waits until it has let
+// dir go (daemon.Stop).
+func stop(dir, mode string, timeout time.Duration, stdout, stderr io.Writer) int {
+	rec, held, err := runnerstate.Running(dir)
+	if err != nil {
+		fail(stderr, err)
+		return exitError
+	}
+	if !held {
+		fmt.Fprintln(stdout, "no server holds", printable(dir)+"; nothing to stop")
+		return exitOK
+	}
+	who := "the server"
+	if rec.PID != 0 {
+		who = fmt.Sprintf("the server (pid %d)", rec.PID)
+	}
+	ctx, cancel := within(timeout)
+	defer cancel()
+	interrupted := make(chan os.Signal, 1)
+	signal.Notify(interrupted, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(interrupted)
+	signalled := make(chan os.Signal, 1)
+	go func() {
+		select {
+		case s := <-interrupted:
+			signalled <- s // before the cancel that ends Stop
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	fmt.Fprintf(stdout, "asking %s to go (%s)\n", who, mode)
+	err = daemon.Stop(ctx, dir, mode)
+	var sig os.Signal
+	if err != nil {
+		select {
+		case sig = <-signalled:
+		default:
+		}
+	}
+	switch {
+	case err == nil:
+		fmt.Fprintf(stdout, "%s has let %s go\n", who, printable(dir))
+		return exitOK
+	case sig != nil:
+		fmt.Fprintf(stderr, "runnerctl stop: interrupted (%v); the request stays, and %s still goes\n", sig, who)
+		return signalExit(sig)
+	case errors.Is(err, context.DeadlineExceeded):
+		fail(stderr, err)
+		return exitBusy
+	}
+	fail(stderr, err)
+	return exitError
 }
 
 func fail(stderr io.Writer, err error) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -243,4 +244,37 @@ func TestTimeoutZeroIsNoLimitAndNegativeIsRefused(t *testing.T) {
 		assert.Equal(t, exitUsage, code, "%v", cmd)
 		assert.Contains(t, errOut, "--timeout -1s is negative", "%v", cmd)
 	}
+}
+
+// Case: stop asks the server to go and waits until it has let the directory
+// go; it exits 75 when the timeout ends first, and 0 at once when nothing
+// holds the directory.
+func TestStopWaitsForTheServerToLetGo(t *testing.T) {
+	dir := testharness.TempDir(t)
+	code, out, _ := ctl("stop", "--dir", dir)
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, out, "nothing to stop")
+
+	release, err := runnerstate.Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+	code, out, errOut := ctl("stop", "--now", "--timeout", "50ms", "--dir", dir)
+	assert.Equal(t, exitBusy, code, "%s%s", out, errOut)
+	assert.Contains(t, errOut, "has not let the directory go")
+	mode, _ := runnerstate.RestartRequested(dir)
+	assert.Equal(t, runnerstate.RestartNow, mode, "asked")
+
+	// A holder that goes when asked (the request above withdrawn first).
+	require.NoError(t, runnerstate.ClearRestart(dir))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-runnerstate.WatchRestart(ctx, dir)
+		release()
+	}()
+	code, out, errOut = ctl("stop", "--dir", dir)
+	assert.Equal(t, exitOK, code, "%s%s", out, errOut)
+	assert.Contains(t, out, "has let "+dir+" go")
+	code, _, errOut = ctl("stop", "--drain", "--now", "--dir", dir)
+	assert.Equal(t, exitUsage, code, errOut)
 }
