@@ -21,7 +21,7 @@ import (
 // it, with the binary built and its default directory (under $TMPDIR): two
 // pings at once start one server; "add 5" borrows the runner role in the
 // foreground while the server's runner stands by, then takes it back; a
-// second serve stands by until the first is asked to go, then serves.
+// second serve takes over, and pings never fail while it does.
 func TestDaemonStory(t *testing.T) {
 	daemon, tmp := buildDaemon(t), t.TempDir()
 	env := append(os.Environ(), "TMPDIR="+tmp)
@@ -96,7 +96,23 @@ func TestDaemonStory(t *testing.T) {
 	require.NoError(t, err, stderr)
 	assert.Contains(t, stdout, "pong from pid "+first+": runner serving, total 5")
 
-	// A second server stands by until the first goes.
+	// A second server (a new build, say) takes over: the first drains and
+	// hands its socket over, and pings never fail meanwhile.
+	stopPings := make(chan struct{})
+	var pingFailures []string
+	var pinger sync.WaitGroup
+	pinger.Go(func() {
+		for {
+			select {
+			case <-stopPings:
+				return
+			default:
+			}
+			if _, stderr, err := run("ping"); err != nil {
+				pingFailures = append(pingFailures, stderr)
+			}
+		}
+	})
 	secondLog := filepath.Join(t.TempDir(), "second.log")
 	logFile, err := os.Create(secondLog)
 	require.NoError(t, err)
@@ -107,9 +123,12 @@ func TestDaemonStory(t *testing.T) {
 	secondDone := make(chan error, 1)
 	go func() { secondDone <- second.Wait() }()
 	t.Cleanup(func() { second.Process.Kill(); <-secondDone })
-	waitLog(secondLog, "standing by while another runner owns the directory", 1)
-	require.NoError(t, runnerstate.RequestRestart(stack, runnerstate.RestartNow))
 	waitLog(secondLog, "serve: serving", 1)
+	waitLog(serverLog, "serve: asked to go", 1)
+	close(stopPings)
+	pinger.Wait()
+	assert.Empty(t, pingFailures, "no ping failed while the second server took over")
+	assert.Contains(t, readLog(secondLog), "handed_over=1", "the first server's socket was handed over")
 	stdout, stderr, err = run("ping")
 	require.NoError(t, err, stderr)
 	assert.Contains(t, stdout, "total 5")
@@ -125,6 +144,7 @@ func TestDaemonPingReportsAFailedStart(t *testing.T) {
 	stderr := pingFails(t, daemon, dir)
 	assert.Contains(t, stderr, "exited with status 1")
 	assert.Contains(t, stderr, "could not listen")
+	assert.Contains(t, stderr, "not a socket")
 }
 
 // TestDaemonPingSaysTheSocketPathIsTooLong: a --dir whose socket path does not
@@ -133,7 +153,7 @@ func TestDaemonPingReportsAFailedStart(t *testing.T) {
 func TestDaemonPingSaysTheSocketPathIsTooLong(t *testing.T) {
 	daemon := buildDaemon(t)
 	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
-	assert.Contains(t, pingFails(t, daemon, dir), "too long for a unix socket; use a shorter --dir")
+	assert.Contains(t, pingFails(t, daemon, dir), "a unix socket address holds")
 }
 
 // pingFails runs "daemon ping --dir dir", which must exit 1 (the server

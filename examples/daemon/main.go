@@ -1,16 +1,18 @@
 // Command daemon is one binary that is both a client and its server, as
-// Bazel, gpg-agent and tmux are, built on runnerstate:
+// Bazel, gpg-agent and tmux are, built on runnerstate's package daemon:
 //
-//	daemon ping    start "daemon serve" when no server is ready (runnerstate.Start),
-//	               then talk to it at the unix socket its record's Meta names
-//	daemon serve   own the server stack, answer on the socket, and run the runner
+//	daemon ping    connect to the server (daemon.Dial), starting "daemon serve"
+//	               when none is ready or the one that runs is an older build
+//	daemon serve   take the server's directory over (daemon.Listen), answer on
+//	               its socket, and run the runner
 //	daemon add N   add N to the total in the foreground, borrowing the runner role
 //
 // The server owns two directories under --dir (default
-// $TMPDIR/runnerstate-daemon): stack/, the server stack, which one serve at
-// a time owns (a second serve stands by until the first goes), and runner/,
-// the runner role, which its runner holds while no foreground command
-// borrows it. "add" takes the runner role with Takeover and NoSignal: the
+// $TMPDIR/runnerstate-daemon): stack/, the server's, and runner/, the
+// runner role, which its runner holds while no foreground command borrows
+// it. A second serve (a new build, say) takes the stack over: the first
+// drains, hands its listening socket over and goes, and no ping is refused
+// meanwhile. "add" takes the runner role with Takeover and NoSignal: the
 // server's runner is asked (a restart request), never signalled, lets the
 // role go and stands by (Standby) until the foreground work is done, then
 // takes it back. The server's output goes to stack/runner.log.
@@ -18,14 +20,13 @@
 // ping prints the server's pid on its last line and exits 0 after a round
 // trip; 1 when the server could not be started (printing its log tail) or
 // did not answer; 2 for a usage error. serve exits 0 when asked to stop
-// (SIGTERM, SIGINT, or a restart request on its stack:
-// runnerctl restart --now --dir DIR/stack).
+// (SIGTERM, SIGINT, or runnerctl stop --dir DIR/stack) or when a newer
+// server took over, and 75 when it stepped aside for a newer one.
 package main
 
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -43,6 +44,7 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/daemon"
 )
 
 const (
@@ -101,7 +103,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		rest, args = append(rest, fs.Arg(0)), fs.Args()[1:]
 	}
-	d := daemon{stack: filepath.Join(*dir, "stack"), role: filepath.Join(*dir, "runner"), wait: *wait, stdout: stdout, stderr: stderr}
+	d := app{stack: filepath.Join(*dir, "stack"), role: filepath.Join(*dir, "runner"), wait: *wait, stdout: stdout, stderr: stderr}
 	switch {
 	case name == "ping" && len(rest) == 0:
 		return d.ping()
@@ -122,10 +124,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitUsage
 }
 
-// maxSocketPath is the longest path a unix socket may be bound at: sun_path
-// holds 108 bytes on Linux (104 on macOS and the BSDs), ending in a NUL.
-// Longer, bind fails with EINVAL, which names no cause.
-const maxSocketPath = 103
+// program and version are what the server publishes and the client
+// compares: a ping of a newer build replaces an older server once.
+const program = "runnerstate-daemon-example"
+
+var version = "v1.0.0" // go build -ldflags "-X main.version=v1.1.0"
 
 // isNumber reports whether arg is a whole number, such as -3.
 func isNumber(arg string) bool {
@@ -133,20 +136,15 @@ func isNumber(arg string) bool {
 	return err == nil
 }
 
-type daemon struct {
+type app struct {
 	stack, role    string // the server stack's directory, and the runner role's
 	wait           time.Duration
 	stdout, stderr io.Writer
 }
 
-// meta is what the server publishes in its record: where to reach it.
-type meta struct {
-	Socket string `json:"socket"`
-}
-
-// ping makes sure a server is ready, starting one when none is, and asks it
-// how it is.
-func (d daemon) ping() int {
+// ping connects to the server, starting one when none is ready, and asks
+// it how it is.
+func (d app) ping() int {
 	ctx, cancel := context.WithTimeout(context.Background(), d.wait)
 	defer cancel()
 	self, err := os.Executable()
@@ -154,110 +152,67 @@ func (d daemon) ping() int {
 		fmt.Fprintln(d.stderr, "daemon ping:", err)
 		return exitError
 	}
-	cmd := exec.Command(self, "serve", "--dir", filepath.Dir(d.stack))
-	rec, err := runnerstate.Start(ctx, d.stack, cmd, runnerstate.StartOptions{
-		Accept: func(r runnerstate.Record) bool {
-			var m meta
-			return json.Unmarshal(r.Meta, &m) == nil && m.Socket != ""
-		},
-	})
-	var se *runnerstate.StartError
-	if errors.As(err, &se) {
+	serve := exec.Command(self, "serve", "--dir", filepath.Dir(d.stack))
+	conn, rec, err := daemon.Dial(ctx, d.stack, serve, daemon.DialOptions{Program: program, Version: version})
+	if err != nil {
 		fmt.Fprintln(d.stderr, "daemon ping:", err)
-		if se.LogTail != "" {
+		var se *runnerstate.StartError
+		if errors.As(err, &se) && se.LogTail != "" {
 			fmt.Fprintf(d.stderr, "last lines of %s:\n%s", se.Log, se.LogTail)
 		}
 		return exitError
-	}
-	if err != nil {
-		fmt.Fprintln(d.stderr, "daemon ping:", err)
-		return exitError
-	}
-	var m meta
-	json.Unmarshal(rec.Meta, &m)
-	answer, err := roundTrip(ctx, m.Socket, "ping")
-	if err != nil {
-		fmt.Fprintf(d.stderr, "daemon ping: the server (pid %d) did not answer at %s: %v\n", rec.PID, m.Socket, err)
-		return exitError
-	}
-	fmt.Fprintln(d.stdout, answer)
-	fmt.Fprintln(d.stdout, rec.PID)
-	return exitOK
-}
-
-// roundTrip sends one line to the server at socket and returns its answer.
-func roundTrip(ctx context.Context, socket, line string) (string, error) {
-	var dialer net.Dialer
-	conn, err := dialer.DialContext(ctx, "unix", socket)
-	if err != nil {
-		return "", err
 	}
 	defer conn.Close()
 	if deadline, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(deadline)
 	}
-	if _, err := fmt.Fprintln(conn, line); err != nil {
-		return "", err
-	}
+	fmt.Fprintln(conn, "ping")
 	answer, err := bufio.NewReader(conn).ReadString('\n')
-	return strings.TrimSpace(answer), err
+	if err != nil {
+		fmt.Fprintf(d.stderr, "daemon ping: the server (pid %d) did not answer: %v\n", rec.PID, err)
+		return exitError
+	}
+	fmt.Fprintln(d.stdout, strings.TrimSpace(answer))
+	fmt.Fprintln(d.stdout, rec.PID)
+	return exitOK
 }
 
-// serve owns the stack: it stands by while another server owns it, takes
-// it, answers on its socket, and runs the runner until it is asked to stop.
-func (d daemon) serve() int {
+// serve takes the stack over, answers on its socket, and runs the runner
+// until it is asked to go.
+func (d app) serve() int {
 	log := slog.New(slog.NewTextHandler(d.stderr, nil)).With("server", os.Getpid())
 	runnerstate.SetLogger(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	var release func()
-	for release == nil {
-		if _, err := runnerstate.Standby(ctx, d.stack, runnerstate.StandbyOptions{Logger: log}); err != nil {
-			log.Info("serve: stopped while standing by", "err", err)
-			return exitOK
-		}
-		r, err := runnerstate.Takeover(ctx, d.stack, runnerstate.TakeoverOptions{NoSignal: true, Logger: log})
-		switch {
-		case errors.Is(err, runnerstate.ErrSuperseded), errors.Is(err, runnerstate.ErrBusy) && ctx.Err() == nil:
-			continue // a newer server won, or another came first: stand by again
-		case err != nil:
-			log.Error("serve: could not take the stack", "err", err)
-			return exitError
-		}
-		release = r
-	}
-	defer release()
-	socket := filepath.Join(d.stack, "daemon.sock")
-	if len(socket) > maxSocketPath {
-		log.Error("serve: the socket's path is too long for a unix socket; use a shorter --dir",
-			"socket", socket, "bytes", len(socket), "max", maxSocketPath)
+	listenCtx, cancel := context.WithTimeout(ctx, d.wait)
+	srv, err := daemon.Listen(listenCtx, d.stack, daemon.Options{Program: program, Version: version,
+		Endpoints: []runnerstate.Endpoint{{Network: "unix", Address: "daemon.sock"}}, Logger: log})
+	cancel()
+	switch {
+	case errors.Is(err, runnerstate.ErrSuperseded):
+		log.Info("serve: a newer server came; stepping aside", "err", err)
+		return runnerstate.ExitBusy
+	case err != nil:
+		log.Error("serve: could not listen", "err", err)
 		return exitError
 	}
-	os.Remove(socket) // a previous server's, which only the stack's holder may remove
-	ln, err := net.Listen("unix", socket)
-	if err != nil {
-		log.Error("serve: could not listen", "socket", socket, "err", err)
-		return exitError
-	}
-	defer ln.Close()
+	defer srv.Close()
 	r := &runnerRole{tried: make(chan struct{}), stopped: make(chan struct{})}
 	go r.run(ctx, d.role, log)
 	select { // publish once the runner has its role, or knows who has it
 	case <-r.tried:
 	case <-ctx.Done():
 	}
-	go func() { <-ctx.Done(); ln.Close() }()
-	go d.answer(ln, r)
-	m, _ := json.Marshal(meta{Socket: socket})
-	if err := runnerstate.Publish(d.stack, runnerstate.Record{Meta: m}); err != nil {
+	go d.answer(srv.Listeners()[0], r)
+	if err := srv.Ready(nil); err != nil {
 		log.Error("serve: could not publish", "err", err)
 		return exitError
 	}
-	log.Info("serve: serving", "socket", socket)
+	log.Info("serve: serving", "version", version)
 	select {
 	case <-ctx.Done():
-	case mode := <-runnerstate.WatchRestart(ctx, d.stack):
-		log.Info("serve: asked to stop", "mode", mode)
+	case <-srv.Leaving():
+		log.Info("serve: asked to go", "reason", srv.Reason())
 	}
 	stop()
 	<-r.done()
@@ -266,7 +221,7 @@ func (d daemon) serve() int {
 
 // answer answers each connection's lines: "ping" gets
 // "pong from pid P: runner serving|standing by, total T".
-func (d daemon) answer(ln net.Listener, r *runnerRole) {
+func (d app) answer(ln net.Listener, r *runnerRole) {
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
@@ -335,7 +290,7 @@ func (r *runnerRole) run(ctx context.Context, dir string, log *slog.Logger) {
 }
 
 // add borrows the runner role in the foreground and adds n to the total.
-func (d daemon) add(n int) int {
+func (d app) add(n int) int {
 	// The takeover's steps (it asks the server's runner, never signals it)
 	// are the server's to log, not this command's: with no logger set, the
 	// library says nothing of them.
