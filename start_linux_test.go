@@ -83,7 +83,7 @@ func roleStartedRunner(dir string) int {
 		return 1
 	}
 	fmt.Println("started", os.Getpid())
-	startWitness("spawned", os.Getenv("RUNNERSTATE_START_ATTEMPT"), Self())
+	startWitness("spawned", startup.StartedAttempt(), Self())
 	if report := os.Getenv(envStartReport); report != "" {
 		writeStartReport(report)
 	}

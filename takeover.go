@@ -848,9 +848,14 @@ const (
 //     starting cmd, Start marks every descriptor of the calling process
 //     above stderr close-on-exec, under syscall.ForkLock (ExtraFiles are
 //     not affected). Start sets cmd.Env, cmd.ExtraFiles, cmd.SysProcAttr,
-//     cmd.Stdout and cmd.Stderr, as [docs/operations.md] lists. The caller
-//     must not call cmd.Wait: the package reaps the process, and no zombie
-//     is left.
+//     cmd.Stdout and cmd.Stderr, as [docs/operations.md] lists; it leaves
+//     cmd.Dir, and the process keeps the caller's working directory (or
+//     cmd.Dir) and umask. The RUNNERSTATE_ variables Start adds are read
+//     by this package in the started process when it is loaded, and
+//     removed from that process's environment then, so that none reaches
+//     the runner's own children (a runner that does not use this package
+//     unsets them itself). The caller must not call cmd.Wait: the package
+//     reaps the process, and no zombie is left.
 //   - The started process takes dir itself, with Takeover (or Acquire) and
 //     Publish, like any runner: Start lends it no lock. cmd runs the runner
 //     itself (a shell may exec it): a command that forks the runner and

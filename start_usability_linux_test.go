@@ -1,0 +1,126 @@
+//go:build linux
+
+package runnerstate
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/runnerstate/runnerstate/internal/startup"
+	"github.com/runnerstate/runnerstate/internal/testharness"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// What a client of Start meets once it builds something real, each with
+// real processes, as in start_linux_test.go.
+
+func init() { roles["env-runner"] = roleEnvRunner }
+
+// envReportName is the file an env-runner writes what its child finds.
+const envReportName = "env-report"
+
+// env-runner: append its pid to spawns, Takeover dir, then write into
+// env-report the environment a child of it finds (env(1), one variable a
+// line), then "cwd <dir>", "umask <octal>" and "attempt <n>" (the attempt
+// that started it, as the package read it) of its own; Publish, and run
+// until a restart request.
+func roleEnvRunner(dir string) int {
+	self, _ := json.Marshal(Self())
+	if err := AppendLine(dir, spawnsName, string(self)); err != nil {
+		fmt.Fprintln(os.Stderr, "append:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), childWait)
+	defer cancel()
+	release, err := Takeover(ctx, dir, TakeoverOptions{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "takeover:", err)
+		return 1
+	}
+	defer release()
+	env, err := exec.Command("env").Output()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "env:", err)
+		return 1
+	}
+	cwd, _ := os.Getwd()
+	report := fmt.Sprintf("%scwd %s\numask %s\nattempt %d\n", env, cwd, ownUmask(), startup.StartedAttempt())
+	if err := os.WriteFile(filepath.Join(dir, envReportName), []byte(report), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		return 1
+	}
+	if err := Publish(dir, Record{}); err != nil {
+		fmt.Fprintln(os.Stderr, "publish:", err)
+		return 1
+	}
+	<-WatchRestart(context.Background(), dir)
+	return 0
+}
+
+// ownUmask is this process's umask, in octal, as /proc/self/status says it.
+func ownUmask() string {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "Umask:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// Item 10: the RUNNERSTATE_ variables Start adds reach the runner, which
+// reads them, and never its own children; the runner keeps the caller's
+// working directory and umask.
+func TestStartVariablesDoNotReachTheRunnersChildren(t *testing.T) {
+	captureLog(t)
+	dir := startDir(t)
+	cmd := roleCommand(dir, "env-runner")
+	callers := map[string]bool{} // the caller's own RUNNERSTATE_ variables are passed on
+	for _, kv := range cmd.Env {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "RUNNERSTATE_") {
+			callers[name] = true
+		}
+	}
+	old := syscall.Umask(0o027)
+	_, err := Start(background(t), dir, cmd, StartOptions{})
+	syscall.Umask(old)
+	require.NoError(t, err)
+	data, err := os.ReadFile(filepath.Join(dir, envReportName))
+	require.NoError(t, err)
+	cwd, err := os.Getwd()
+	require.NoError(t, err)
+	var leaked []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if name, _, _ := strings.Cut(line, "="); strings.HasPrefix(name, "RUNNERSTATE_") && !callers[name] {
+			leaked = append(leaked, line)
+		}
+	}
+	assert.Empty(t, leaked, "variables Start added reached the runner's child")
+	assert.Contains(t, string(data), "\ncwd "+cwd+"\n", "the caller's working directory")
+	assert.Contains(t, string(data), "\numask 0027\n", "the caller's umask")
+	a, ok := readAttempt(dir)
+	require.True(t, ok)
+	assert.Contains(t, string(data), fmt.Sprintf("\nattempt %d\n", a.Seq), "the runner itself learns its attempt, from the package")
+	require.NoError(t, RequestRestart(dir, RestartNow))
+}
+
+// roleCommand is the command that plays role in dir, for Start.
+func roleCommand(dir, role string) *exec.Cmd {
+	cmd := testharness.Command(dir)
+	cmd.Env = append(os.Environ(), testharness.RoleEnv+"="+role, "GORACE=atexit_sleep_ms=0")
+	return cmd
+}
