@@ -124,3 +124,42 @@ func roleCommand(dir, role string) *exec.Cmd {
 	cmd.Env = append(os.Environ(), testharness.RoleEnv+"="+role, "GORACE=atexit_sleep_ms=0")
 	return cmd
 }
+
+// Item 5: the error a failed start returns carries the last line its
+// process wrote, so the cause is seen without opening the log.
+func TestStartErrorSaysTheLastLine(t *testing.T) {
+	captureLog(t)
+	dir := tempDir(t)
+	cmd := exec.Command("sh", "-c", `echo starting; echo "listen unix /x/idx.sock: bind: invalid argument" >&2; echo; exit 1`)
+	_, err := Start(background(t), dir, cmd, StartOptions{})
+	var se *StartError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, 1, se.ExitCode)
+	assert.Contains(t, err.Error(), "listen unix /x/idx.sock: bind: invalid argument")
+	assert.NotContains(t, err.Error(), "starting", "the last line only")
+	assert.Contains(t, err.Error(), filepath.Join(dir, logName))
+}
+
+// Item 5, the line: the last non-empty line of the tail, cut to about 200
+// characters keeping its beginning and its end, printable.
+func TestStartErrorLastLine(t *testing.T) {
+	long := "panic: " + strings.Repeat("x", 300) + ": bind: invalid argument"
+	for _, tc := range []struct{ tail, want string }{
+		{"", ""},
+		{"\n\n", ""},
+		{"first\nlast\n", "last"},
+		{"first\nlast\r\n\n  \n", "last"},
+		{"no newline", "no newline"},
+		{"a\x1b[31mred\n", `a\x1b[31mred`},
+	} {
+		assert.Equal(t, tc.want, lastLogLine(tc.tail), "%q", tc.tail)
+	}
+	got := lastLogLine("before\n" + long + "\n")
+	assert.LessOrEqual(t, len([]rune(got)), 210)
+	assert.True(t, strings.HasPrefix(got, "panic: xxx"), got)
+	assert.True(t, strings.HasSuffix(got, ": bind: invalid argument"), got)
+	assert.Contains(t, got, "…")
+	e := &StartError{Dir: "/d", PID: 5, ExitCode: 1, Log: "/d/runner.log", LogTail: "x\n" + long}
+	assert.Contains(t, e.Error(), ": bind: invalid argument")
+	assert.LessOrEqual(t, len(e.Error()), 400)
+}

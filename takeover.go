@@ -9,9 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/runnerstate/runnerstate/internal/await"
 	"github.com/runnerstate/runnerstate/internal/durable"
@@ -776,7 +778,8 @@ type StartError struct {
 	Err      error  // why: the exec error, the exit error, or ctx.Err()
 }
 
-// Error names the directory, the pid, the exit status and the log file.
+// Error names the directory, the pid, the exit status and the log file,
+// and quotes the last line of LogTail, cut to about 200 characters.
 func (e *StartError) Error() string {
 	var b strings.Builder
 	b.WriteString("runnerstate: start the runner of ")
@@ -804,7 +807,41 @@ func (e *StartError) Error() string {
 		b.WriteString("; its output is in ")
 		b.WriteString(e.Log)
 	}
+	if line := lastLogLine(e.LogTail); line != "" {
+		// The cause is most often there (a server's "bind: invalid
+		// argument"): seen without opening the log.
+		b.WriteString(", ending: ")
+		b.WriteString(line)
+	}
 	return b.String()
+}
+
+// maxLogLine bounds, in characters, the line of the log an error quotes.
+const maxLogLine = 200
+
+// lastLogLine is the last non-empty line of tail, quoted where it is not
+// printable (a log is the runner's, and may hold escape sequences), and cut
+// in the middle to about maxLogLine characters: its beginning names what
+// failed, and its end, in Go's "op: cause" errors, the cause.
+func lastLogLine(tail string) string {
+	tail = strings.TrimRight(tail, " \t\r\n")
+	if i := strings.LastIndexByte(tail, '\n'); i >= 0 {
+		tail = tail[i+1:]
+	}
+	var esc strings.Builder
+	for _, r := range strings.TrimSpace(tail) { // a byte that is not UTF-8 is read as U+FFFD
+		if unicode.IsPrint(r) {
+			esc.WriteRune(r)
+		} else {
+			q := strconv.QuoteRune(r)
+			esc.WriteString(q[1 : len(q)-1])
+		}
+	}
+	line := esc.String()
+	if r := []rune(line); len(r) > maxLogLine {
+		line = string(r[:maxLogLine/2]) + "…" + string(r[len(r)-maxLogLine/2:])
+	}
+	return line
 }
 
 // Is reports true for ErrStartFailed.
