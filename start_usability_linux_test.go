@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -162,4 +163,28 @@ func TestStartErrorLastLine(t *testing.T) {
 	e := &StartError{Dir: "/d", PID: 5, ExitCode: 1, Log: "/d/runner.log", LogTail: "x\n" + long}
 	assert.Contains(t, e.Error(), ": bind: invalid argument")
 	assert.LessOrEqual(t, len(e.Error()), 400)
+}
+
+// Item 7: Accept is asked once per distinct record the call sees: here the
+// old runner, refused, and the new one, refused too.
+func TestStartAsksAcceptOncePerRecord(t *testing.T) {
+	captureLog(t)
+	dir := startDir(t)
+	old, err := Start(background(t), dir, startedRunner(dir, "ready", envStartMeta+"=v1"), StartOptions{})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	asked := map[int]int{}
+	refuse := func(r Record) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		asked[r.PID]++
+		return false
+	}
+	_, err = Start(background(t), dir, startedRunner(dir, "ready", envStartMeta+"=v2"), StartOptions{Accept: refuse})
+	var se *StartError
+	require.ErrorAs(t, err, &se)
+	require.ErrorIs(t, err, startup.ErrRefused)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, map[int]int{old.PID: 1, se.PID: 1}, asked, "asked once for each record")
 }

@@ -2,6 +2,7 @@ package runnerstate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -745,6 +746,13 @@ type StartOptions struct {
 	// example, its Meta names this client's version). nil accepts any ready
 	// runner. A ready runner that Accept refuses is replaced: Start starts
 	// cmd, and the new runner's own Takeover asks the old one to go.
+	//
+	// One Start call asks Accept once per distinct record it sees, from the
+	// goroutine that called Start: two records are distinct when they name
+	// another holder (Process) or differ in any field (as their JSON
+	// encodings compare), so the answer for a record is remembered while
+	// the call waits, and a runner that publishes a changed record is asked
+	// about again. Accept is never asked of a record that is not ready.
 	Accept func(Record) bool
 	// Log is the file the started process's stdout and stderr are appended to
 	// when cmd.Stdout and cmd.Stderr are nil. Default: <dir>/runner.log (0600).
@@ -940,10 +948,7 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 	if cmd.Process != nil {
 		return Record{}, errorf("Start %s: the command %s has been started already; pass a new exec.Cmd", dir, cmd.Path)
 	}
-	accept := opts.Accept
-	if accept == nil {
-		accept = func(Record) bool { return true }
-	}
+	accept := acceptOnce(opts.Accept)
 	if err := filelock.Judge(filepath.Join(dir, LockName)); err != nil {
 		return Record{}, public(err) // nothing started, nothing created
 	}
@@ -983,6 +988,30 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 		return rec, &StartError{Dir: abs, PID: f.PID, ExitCode: f.ExitCode, Log: f.Log, LogTail: f.LogTail, Err: whyNotReady(dir, f)}
 	}
 	return rec, err
+}
+
+// acceptOnce is accept (nil: accept all) asked at most once per distinct
+// record: records are the same when their JSON encodings are, holder
+// identity and content, so that a call that looks at the same runner.json
+// again and again while it waits asks once, and asks again only when the
+// record changed. A Start call asks from its own goroutine only.
+func acceptOnce(accept func(Record) bool) func(Record) bool {
+	if accept == nil {
+		return func(Record) bool { return true }
+	}
+	answers := map[string]bool{}
+	return func(rec Record) bool {
+		key, err := json.Marshal(rec)
+		if err != nil {
+			return accept(rec)
+		}
+		ok, asked := answers[string(key)]
+		if !asked {
+			ok = accept(rec)
+			answers[string(key)] = ok
+		}
+		return ok
+	}
 }
 
 // whyNotReady is f's reason, with the cause when a runner that still runs
