@@ -1110,8 +1110,8 @@ func TestStartSaysTheRecordCannotBeRead(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, first.PID, se.PID, "the runner that runs is named")
-	assert.Contains(t, err.Error(), "the runner's record cannot be read")
-	assert.Contains(t, err.Error(), "runnerctl restart --now --dir "+dir)
+	assert.Contains(t, err.Error(), "the runner's record "+filepath.Join(dir, RecordName)+" cannot be read")
+	assert.Contains(t, err.Error(), "RequestRestart(dir, RestartNow)")
 	assert.Len(t, spawns(t, dir), 1, "nothing else was started")
 }
 

@@ -10,10 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/runnerstate/runnerstate/internal/startup"
 	"github.com/runnerstate/runnerstate/internal/testharness"
@@ -124,6 +126,71 @@ func roleCommand(dir, role string) *exec.Cmd {
 	cmd := testharness.Command(dir)
 	cmd.Env = append(os.Environ(), testharness.RoleEnv+"="+role, "GORACE=atexit_sleep_ms=0")
 	return cmd
+}
+
+// Item 4: a record that cannot be read under a verified holder makes Start
+// return within about a second (here: well before a 20 s context) with an
+// error that names the file, the holder's pid, and what the caller's
+// program can do; nothing else is started.
+func TestStartReturnsSoonOnAnUnreadableRecord(t *testing.T) {
+	captureLog(t)
+	dir := startDir(t)
+	first, err := Start(background(t), dir, startedRunner(dir, "ready"), StartOptions{})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, RecordName), []byte("{not json"), 0o644))
+	ctx, cancel := context.WithTimeout(background(t), 20*time.Second)
+	defer cancel()
+	began := time.Now()
+	_, err = Start(ctx, dir, startedRunner(dir, "ready"), StartOptions{})
+	took := time.Since(began)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller's whole context was waited out")
+	assert.Less(t, took, 10*time.Second)
+	var se *StartError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, first.PID, se.PID, "the holder is named")
+	assert.Contains(t, err.Error(), filepath.Join(dir, RecordName))
+	assert.Contains(t, err.Error(), "pid "+strconv.Itoa(first.PID))
+	assert.Contains(t, err.Error(), "RequestRestart(dir, RestartNow)")
+	assert.NotContains(t, err.Error(), "runnerctl", "a tool the caller's program does not have")
+	assert.Len(t, spawns(t, dir), 1, "nothing else was started")
+}
+
+// Item 4, the bound: only a record that stays unreadable under the same
+// verified holder for recordUnreadableFor fails a Start; a momentary
+// unreadable read (a file being replaced), a readable or absent record, or
+// another holder starts the count again.
+func TestUnreadableRecordBound(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := Identity{PID: 10, Instance: "a", StartTicks: 1}
+	b := Identity{PID: 11, Instance: "b", StartTicks: 2}
+	type seen struct {
+		after    time.Duration
+		holder   Identity
+		corrupt  bool
+		verified bool
+	}
+	for _, tc := range []struct {
+		name  string
+		looks []seen
+		fails bool
+	}{
+		{"one unreadable look", []seen{{0, a, true, true}}, false},
+		{"unreadable for the bound", []seen{{0, a, true, true}, {500 * time.Millisecond, a, true, true}, {recordUnreadableFor, a, true, true}}, true},
+		{"unreadable, then not, then again", []seen{{0, a, true, true}, {600 * time.Millisecond, a, false, true}, {700 * time.Millisecond, a, true, true}, {recordUnreadableFor + 100*time.Millisecond, a, true, true}}, false},
+		{"another holder", []seen{{0, a, true, true}, {recordUnreadableFor, b, true, true}}, false},
+		{"the holder not verified", []seen{{0, a, true, false}, {recordUnreadableFor, a, true, false}, {2 * recordUnreadableFor, a, true, false}}, false},
+		{"verified again after not", []seen{{0, a, true, false}, {recordUnreadableFor, a, true, true}, {2 * recordUnreadableFor, a, true, true}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var u unreadableSince
+			fails := false
+			for _, s := range tc.looks {
+				fails = u.still(s.holder, s.corrupt && s.verified, t0.Add(s.after))
+			}
+			assert.Equal(t, tc.fails, fails)
+		})
+	}
 }
 
 // Item 5: the error a failed start returns carries the last line its

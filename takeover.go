@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -907,7 +908,11 @@ const (
 //     exits has exited before it was ready. Its Publish makes Start return
 //     within milliseconds. There is no start-up timeout: ctx is the only
 //     bound. A holder that is held but cannot be verified, or never
-//     publishes, is starting: Start waits for it until ctx ends.
+//     publishes, is starting: Start waits for it until ctx ends. A verified
+//     holder whose runner.json cannot be read is not: once every look for
+//     about a second has found it so under that holder (a record being
+//     replaced is unreadable for a moment at most), Start returns a
+//     *StartError naming the holder's pid and the file, and what to do.
 //   - A started process that exits before it is ready: a *StartError with
 //     its exit status and the tail of its log, at once; nothing is left
 //     held in dir (start.lock and the log stay).
@@ -981,7 +986,7 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 	} else if cmd.Stdout != nil && cmd.Stderr != nil {
 		opts.Log = ""
 	}
-	c := &startup.Call[Record]{Dir: dir, Abs: abs, Protocol: startFiles{dir: dir, log: opts.Logger}, Looks: &startLooks,
+	c := &startup.Call[Record]{Dir: dir, Abs: abs, Protocol: startFiles{dir: dir, log: opts.Logger, unreadable: &unreadableSince{}}, Looks: &startLooks,
 		Cmd: cmd, Log: opts.Log, Accept: accept, Since: since}
 	rec, err := c.Run(ctx)
 	if f, ok := err.(*startup.Failure); ok {
@@ -1015,16 +1020,74 @@ func acceptOnce(accept func(Record) bool) func(Record) bool {
 }
 
 // whyNotReady is f's reason, with the cause when a runner that still runs
-// could not be known ready because its record cannot be read: it stays so
-// until that runner publishes again.
+// could not be known ready because its record cannot be read (a context
+// that ended before recordUnreadableFor did).
 func whyNotReady(dir string, f *startup.Failure) error {
 	if f.ExitCode >= 0 || !errors.Is(f.Err, context.Canceled) && !errors.Is(f.Err, context.DeadlineExceeded) {
 		return f.Err
 	}
 	if _, state, err := readRecord(dir); state == fileCorrupt {
-		return fmt.Errorf("%w; the runner's record cannot be read (%v), so it cannot be known ready until it publishes again: restart it (runnerctl restart --now --dir %s), or see runnerctl status", f.Err, err, dir)
+		return fmt.Errorf("%w; %w", f.Err, recordUnreadableWhy(dir, err))
 	}
 	return f.Err
+}
+
+// recordUnreadableFor is how long runner.json may stay unreadable under
+// one verified holder before Start stops waiting for that holder to be
+// ready. A record being replaced is unreadable for a moment at most (a
+// rename over it is atomic; on Windows it may not be opened while it is
+// renamed), while one that stays so leaves its runner never known ready,
+// and the caller's context, maybe with no deadline, would be waited out.
+const recordUnreadableFor = time.Second
+
+// unreadableSince follows, for one Start call, since when each look has
+// found runner.json unreadable under the same verified holder.
+type unreadableSince struct {
+	holder Identity
+	since  time.Time // zero: the last look found nothing wrong
+}
+
+// still takes one look, at now: unreadable says that runner.json could not
+// be read while holder, verified, held the directory. It reports whether
+// every look has found so, under that holder, for recordUnreadableFor.
+func (u *unreadableSince) still(holder Identity, unreadable bool, now time.Time) bool {
+	switch {
+	case !unreadable:
+		*u = unreadableSince{}
+		return false
+	case u.since.IsZero() || !sameProcess(u.holder, holder):
+		u.holder, u.since = holder, now
+	}
+	return now.Sub(u.since) >= recordUnreadableFor
+}
+
+// unreadableUnder is the verified holder of dir and why its runner.json
+// cannot be read; a nil error when it can, when it is absent, or when no
+// holder is verified (one that cannot be verified is starting).
+func unreadableUnder(dir string) (Identity, error) {
+	_, state, why := readRecord(dir)
+	if state != fileCorrupt {
+		return Identity{}, nil
+	}
+	if st := inspectRunner(dir); st.err == nil && st.occupancy().verified() {
+		return st.holder, why
+	}
+	return Identity{}, nil
+}
+
+// recordUnreadableWhy says that dir's runner.json cannot be read (why, which
+// it wraps), so its runner cannot be known ready, and what the caller's
+// program can do.
+func recordUnreadableWhy(dir string, why error) error {
+	path := filepath.Join(dir, RecordName)
+	cause := why
+	if pe, ok := why.(*fs.PathError); ok && pe.Path == path {
+		cause = pe.Err // the path is said once
+	}
+	if unusablePath(why) {
+		return fmt.Errorf("the runner's record %s cannot be read (%w), so it cannot be known ready: move %s away, then ask the runner to go (RequestRestart(dir, RestartNow)) and Start again", path, cause, path)
+	}
+	return fmt.Errorf("the runner's record %s cannot be read (%w), so it cannot be known ready until it publishes again (Publish): ask it to go (RequestRestart(dir, RestartNow)) and Start again, or see Status", path, cause)
 }
 
 // checkStartInput refuses what Start can tell is wrong before it creates
@@ -1100,11 +1163,30 @@ var startLooks startup.Looks[Record]
 // (startup.Protocol): Running's answer, start.json, start.lock, the log,
 // and this package's words for what happened.
 type startFiles struct {
-	dir string
-	log *slog.Logger // the call's
+	dir        string
+	log        *slog.Logger     // the call's
+	unreadable *unreadableSince // the call's looks at an unreadable record (nil: not followed)
 }
 
-func (d startFiles) Probe() (Record, bool, bool, error) { return probeStart(d.dir) }
+// Probe is probeStart, and the call's bound on a holder whose record
+// cannot be read: once every look for recordUnreadableFor has found it so,
+// under the same verified holder, a *startup.Failure naming that holder,
+// the file and what to do, instead of a wait until ctx ends.
+func (d startFiles) Probe() (Record, bool, bool, error) {
+	rec, held, ready, err := probeStart(d.dir)
+	if d.unreadable == nil || err != nil {
+		return rec, held, ready, err
+	}
+	var holder Identity
+	var why error
+	if held && !ready {
+		holder, why = unreadableUnder(d.dir)
+	}
+	if d.unreadable.still(holder, why != nil, time.Now()) {
+		err = &startup.Failure{PID: holder.PID, ExitCode: -1, Err: recordUnreadableWhy(d.dir, why)}
+	}
+	return rec, held, ready, err
+}
 
 func (d startFiles) Clone(rec Record) Record {
 	rec.Specs = slices.Clone(rec.Specs)
