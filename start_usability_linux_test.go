@@ -255,3 +255,83 @@ func TestStartAsksAcceptOncePerRecord(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, map[int]int{old.PID: 1, se.PID: 1}, asked, "asked once for each record")
 }
+
+// Item 9: Start rotates a log over LogMaxBytes before it appends: Log →
+// Log.1 → Log.2 → Log.3, the oldest dropped (here a symlink, replaced as a
+// name, its target untouched); once per attempt however many callers share
+// it.
+func TestStartRotatesTheLog(t *testing.T) {
+	captureLog(t)
+	dir := startDir(t)
+	log := filepath.Join(dir, logName)
+	big := strings.Repeat("old line\n", 200) // 1800 bytes
+	require.NoError(t, os.WriteFile(log, []byte(big), 0o600))
+	require.NoError(t, os.WriteFile(log+".1", []byte("one\n"), 0o600))
+	require.NoError(t, os.WriteFile(log+".2", []byte("two\n"), 0o600))
+	outside := filepath.Join(tempDir(t), "outside")
+	require.NoError(t, os.WriteFile(outside, []byte("not a log\n"), 0o600))
+	require.NoError(t, os.Symlink(outside, log+".3"))
+
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = Start(background(t), dir, startedRunner(dir, "ready"), StartOptions{LogMaxBytes: 1000})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, spawns(t, dir), 1)
+	read := func(name string) string {
+		data, err := os.ReadFile(name)
+		require.NoError(t, err)
+		return string(data)
+	}
+	assert.True(t, read(log+".1") == big, "the log over the bound is Log.1")
+	assert.Equal(t, "one\n", read(log+".2"))
+	fi, err := os.Lstat(log + ".3")
+	require.NoError(t, err)
+	assert.True(t, fi.Mode().IsRegular(), "the symlink at Log.3 was replaced, not followed")
+	assert.Equal(t, "two\n", read(log+".3"))
+	assert.Equal(t, "not a log\n", read(outside), "a symlink's target is never written")
+	_, err = os.Lstat(log + ".4")
+	assert.ErrorIs(t, err, os.ErrNotExist, "three are kept")
+	assert.Contains(t, read(log), "started ", "the new runner's output")
+	assert.NotContains(t, read(log), "old line")
+	require.NoError(t, RequestRestart(dir, RestartNow))
+	eventually(t, "the runner goes", func() bool { _, held, _ := Running(dir); return !held })
+
+	t.Run("under the bound, or never", func(t *testing.T) {
+		for _, max := range []int64{0, -1} {
+			dir := startDir(t)
+			log := filepath.Join(dir, logName)
+			require.NoError(t, os.WriteFile(log, []byte(big), 0o600))
+			_, err := Start(background(t), dir, startedRunner(dir, "ready"), StartOptions{LogMaxBytes: max})
+			require.NoError(t, err)
+			_, err = os.Lstat(log + ".1")
+			assert.ErrorIs(t, err, os.ErrNotExist, "LogMaxBytes %d: not rotated", max)
+			assert.True(t, strings.HasPrefix(read(log), big), "appended to")
+			require.NoError(t, RequestRestart(dir, RestartNow))
+		}
+	})
+
+	t.Run("the caller's own streams", func(t *testing.T) {
+		dir := startDir(t)
+		log := filepath.Join(dir, logName)
+		require.NoError(t, os.WriteFile(log, []byte(big), 0o600))
+		out, err := os.OpenFile(filepath.Join(dir, "own.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		require.NoError(t, err)
+		defer out.Close()
+		cmd := startedRunner(dir, "ready")
+		cmd.Stdout, cmd.Stderr = out, out
+		_, err = Start(background(t), dir, cmd, StartOptions{LogMaxBytes: 1000})
+		require.NoError(t, err)
+		_, err = os.Lstat(log + ".1")
+		assert.ErrorIs(t, err, os.ErrNotExist, "a log Start did not open is left alone")
+		require.NoError(t, RequestRestart(dir, RestartNow))
+	})
+}

@@ -1,6 +1,7 @@
 package runnerstate
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -765,9 +766,18 @@ type StartOptions struct {
 	// Program, when set, refuses a directory whose verified holder's record
 	// names another Program with ErrOtherProgram (see TakeoverOptions).
 	Program string
-	// LogMaxBytes bounds Log: before appending, Start rotates a log larger
-	// than this (Log → Log.1 → Log.2 …, keeping a few). Zero means 8 MiB;
-	// negative never rotates.
+	// LogMaxBytes bounds Log: before it starts cmd and appends to Log, Start
+	// rotates a Log larger than this many bytes: Log.3 is dropped, Log.2
+	// becomes Log.3, Log.1 Log.2, and Log Log.1, so three rotated logs are
+	// kept beside the one in use. Zero means 8 MiB; negative never rotates.
+	// Only a Log that Start opens itself is rotated (not when cmd.Stdout
+	// and cmd.Stderr are set), only when Start starts cmd, under start.lock
+	// (concurrent Starts rotate once), and by renaming names only: a
+	// symlink at a rotated name is moved as a name, its target never
+	// written. A runner that still runs writes on to the file it was given,
+	// Log.1 after a rotation; what it writes while it runs is its own to
+	// bound. A rotation that fails (a directory at Log.3, say) is logged and
+	// the log appended to as it is.
 	LogMaxBytes int64
 }
 
@@ -866,6 +876,12 @@ const (
 	logName       = "runner.log" // a started runner's output, by default
 )
 
+// How Start rotates the log it opens (StartOptions.LogMaxBytes).
+const (
+	defaultLogMax = 8 << 20 // bytes, when LogMaxBytes is 0
+	logKeep       = 3       // rotated logs kept: Log.1 (newest) to Log.3
+)
+
 // Start returns the record of a ready runner in dir that opts.Accept
 // accepts, starting cmd, detached, when there is none. Ready means: the
 // kernel lock on runner.lock is held, its holder is verified, and
@@ -939,7 +955,9 @@ const (
 // (errors.Is ErrStartFailed) as above; the errors of Running for an
 // unusable runner.lock; ErrLockingUnsupported, before anything is started
 // or created, on a filesystem whose locks do not exclude. Touches
-// start.lock, start.json and the log in dir; reads what Running reads.
+// start.lock, start.json and the log in dir (and Log.1 to Log.3 when it
+// rotates the log: see StartOptions.LogMaxBytes); reads what Running
+// reads.
 //
 // [docs/operations.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/operations.md#what-start-does-to-the-process-it-starts
 func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (Record, error) {
@@ -986,7 +1004,8 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 	} else if cmd.Stdout != nil && cmd.Stderr != nil {
 		opts.Log = ""
 	}
-	c := &startup.Call[Record]{Dir: dir, Abs: abs, Protocol: startFiles{dir: dir, log: opts.Logger, unreadable: &unreadableSince{}}, Looks: &startLooks,
+	logMax := cmp.Or(opts.LogMaxBytes, defaultLogMax)
+	c := &startup.Call[Record]{Dir: dir, Abs: abs, Protocol: startFiles{dir: dir, log: opts.Logger, logMax: logMax, unreadable: &unreadableSince{}}, Looks: &startLooks,
 		Cmd: cmd, Log: opts.Log, Accept: accept, Since: since}
 	rec, err := c.Run(ctx)
 	if f, ok := err.(*startup.Failure); ok {
@@ -1165,6 +1184,7 @@ var startLooks startup.Looks[Record]
 type startFiles struct {
 	dir        string
 	log        *slog.Logger     // the call's
+	logMax     int64            // rotate the log over this size; <= 0 never
 	unreadable *unreadableSince // the call's looks at an unreadable record (nil: not followed)
 }
 
@@ -1232,7 +1252,12 @@ func (d startFiles) Lock() (func(), error) {
 	return l.Release, nil
 }
 
+// OpenLog opens the log, rotated first when it is over the call's bound;
+// the caller holds start.lock, so concurrent Starts never rotate twice.
 func (d startFiles) OpenLog(path string) (*os.File, int64, error) {
+	if err := spawn.RotateLog(path, d.logMax, logKeep); err != nil {
+		d.log.Warn("runnerstate: could not rotate the runner's log; appending to it as it is", "dir", d.dir, "path", path, "err", err)
+	}
 	f, size, err := spawn.OpenLog(path)
 	return f, size, public(err)
 }
