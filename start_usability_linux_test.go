@@ -335,3 +335,25 @@ func TestStartRotatesTheLog(t *testing.T) {
 		require.NoError(t, RequestRestart(dir, RestartNow))
 	})
 }
+
+// Item 4, a runner asked to go: one whose record cannot be read while a
+// restart request is pending for it is leaving, and Start waits for it to
+// go, as for any runner asked to restart, rather than fail after a second.
+func TestStartWaitsForALeavingRunnerWhoseRecordCannotBeRead(t *testing.T) {
+	captureLog(t)
+	dir := startDir(t)
+	first, err := Start(background(t), dir, startedRunner(dir, "leave-slowly"), StartOptions{})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, RecordName), []byte("{not json"), 0o644))
+	require.NoError(t, RequestRestart(dir, RestartDrain))
+	ctx, cancel := context.WithTimeout(background(t), 3*recordUnreadableFor)
+	defer cancel()
+	_, err = Start(ctx, dir, startedRunner(dir, "ready"), StartOptions{})
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "waited for the leaving runner until ctx ended")
+	assert.Len(t, spawns(t, dir), 1, "nothing else was started")
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gone"), nil, 0o600))
+	second, err := Start(background(t), dir, startedRunner(dir, "ready"), StartOptions{})
+	require.NoError(t, err)
+	assert.NotEqual(t, first.PID, second.PID)
+}

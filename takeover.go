@@ -925,10 +925,11 @@ const (
 //     within milliseconds. There is no start-up timeout: ctx is the only
 //     bound. A holder that is held but cannot be verified, or never
 //     publishes, is starting: Start waits for it until ctx ends. A verified
-//     holder whose runner.json cannot be read is not: once every look for
-//     about a second has found it so under that holder (a record being
-//     replaced is unreadable for a moment at most), Start returns a
-//     *StartError naming the holder's pid and the file, and what to do.
+//     holder whose runner.json cannot be read, and that is not asked to
+//     restart, is not: once every look for about a second has found it so
+//     under that holder (a record being replaced is unreadable for a
+//     moment at most), Start returns a *StartError naming the holder's pid
+//     and the file, and what to do.
 //   - A started process that exits before it is ready: a *StartError with
 //     its exit status and the tail of its log, at once; nothing is left
 //     held in dir (start.lock and the log stay).
@@ -1081,17 +1082,23 @@ func (u *unreadableSince) still(holder Identity, unreadable bool, now time.Time)
 }
 
 // unreadableUnder is the verified holder of dir and why its runner.json
-// cannot be read; a nil error when it can, when it is absent, or when no
-// holder is verified (one that cannot be verified is starting).
+// cannot be read; a nil error when it can, when it is absent, when no
+// holder is verified (one that cannot be verified is starting), or when a
+// restart request is pending for the holder (it is leaving: Start waits
+// for it to go, as for any runner asked to restart).
 func unreadableUnder(dir string) (Identity, error) {
 	_, state, why := readRecord(dir)
 	if state != fileCorrupt {
 		return Identity{}, nil
 	}
-	if st := inspectRunner(dir); st.err == nil && st.occupancy().verified() {
-		return st.holder, why
+	st := inspectRunner(dir)
+	if st.err != nil || !st.occupancy().verified() {
+		return Identity{}, nil
 	}
-	return Identity{}, nil
+	if req, asked := pendingRestart(dir); asked && (req.For == "" || req.For == st.holder.Instance) {
+		return Identity{}, nil
+	}
+	return st.holder, why
 }
 
 // recordUnreadableWhy says that dir's runner.json cannot be read (why, which
