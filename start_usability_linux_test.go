@@ -85,7 +85,7 @@ func ownUmask() string {
 	return ""
 }
 
-// Item 10: the RUNNERSTATE_ variables Start adds reach the runner, which
+// The RUNNERSTATE_ variables Start adds reach the runner, which
 // reads them, and never its own children; the runner keeps the caller's
 // working directory and umask.
 func TestStartVariablesDoNotReachTheRunnersChildren(t *testing.T) {
@@ -128,7 +128,7 @@ func roleCommand(dir, role string) *exec.Cmd {
 	return cmd
 }
 
-// Item 4: a record that cannot be read under a verified holder makes Start
+// A record that cannot be read under a verified holder makes Start
 // return within about a second (here: well before a 20 s context) with an
 // error that names the file, the holder's pid, and what the caller's
 // program can do; nothing else is started.
@@ -156,7 +156,7 @@ func TestStartReturnsSoonOnAnUnreadableRecord(t *testing.T) {
 	assert.Len(t, spawns(t, dir), 1, "nothing else was started")
 }
 
-// Item 4, the bound: only a record that stays unreadable under the same
+// The bound on an unreadable record: only one that stays so under the same
 // verified holder for recordUnreadableFor fails a Start; a momentary
 // unreadable read (a file being replaced), a readable or absent record, or
 // another holder starts the count again.
@@ -193,7 +193,7 @@ func TestUnreadableRecordBound(t *testing.T) {
 	}
 }
 
-// Item 5: the error a failed start returns carries the last line its
+// The error a failed start returns carries the last line its
 // process wrote, so the cause is seen without opening the log.
 func TestStartErrorSaysTheLastLine(t *testing.T) {
 	captureLog(t)
@@ -208,8 +208,8 @@ func TestStartErrorSaysTheLastLine(t *testing.T) {
 	assert.Contains(t, err.Error(), filepath.Join(dir, logName))
 }
 
-// Item 5, the line: the last non-empty line of the tail, cut to about 200
-// characters keeping its beginning and its end, printable.
+// The line a StartError quotes: the last non-empty line of the tail, cut
+// to about 200 characters keeping its beginning and its end, printable.
 func TestStartErrorLastLine(t *testing.T) {
 	long := "panic: " + strings.Repeat("x", 300) + ": bind: invalid argument"
 	for _, tc := range []struct{ tail, want string }{
@@ -232,7 +232,7 @@ func TestStartErrorLastLine(t *testing.T) {
 	assert.LessOrEqual(t, len(e.Error()), 400)
 }
 
-// Item 7: Accept is asked once per distinct record the call sees: here the
+// Accept is asked once per distinct record the call sees: here the
 // old runner, refused, and the new one, refused too.
 func TestStartAsksAcceptOncePerRecord(t *testing.T) {
 	captureLog(t)
@@ -256,7 +256,7 @@ func TestStartAsksAcceptOncePerRecord(t *testing.T) {
 	assert.Equal(t, map[int]int{old.PID: 1, se.PID: 1}, asked, "asked once for each record")
 }
 
-// Item 9: Start rotates a log over LogMaxBytes before it appends: Log →
+// Start rotates a log over LogMaxBytes before it appends: Log →
 // Log.1 → Log.2 → Log.3, the oldest dropped (here a symlink, replaced as a
 // name, its target untouched); once per attempt however many callers share
 // it.
@@ -336,9 +336,9 @@ func TestStartRotatesTheLog(t *testing.T) {
 	})
 }
 
-// Item 4, a runner asked to go: one whose record cannot be read while a
-// restart request is pending for it is leaving, and Start waits for it to
-// go, as for any runner asked to restart, rather than fail after a second.
+// A runner whose record cannot be read while a restart request is pending
+// for it is leaving, and Start waits for it to go, as for any runner asked
+// to restart, rather than fail after a second.
 func TestStartWaitsForALeavingRunnerWhoseRecordCannotBeRead(t *testing.T) {
 	captureLog(t)
 	dir := startDir(t)
