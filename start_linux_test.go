@@ -87,7 +87,7 @@ func roleStartedRunner(dir string) int {
 		return 1
 	}
 	fmt.Println("started", os.Getpid())
-	startWitness("spawned", os.Getenv("RUNNERSTATE_START_ATTEMPT"), Self())
+	startWitness("spawned", startup.StartedAttempt(), Self())
 	if report := os.Getenv(envStartReport); report != "" {
 		writeStartReport(report)
 	}
@@ -1117,8 +1117,8 @@ func TestStartSaysTheRecordCannotBeRead(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, first.PID, se.PID, "the runner that runs is named")
-	assert.Contains(t, err.Error(), "the runner's record cannot be read")
-	assert.Contains(t, err.Error(), "RequestRestart(dir, RestartNow)", "what to do, in the calls a program has")
+	assert.Contains(t, err.Error(), "the runner's record "+filepath.Join(dir, RecordName)+" cannot be read")
+	assert.Contains(t, err.Error(), "RequestRestart(dir, RestartNow)")
 	assert.NotContains(t, err.Error(), "runnerctl", "not a tool of the examples")
 	assert.Len(t, spawns(t, dir), 1, "nothing else was started")
 }

@@ -1,17 +1,22 @@
 package runnerstate
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/runnerstate/runnerstate/internal/await"
 	"github.com/runnerstate/runnerstate/internal/bridge"
@@ -867,6 +872,13 @@ type StartOptions struct {
 	// example, its Meta names this client's version). nil accepts any ready
 	// runner. A ready runner that Accept refuses is replaced: Start starts
 	// cmd, and the new runner's own Takeover asks the old one to go.
+	//
+	// One Start call asks Accept once per distinct record it sees, from the
+	// goroutine that called Start: two records are distinct when they name
+	// another holder (Process) or differ in any field (as their JSON
+	// encodings compare), so the answer for a record is remembered while
+	// the call waits, and a runner that publishes a changed record is asked
+	// about again. Accept is never asked of a record that is not ready.
 	Accept func(Record) bool
 	// Log is the file the started process's stdout and stderr are appended to
 	// when cmd.Stdout and cmd.Stderr are nil. Default: <dir>/runner.log (0600).
@@ -879,9 +891,18 @@ type StartOptions struct {
 	// Program, when set, refuses a directory whose verified holder's record
 	// names another Program with ErrOtherProgram (see TakeoverOptions).
 	Program string
-	// LogMaxBytes bounds Log: before appending, Start rotates a log larger
-	// than this (Log → Log.1 → Log.2 …, keeping a few). Zero means 8 MiB;
-	// negative never rotates.
+	// LogMaxBytes bounds Log: before it starts cmd and appends to Log, Start
+	// rotates a Log larger than this many bytes: Log.3 is dropped, Log.2
+	// becomes Log.3, Log.1 Log.2, and Log Log.1, so three rotated logs are
+	// kept beside the one in use. Zero means 8 MiB; negative never rotates.
+	// Only a Log that Start opens itself is rotated (not when cmd.Stdout
+	// and cmd.Stderr are set), only when Start starts cmd, under start.lock
+	// (concurrent Starts rotate once), and by renaming names only: a
+	// symlink at a rotated name is moved as a name, its target never
+	// written. A runner that still runs writes on to the file it was given,
+	// Log.1 after a rotation; what it writes while it runs is its own to
+	// bound. A rotation that fails (a directory at Log.3, say) is logged and
+	// the log appended to as it is.
 	LogMaxBytes int64
 }
 
@@ -901,7 +922,8 @@ type StartError struct {
 	Err      error  // why: the exec error, the exit error, or ctx.Err()
 }
 
-// Error names the directory, the pid, the exit status and the log file.
+// Error names the directory, the pid, the exit status and the log file,
+// and quotes the last line of LogTail, cut to about 200 characters.
 func (e *StartError) Error() string {
 	var b strings.Builder
 	b.WriteString("runnerstate: start the runner of ")
@@ -929,7 +951,41 @@ func (e *StartError) Error() string {
 		b.WriteString("; its output is in ")
 		b.WriteString(e.Log)
 	}
+	if line := lastLogLine(e.LogTail); line != "" {
+		// The cause is most often there (a server's "bind: invalid
+		// argument"): seen without opening the log.
+		b.WriteString(", ending: ")
+		b.WriteString(line)
+	}
 	return b.String()
+}
+
+// maxLogLine bounds, in characters, the line of the log an error quotes.
+const maxLogLine = 200
+
+// lastLogLine is the last non-empty line of tail, quoted where it is not
+// printable (a log is the runner's, and may hold escape sequences), and cut
+// in the middle to about maxLogLine characters: its beginning names what
+// failed, and its end, in Go's "op: cause" errors, the cause.
+func lastLogLine(tail string) string {
+	tail = strings.TrimRight(tail, " \t\r\n")
+	if i := strings.LastIndexByte(tail, '\n'); i >= 0 {
+		tail = tail[i+1:]
+	}
+	var esc strings.Builder
+	for _, r := range strings.TrimSpace(tail) { // a byte that is not UTF-8 is read as U+FFFD
+		if unicode.IsPrint(r) {
+			esc.WriteRune(r)
+		} else {
+			q := strconv.QuoteRune(r)
+			esc.WriteString(q[1 : len(q)-1])
+		}
+	}
+	line := esc.String()
+	if r := []rune(line); len(r) > maxLogLine {
+		line = string(r[:maxLogLine/2]) + "…" + string(r[len(r)-maxLogLine/2:])
+	}
+	return line
 }
 
 // Is reports true for ErrStartFailed.
@@ -943,6 +999,12 @@ const (
 	startLockName = "start.lock" // serialises Start's attempts
 	startName     = "start.json" // the current attempt
 	logName       = "runner.log" // a started runner's output, by default
+)
+
+// How Start rotates the log it opens (StartOptions.LogMaxBytes).
+const (
+	defaultLogMax = 8 << 20 // bytes, when LogMaxBytes is 0
+	logKeep       = 3       // rotated logs kept: Log.1 (newest) to Log.3
 )
 
 // Start returns the record of a ready runner in dir that opts.Accept
@@ -973,16 +1035,26 @@ const (
 //     starting cmd, Start marks every descriptor of the calling process
 //     above stderr close-on-exec, under syscall.ForkLock (ExtraFiles are
 //     not affected). Start sets cmd.Env, cmd.ExtraFiles, cmd.SysProcAttr,
-//     cmd.Stdout and cmd.Stderr, as [docs/operations.md] lists. The caller
-//     must not call cmd.Wait: the package reaps the process, and no zombie
-//     is left.
+//     cmd.Stdout and cmd.Stderr, as [docs/operations.md] lists; it leaves
+//     cmd.Dir, and the process keeps the caller's working directory (or
+//     cmd.Dir) and umask. The RUNNERSTATE_ variables Start adds are read
+//     by this package in the started process when it is loaded, and
+//     removed from that process's environment then, so that none reaches
+//     the runner's own children (a runner that does not use this package
+//     unsets them itself). The caller must not call cmd.Wait: the package
+//     reaps the process, and no zombie is left.
 //   - The started process takes dir itself, with Takeover (or Acquire) and
 //     Publish, like any runner: Start lends it no lock. cmd runs the runner
 //     itself (a shell may exec it): a command that forks the runner and
 //     exits has exited before it was ready. Its Publish makes Start return
 //     within milliseconds. There is no start-up timeout: ctx is the only
 //     bound. A holder that is held but cannot be verified, or never
-//     publishes, is starting: Start waits for it until ctx ends.
+//     publishes, is starting: Start waits for it until ctx ends. A verified
+//     holder whose runner.json cannot be read, and that is not asked to
+//     restart, is not: once every look for about a second has found it so
+//     under that holder (a record being replaced is unreadable for a
+//     moment at most), Start returns a *StartError naming the holder's pid
+//     and the file, and what to do.
 //   - A started process that exits before it is ready: a *StartError with
 //     its exit status and the tail of its log, at once; nothing is left
 //     held in dir (start.lock and the log stay).
@@ -1009,7 +1081,9 @@ const (
 // (errors.Is ErrStartFailed) as above; the errors of Running for an
 // unusable runner.lock; ErrLockingUnsupported, before anything is started
 // or created, on a filesystem whose locks do not exclude. Touches
-// start.lock, start.json and the log in dir; reads what Running reads.
+// start.lock, start.json and the log in dir (and Log.1 to Log.3 when it
+// rotates the log: see StartOptions.LogMaxBytes); reads what Running
+// reads.
 //
 // [docs/operations.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/operations.md#what-start-does-to-the-process-it-starts
 func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (Record, error) {
@@ -1023,10 +1097,7 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 	if cmd.Process != nil {
 		return Record{}, errorf("Start %s: the command %s has been started already; pass a new exec.Cmd", dir, cmd.Path)
 	}
-	accept := opts.Accept
-	if accept == nil {
-		accept = func(Record) bool { return true }
-	}
+	accept := acceptOnce(opts.Accept)
 	if err := filelock.Judge(filepath.Join(dir, LockName)); err != nil {
 		return Record{}, public(err) // nothing started, nothing created
 	}
@@ -1061,7 +1132,8 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 	} else if cmd.Stdout != nil && cmd.Stderr != nil {
 		opts.Log = ""
 	}
-	c := &startup.Call[Record]{Dir: dir, Abs: abs, Protocol: startFiles{dir: dir, log: opts.Logger}, Looks: &startLooks,
+	logMax := cmp.Or(opts.LogMaxBytes, defaultLogMax)
+	c := &startup.Call[Record]{Dir: dir, Abs: abs, Protocol: startFiles{dir: dir, log: opts.Logger, logMax: logMax, unreadable: &unreadableSince{}}, Looks: &startLooks,
 		Cmd: cmd, Log: opts.Log, Accept: accept, Since: since}
 	rec, err := c.Run(ctx)
 	if f, ok := err.(*startup.Failure); ok {
@@ -1070,17 +1142,105 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 	return rec, err
 }
 
+// acceptOnce is accept (nil: accept all) asked at most once per distinct
+// record: records are the same when their JSON encodings are, holder
+// identity and content, so that a call that looks at the same runner.json
+// again and again while it waits asks once, and asks again only when the
+// record changed. A Start call asks from its own goroutine only.
+func acceptOnce(accept func(Record) bool) func(Record) bool {
+	if accept == nil {
+		return func(Record) bool { return true }
+	}
+	answers := map[string]bool{}
+	return func(rec Record) bool {
+		key, err := json.Marshal(rec)
+		if err != nil {
+			return accept(rec)
+		}
+		ok, asked := answers[string(key)]
+		if !asked {
+			ok = accept(rec)
+			answers[string(key)] = ok
+		}
+		return ok
+	}
+}
+
 // whyNotReady is f's reason, with the cause when a runner that still runs
-// could not be known ready because its record cannot be read: it stays so
-// until that runner publishes again.
+// could not be known ready because its record cannot be read (a context
+// that ended before recordUnreadableFor did).
 func whyNotReady(dir string, f *startup.Failure) error {
 	if f.ExitCode >= 0 || !errors.Is(f.Err, context.Canceled) && !errors.Is(f.Err, context.DeadlineExceeded) {
 		return f.Err
 	}
 	if _, state, err := readRecord(dir); state == fileCorrupt {
-		return fmt.Errorf("%w; the runner's record cannot be read (%v), so it cannot be known ready until it publishes again: ask it to restart (RequestRestart(dir, RestartNow)), or see Status", f.Err, err)
+		return fmt.Errorf("%w; %w", f.Err, recordUnreadableWhy(dir, err))
 	}
 	return f.Err
+}
+
+// recordUnreadableFor is how long runner.json may stay unreadable under
+// one verified holder before Start stops waiting for that holder to be
+// ready. A record being replaced is unreadable for a moment at most (a
+// rename over it is atomic; on Windows it may not be opened while it is
+// renamed), while one that stays so leaves its runner never known ready,
+// and the caller's context, maybe with no deadline, would be waited out.
+const recordUnreadableFor = time.Second
+
+// unreadableSince follows, for one Start call, since when each look has
+// found runner.json unreadable under the same verified holder.
+type unreadableSince struct {
+	holder Identity
+	since  time.Time // zero: the last look found nothing wrong
+}
+
+// still takes one look, at now: unreadable says that runner.json could not
+// be read while holder, verified, held the directory. It reports whether
+// every look has found so, under that holder, for recordUnreadableFor.
+func (u *unreadableSince) still(holder Identity, unreadable bool, now time.Time) bool {
+	switch {
+	case !unreadable:
+		*u = unreadableSince{}
+		return false
+	case u.since.IsZero() || !sameProcess(u.holder, holder):
+		u.holder, u.since = holder, now
+	}
+	return now.Sub(u.since) >= recordUnreadableFor
+}
+
+// unreadableUnder is the verified holder of dir and why its runner.json
+// cannot be read; a nil error when it can, when it is absent, when no
+// holder is verified (one that cannot be verified is starting), or when a
+// restart request is pending for the holder (it is leaving: Start waits
+// for it to go, as for any runner asked to restart).
+func unreadableUnder(dir string) (Identity, error) {
+	_, state, why := readRecord(dir)
+	if state != fileCorrupt {
+		return Identity{}, nil
+	}
+	st := inspectRunner(dir)
+	if st.err != nil || !st.occupancy().verified() {
+		return Identity{}, nil
+	}
+	if req, asked := pendingRestart(dir); asked && (req.For == "" || req.For == st.holder.Instance) {
+		return Identity{}, nil
+	}
+	return st.holder, why
+}
+
+// recordUnreadableWhy says that dir's runner.json cannot be read (why, which
+// it wraps), so its runner cannot be known ready, and what the caller's
+// program can do.
+func recordUnreadableWhy(dir string, why error) error {
+	path := filepath.Join(dir, RecordName)
+	cause := why
+	if pe, ok := why.(*fs.PathError); ok && pe.Path == path {
+		cause = pe.Err // the path is said once
+	}
+	if unusablePath(why) {
+		return fmt.Errorf("the runner's record %s cannot be read (%w), so it cannot be known ready: move %s away, then ask the runner to go (RequestRestart(dir, RestartNow)) and Start again", path, cause, path)
+	}
+	return fmt.Errorf("the runner's record %s cannot be read (%w), so it cannot be known ready until it publishes again (Publish): ask it to go (RequestRestart(dir, RestartNow)) and Start again, or see Status", path, cause)
 }
 
 // checkStartInput refuses what Start can tell is wrong before it creates
@@ -1163,11 +1323,31 @@ var startLooks startup.Looks[Record]
 // (startup.Protocol): Running's answer, start.json, start.lock, the log,
 // and this package's words for what happened.
 type startFiles struct {
-	dir string
-	log *slog.Logger // the call's
+	dir        string
+	log        *slog.Logger     // the call's
+	logMax     int64            // rotate the log over this size; <= 0 never
+	unreadable *unreadableSince // the call's looks at an unreadable record (nil: not followed)
 }
 
-func (d startFiles) Probe() (Record, bool, bool, error) { return probeStart(d.dir) }
+// Probe is probeStart, and the call's bound on a holder whose record
+// cannot be read: once every look for recordUnreadableFor has found it so,
+// under the same verified holder, a *startup.Failure naming that holder,
+// the file and what to do, instead of a wait until ctx ends.
+func (d startFiles) Probe() (Record, bool, bool, error) {
+	rec, held, ready, err := probeStart(d.dir)
+	if d.unreadable == nil || err != nil {
+		return rec, held, ready, err
+	}
+	var holder Identity
+	var why error
+	if held && !ready {
+		holder, why = unreadableUnder(d.dir)
+	}
+	if d.unreadable.still(holder, why != nil, time.Now()) {
+		err = &startup.Failure{PID: holder.PID, ExitCode: -1, Err: recordUnreadableWhy(d.dir, why)}
+	}
+	return rec, held, ready, err
+}
 
 func (d startFiles) Clone(rec Record) Record {
 	rec.Specs = slices.Clone(rec.Specs)
@@ -1213,7 +1393,12 @@ func (d startFiles) Lock() (func(), error) {
 	return l.Release, nil
 }
 
+// OpenLog opens the log, rotated first when it is over the call's bound;
+// the caller holds start.lock, so concurrent Starts never rotate twice.
 func (d startFiles) OpenLog(path string) (*os.File, int64, error) {
+	if err := spawn.RotateLog(path, d.logMax, logKeep); err != nil {
+		d.log.Warn("runnerstate: could not rotate the runner's log; appending to it as it is", "dir", d.dir, "path", path, "err", err)
+	}
 	f, size, err := spawn.OpenLog(path)
 	return f, size, public(err)
 }

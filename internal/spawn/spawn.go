@@ -19,6 +19,7 @@ package spawn
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -246,6 +247,30 @@ func reap(c *Child, cmd *exec.Cmd, onExit func(*Child)) {
 		onExit(c)
 	}
 	close(c.exited)
+}
+
+// RotateLog makes room at path, the log a start is about to append to, when
+// the regular file there is larger than limit bytes: path.keep is dropped,
+// each path.N becomes path.N+1, and path becomes path.1, so that the start
+// opens a new, empty path. limit <= 0 never rotates. It renames names only:
+// a symlink at one of them is moved or replaced as a name, and its target is
+// never opened; a path that is not a regular file (a symlink too) is left
+// for OpenLog to refuse. A process still writing to the log it was given
+// writes on to path.1. The caller serialises rotations (Start holds its
+// start lock). The error is the first rename that failed (an
+// *os.LinkError), what was renamed before it staying renamed.
+func RotateLog(path string, limit int64, keep int) error {
+	fi, err := os.Lstat(path)
+	if limit <= 0 || keep < 1 || err != nil || !fi.Mode().IsRegular() || fi.Size() <= limit {
+		return nil
+	}
+	for n := keep - 1; n >= 1; n-- {
+		err := os.Rename(path+"."+strconv.Itoa(n), path+"."+strconv.Itoa(n+1))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return os.Rename(path, path+".1")
 }
 
 // TakeReadiness returns the readiness descriptor this process was given by

@@ -16,7 +16,9 @@ import (
 )
 
 // AttemptEnv names, in a started process's environment, the attempt that
-// started it (its Seq): a hint for its logs and tests.
+// started it (its Seq): a hint for its logs and tests. This package takes
+// it out of the environment when it is loaded (StartedAttempt keeps it), as
+// spawn.TakeReadiness does the readiness variables.
 const AttemptEnv = "RUNNERSTATE_START_ATTEMPT"
 
 // Poll is how often a caller looks where nothing notifies it.

@@ -3,6 +3,7 @@ package startup
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 
 	"github.com/runnerstate/runnerstate/internal/durable"
@@ -21,7 +22,21 @@ var readiness struct {
 	told   bool // Ready has answered true
 }
 
-func init() { readiness.f, readiness.forDir = spawn.TakeReadiness() }
+// attempt is the attempt that started this process (AttemptEnv), 0 when
+// none did, taken from the environment when the package is loaded.
+var attempt uint64
+
+// The variables an attempt gave this process are read once, here, and
+// removed from its environment, so that none reaches a process it starts.
+func init() {
+	readiness.f, readiness.forDir = spawn.TakeReadiness()
+	attempt, _ = strconv.ParseUint(os.Getenv(AttemptEnv), 10, 64)
+	os.Unsetenv(AttemptEnv)
+}
+
+// StartedAttempt is the number (Attempt.Seq) of the attempt that started
+// this process, as its AttemptEnv said; 0 when no attempt started it.
+func StartedAttempt() uint64 { return attempt }
 
 // Ready tells the process that started this one, through its readiness
 // descriptor, that this process is ready, when dir is the directory it was
