@@ -224,14 +224,53 @@ func anchors(doc string) []string {
 	return out
 }
 
+// TestREADMEDaemonStoryCompiles: the README's server and client, the Go
+// blocks of its package daemon section, build against the packages as they
+// are, placed in a program that gives them their imports and a handler.
+func TestREADMEDaemonStoryCompiles(t *testing.T) {
+	data, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(data), "\n## A server and its client: package `daemon`\n")
+	require.True(t, ok, "the README has the daemon section")
+	section, _, _ = strings.Cut(section, "\n## ")
+	var blocks []string
+	for {
+		_, rest, ok := strings.Cut(section, "\n```go\n")
+		if !ok {
+			break
+		}
+		code, after, ok := strings.Cut(rest, "\n```\n")
+		require.True(t, ok, "a Go block ends")
+		blocks = append(blocks, code)
+		section = after
+	}
+	require.Len(t, blocks, 2, "a server and a client")
+	program := `package main
+
+import (
+	"context"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+
+	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/daemon"
+)
+
+var handler http.Handler
+
+func main() { _, _ = serve, client }
+
+` + strings.Join(blocks, "\n\n") + "\n"
+	buildOverlaid(t, program)
+}
+
 // TestREADMEQuickStartCompiles: the README's quick start is a program that
 // builds against this package as it is (go build with an overlay that
 // places it in the module, so nothing is written in the tree).
 func TestREADMEQuickStartCompiles(t *testing.T) {
-	gotool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command here: ", err)
-	}
 	data, err := os.ReadFile("README.md")
 	require.NoError(t, err)
 	_, qs, ok := strings.Cut(string(data), "\n## Quick start\n")
@@ -241,17 +280,26 @@ func TestREADMEQuickStartCompiles(t *testing.T) {
 	code, _, ok = strings.Cut(code, "\n```\n")
 	require.True(t, ok, "the Go block ends")
 	require.Contains(t, code, "package main")
+	buildOverlaid(t, code+"\n")
+}
 
+// buildOverlaid builds program as the package internal/readmequickstart,
+// with an overlay, so that nothing is written in the tree.
+func buildOverlaid(t *testing.T, program string) {
+	gotool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command here: ", err)
+	}
 	root, err := filepath.Abs(".")
 	require.NoError(t, err)
 	tmp := t.TempDir()
 	src := filepath.Join(tmp, "main.go")
-	require.NoError(t, os.WriteFile(src, []byte(code+"\n"), 0o644))
+	require.NoError(t, os.WriteFile(src, []byte(program), 0o644))
 	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(root, "internal", "readmequickstart", "main.go"): src}})
 	require.NoError(t, err)
 	ov := filepath.Join(tmp, "overlay.json")
 	require.NoError(t, os.WriteFile(ov, overlay, 0o644))
 	cmd := exec.Command(gotool, "build", "-overlay", ov, "-o", filepath.Join(tmp, "quickstart"), "./internal/readmequickstart")
 	out, err := cmd.CombinedOutput()
-	assert.NoError(t, err, "the README's quick start does not build:\n%s", out)
+	assert.NoError(t, err, "the README's code does not build:\n%s\n%s", out, program)
 }

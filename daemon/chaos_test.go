@@ -174,13 +174,17 @@ func TestChaos(t *testing.T) {
 		return cmd
 	}
 	var kills []int64
-	var spawned []*exec.Cmd
+	type spawn struct {
+		cmd  *exec.Cmd
+		done chan struct{}
+	}
+	var spawned []spawn
 	defer func() {
 		// Every server goes, however the test ends.
 		Stop(context.Background(), dir, runnerstate.RestartNow)
-		for _, c := range spawned {
-			c.Process.Kill()
-			c.Wait()
+		for _, s := range spawned {
+			s.cmd.Process.Kill()
+			<-s.done
 		}
 	}()
 
@@ -195,12 +199,13 @@ func TestChaos(t *testing.T) {
 			defer func() { results <- o }()
 			for ctx.Err() == nil {
 				dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+				began := monotonic()
 				c, _, err := Dial(dctx, dir, serverCmd(), DialOptions{Program: "chaos", Version: "v1.0.0"})
 				dcancel()
 				if err != nil {
-					if ctx.Err() == nil {
+					if !ended(ctx) { // not the test's own end
 						o.failed++
-						t.Logf("Dial: %v", err)
+						t.Logf("Dial from %d to %d: %v", began, monotonic(), err)
 					}
 					continue
 				}
@@ -232,8 +237,9 @@ func TestChaos(t *testing.T) {
 		default:
 			cmd := serverCmd()
 			if err := cmd.Start(); err == nil {
-				spawned = append(spawned, cmd)
-				go cmd.Wait()
+				s := spawn{cmd, make(chan struct{})}
+				spawned = append(spawned, s)
+				go func() { cmd.Wait(); close(s.done) }()
 			}
 		}
 		rounds++
@@ -250,6 +256,14 @@ func TestChaos(t *testing.T) {
 	Stop(context.Background(), dir, runnerstate.RestartNow)
 
 	evs := readWitness(t, log)
+	if t.Failed() || total.failed > 0 {
+		for _, e := range evs {
+			if e.what != "accept" {
+				t.Logf("witness %d %d %s", e.at, e.pid, e.what)
+			}
+		}
+		t.Logf("kills %v", kills)
+	}
 	// Never two servers accepting at once.
 	type span struct {
 		pid                          int

@@ -15,6 +15,7 @@ import (
 
 	"github.com/runnerstate/runnerstate"
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
+	"github.com/runnerstate/runnerstate/internal/liveness"
 )
 
 // DialOptions says which server will do.
@@ -61,7 +62,10 @@ var ErrIncompatible = errors.New("daemon: the server that runs will not do for t
 // the server gone, another instance, leaving or not ready is tried again
 // (starting a copy of cmd when none is ready) until ctx ends; the same
 // errors from a ready server that is not leaving, and any other error,
-// return at once naming the endpoint. With a nil cmd, Dial waits (bounded
+// return naming the endpoint: at once, or after at most 250 ms when the
+// refusal came from a ready server (a server killed closes its socket an
+// instant before its lock goes, and one that exits within that time is
+// tried again). With a nil cmd, Dial waits (bounded
 // by ctx) for a server starting or leaving, and returns ErrNotRunning once
 // nothing holds dir.
 //
@@ -79,7 +83,7 @@ func Dial(ctx context.Context, dir string, cmd *exec.Cmd, opts DialOptions) (net
 		if !again {
 			return c, rec, err
 		}
-		if ctx.Err() != nil {
+		if ended(ctx) {
 			return nil, runnerstate.Record{}, d.ended(ctx, rec)
 		}
 	}
@@ -137,14 +141,34 @@ func (d *dialing) dial(ctx context.Context, rec runnerstate.Record) (net.Conn, r
 	if err == nil {
 		return c, rec, nil, false
 	}
+	if ended(ctx) {
+		return nil, rec, d.ended(ctx, rec), false // the dial's timeout was ctx's
+	}
 	if retryable(err) && ctx.Err() == nil {
 		now, held, _ := runnerstate.Running(d.dir)
 		stillReady := held && now.Ready && now.Leaving == "" && now.Process.Instance == rec.Process.Instance
-		if !stillReady {
+		if !stillReady || exiting(now.Process) {
 			return nil, rec, nil, true // it went, or is going: look again
 		}
 	}
 	return nil, rec, fmt.Errorf("daemon: dial %s %s (the server of %s, pid %d): %w", ep.Network, ep.Address, d.dir, rec.PID, err), false
+}
+
+// dyingBound is how long a ready server that refused a connection is given
+// to show it is exiting (killed: its socket closes before its lock goes).
+const dyingBound = 250 * time.Millisecond
+
+// exiting reports whether the process id exits within dyingBound: then a
+// refusal was its death, not its answer.
+func exiting(id runnerstate.Identity) bool {
+	p, v, _ := liveness.Pin(liveness.Identity(id))
+	if p == nil {
+		return v == liveness.Dead || v == liveness.Stale
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), dyingBound)
+	defer cancel()
+	return p.Wait(ctx) == nil
 }
 
 // dialEndpoint dials ep; the dial is counted for tests (testHookDial).
@@ -257,6 +281,25 @@ func (d *dialing) close() {
 	}
 }
 
+// ended reports whether ctx has ended, or its deadline has passed (its
+// timer may fire an instant later: a dial already gave up on it).
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	deadline, ok := ctx.Deadline()
+	return ok && !time.Now().Before(deadline)
+}
+
+// ctxErr is ctx.Err(), or DeadlineExceeded when its deadline has passed
+// and its timer has not fired yet.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
 // ended is the answer when ctx ended: it wraps ctx.Err() and names the
 // holder.
 func (d *dialing) ended(ctx context.Context, rec runnerstate.Record) error {
@@ -267,12 +310,12 @@ func (d *dialing) ended(ctx context.Context, rec runnerstate.Record) error {
 		if now.Leaving != "" {
 			state = "leaving (" + now.Leaving + ")"
 		}
-		return fmt.Errorf("daemon: Dial %s: the server (pid %d) is %s: %w", d.dir, now.PID, state, ctx.Err())
+		return fmt.Errorf("daemon: Dial %s: the server (pid %d) is %s: %w", d.dir, now.PID, state, ctxErr(ctx))
 	case held:
-		return fmt.Errorf("daemon: Dial %s: held by a process that cannot be named: %w", d.dir, ctx.Err())
+		return fmt.Errorf("daemon: Dial %s: held by a process that cannot be named: %w", d.dir, ctxErr(ctx))
 	}
 	_ = rec
-	return fmt.Errorf("daemon: Dial %s: no server became ready: %w", d.dir, ctx.Err())
+	return fmt.Errorf("daemon: Dial %s: no server became ready: %w", d.dir, ctxErr(ctx))
 }
 
 func versionWords(v string) string {

@@ -390,9 +390,10 @@ func TestLeavingRunnerIsNotHandedOutAsReady(t *testing.T) {
 	go func() { done <- start.Wait() }()
 	t.Cleanup(func() {
 		start.Process.Kill()
-		if rec, held, _ := runnerstate.Running(dir); held && rec.PID != 0 && rec.PID != a.Process.Pid {
-			syscall.Kill(rec.PID, syscall.SIGKILL)
-		}
+		// The runner started asked to stop now cancels its jobs (SIGTERM)
+		// and waits for them; then the directory is free.
+		runnerstate.RequestRestart(dir, runnerstate.RestartNow)
+		s.ctl("wait", "--timeout", "60s")
 	})
 	select {
 	case err := <-done:
