@@ -73,8 +73,12 @@ type Record struct {
 	// Ready is true once the runner has published its record (Publish
 	// always writes true): it is what Start waits for. The record a
 	// Takeover writes at admission, before the runner's first Publish, has
-	// false. A record read without the field (an older runner's) counts
-	// as ready.
+	// false. A record read without the field was written by a build older
+	// than v0.3, whose admission record (a placeholder) has no field to
+	// tell it from the runner's own Publish: it counts as ready only once
+	// it carries MaxParallel, Specs or Meta, which such a placeholder never
+	// does. So an older runner that publishes none of them is never seen
+	// as ready by Start (docs/protocol.md).
 	Ready bool `json:"ready"`
 	// LockFD is the number of the descriptor through which the holder
 	// locks runner.lock, in the holder's process; Publish fills it in on
@@ -295,7 +299,7 @@ func parseRecord(data []byte) (Record, error) {
 	if rec.Process.PID != 0 && rec.Process.PID != rec.PID {
 		return Record{}, fmt.Errorf("pid %d disagrees with its process identity's pid %d", rec.PID, rec.Process.PID)
 	}
-	rec.Ready = readyOf(data, rec.Ready)
+	rec.Ready = readyOf(data, rec)
 	return rec, nil
 }
 
@@ -638,18 +642,21 @@ func (f dirFile) matches(name string) bool {
 	return name == f.name
 }
 
-// readyOf is the Ready of a runner.json whose bytes are data and whose
-// decoded Ready is decoded: a record without the field was written by an
-// older runner, which published it as its ready record, and counts as ready.
-func readyOf(data []byte, decoded bool) bool {
-	if decoded {
+// readyOf is the Ready of a runner.json whose bytes are data and which
+// decoded as rec. A record with the field says it. One without it was
+// written by a build older than v0.3, which wrote the same fields at
+// admission (a placeholder: pid, process, started_at) as in a Publish that
+// describes nothing: it counts as ready only once it carries MaxParallel,
+// Specs or Meta, which a placeholder never does.
+func readyOf(data []byte, rec Record) bool {
+	if rec.Ready {
 		return true
 	}
 	var probe struct {
 		Ready *bool `json:"ready"`
 	}
-	if json.Unmarshal(data, &probe) != nil {
+	if json.Unmarshal(data, &probe) != nil || probe.Ready != nil {
 		return false
 	}
-	return probe.Ready == nil
+	return rec.MaxParallel != 0 || len(rec.Specs) > 0 || len(rec.Meta) > 0 && string(rec.Meta) != "null"
 }
