@@ -164,10 +164,15 @@ const maxStateSize = 64 << 20
 // runner lock through Acquire or Takeover and the lock file is still the one it
 // locked; a symlink or directory at runner.json is refused naming the path;
 // ErrNotDurable when the record is in place but its directory could not be
-// synced; otherwise the system's error naming the path. Touches runner.json
-// and a temporary file beside it.
+// synced; ErrNewerProtocol (wrapped, naming the file and both protocol
+// numbers) when a state file of dir says a protocol newer than this
+// build's, and nothing is written; otherwise the system's error naming the
+// path. Touches runner.json and a temporary file beside it.
 func Publish(dir string, rec Record) error {
 	if err := checkDir("Publish", dir); err != nil {
+		return err
+	}
+	if err := checkProtocol(dir, false); err != nil {
 		return err
 	}
 	rec.Ready = true
@@ -217,7 +222,7 @@ func publish(dir string, rec Record) error {
 	if rec.StartedAt.IsZero() {
 		rec.StartedAt = h.AcquiredAt()
 	}
-	data, err := jsonLine(rec)
+	data, err := protocolLine(rec)
 	if err != nil {
 		return errorf("publish %s: %w", filepath.Join(dir, RecordName), err)
 	}
@@ -263,6 +268,20 @@ func readFile(path string, limit int) ([]byte, error) {
 
 // readRecord reads runner.json.
 func readRecord(dir string) (Record, fileState, error) {
+	sr, state, err := readStoredRecord(dir)
+	return sr.Record, state, err
+}
+
+// storedRecord is runner.json as read: the Record, and the protocol number
+// the file says (protocolOf), which is no field of Record's.
+type storedRecord struct {
+	Record
+	protocol int
+}
+
+// readStoredRecord reads runner.json with its protocol number, for the
+// probes (Running, Status), which read it once.
+func readStoredRecord(dir string) (storedRecord, fileState, error) {
 	return readState(filepath.Join(dir, RecordName), recordMemo.Parse)
 }
 
@@ -270,9 +289,13 @@ func readRecord(dir string) (Record, fileState, error) {
 // of a lock file's line: a probe reads the same bytes again and again while
 // a runner runs, and decoding them is a third of what it costs.
 var (
-	recordMemo = memo.New(parseRecord, func(r Record) Record {
+	recordMemo = memo.New(func(data []byte) (storedRecord, error) {
+		rec, err := parseRecord(data)
+		return storedRecord{Record: rec, protocol: protocolOf(data)}, err
+	}, func(r storedRecord) storedRecord {
 		r.Specs = slices.Clone(r.Specs)
 		r.Meta = slices.Clone(r.Meta)
+		r.Endpoints = slices.Clone(r.Endpoints)
 		return r
 	})
 	lockLineMemo = memo.New(func(data []byte) (lockContent, error) {
