@@ -581,7 +581,7 @@ func reservedName(name string) bool {
 // runner directory, a scope directory (AcquireScope) and a data root
 // (SyncRunning). It is the one list of them: the reserved names of the
 // state-file calls (reservedName), the fault matrix's paths, and the files
-// table in docs/operations.md (TestDocsListTheDirectorysFiles holds it to
+// table in docs/protocol.md (TestDocsListTheDirectorysFiles holds it to
 // this one) all come from it. A file the package adds goes here.
 var dirFiles = []dirFile{
 	{name: LockName, kind: kindLock, home: homeRunner, mode: 0o600, writer: "Acquire, Takeover",

@@ -38,8 +38,10 @@
 //
 // The files runnerstate keeps in a runner directory, a scope directory
 // (AcquireScope) and a data root (SyncRunning), each with its purpose, mode
-// and writer, are listed once, in [docs/operations.md]. State files are
-// written atomically, and no path is followed through a symlink.
+// and writer, are listed once, in [docs/protocol.md], the specification of
+// a runner directory: the format of each file, the protocol number it
+// carries, and the order in which it is written. State files are written
+// atomically, and no path is followed through a symlink.
 //
 // # Waits and errors
 //
@@ -56,7 +58,7 @@
 // says, and a system without file locks (js, wasip1, plan9) builds and
 // answers ErrLockingUnsupported at run time.
 //
-// [docs/operations.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/operations.md
+// [docs/protocol.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/protocol.md
 // [docs/guarantees.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/guarantees.md
 package runnerstate
 
