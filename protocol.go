@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"time"
+
+	"github.com/runnerstate/runnerstate/internal/filelock"
 )
 
 // protocolVersion is the number of the runner directory's protocol this
@@ -115,4 +119,64 @@ func checkProtocol(dir string, locks bool) error {
 		}
 	}
 	return nil
+}
+
+// treeLockSettle is how long a holder of runner.lock may hold no tree.lock
+// before Status says it predates the tree lock: a runner of protocol 1
+// takes tree.lock right after runner.lock (microseconds apart), and lets
+// runner.lock go again at once when it cannot have tree.lock.
+const treeLockSettle = 200 * time.Millisecond
+
+// treeLockSettleStep is how often the kernel's lock list is read again
+// while a holder settles in.
+const treeLockSettleStep = 10 * time.Millisecond
+
+// belowFloor is Status's warning when the process holding dir's runner.lock
+// has held no tree.lock for longer than treeLockSettle: it predates the
+// tree lock (v0.1, below protocol 1's floor), and the jobs it runs are
+// not tracked. Read from the kernel's lock list (filelock.Holders), touching
+// no lock; "" where the kernel lists no holders (outside Linux), when the
+// holder is not visible from here (another PID namespace), or when it
+// holds tree.lock or lets runner.lock go within the settle time. Only the
+// slow path costs anything: a holder that Status confirmed from runner.json
+// and its fdinfo (lock_fd, which builds before v0.3 never wrote) is of a
+// build that takes tree.lock.
+func belowFloor(dir string, st lockState) string {
+	if st.via == viaRecordLock || !filelock.ListsHolders() {
+		return ""
+	}
+	lockPath, treePath := filepath.Join(dir, LockName), filepath.Join(dir, treeLockName)
+	deadline := time.Now().Add(treeLockSettle)
+	for {
+		pid := exclusiveHolder(lockPath)
+		if pid <= 0 {
+			return "" // free now, or its holder is not visible from here
+		}
+		tree, _, known := filelock.Holders(treePath) // no file: no tree lock
+		if !known {
+			return ""
+		}
+		if slices.ContainsFunc(tree, func(h filelock.Holder) bool { return h.PID == pid }) {
+			return ""
+		}
+		if time.Now().After(deadline) {
+			return fmt.Sprintf("pid %d has held %s for over %v without %s: it predates the tree lock (a build before v0.2, below protocol 1's floor; see docs/protocol.md), so the jobs it runs are not tracked: no status shows them, and a runner admitted after it runs beside them", pid, lockPath, treeLockSettle, treePath)
+		}
+		time.Sleep(treeLockSettleStep) // bounded by treeLockSettle: the kernel says nothing when a lock is taken
+	}
+}
+
+// exclusiveHolder is the pid the kernel names for the exclusive flock on
+// path, 0 when there is none or it is not visible from here.
+func exclusiveHolder(path string) int {
+	holders, _, known := filelock.Holders(path)
+	if !known {
+		return 0
+	}
+	for _, h := range holders {
+		if h.Exclusive && h.PID > 0 {
+			return h.PID
+		}
+	}
+	return 0
 }

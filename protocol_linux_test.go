@@ -2,15 +2,44 @@ package runnerstate
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+func init() {
+	roles["runner-lock-only"] = roleRunnerLockOnly
+}
+
+// runner-lock-only: a runner of a build before v0.2, which knows no
+// tree.lock: flock runner.lock (raw, exclusive), write its identity line
+// there, say "locked", hold until stdin closes.
+func roleRunnerLockOnly(dir string) int {
+	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	line, _ := jsonLine(Self())
+	f.Truncate(0)
+	f.WriteAt(line, 0)
+	say("locked")
+	for range commands() {
+	}
+	return 0
+}
 
 // TestProtocolOfAFile: a file without the number, and a lock file's bare
 // pid, are protocol 1; a number that is not a positive integer counts as
@@ -201,4 +230,33 @@ func TestRunningReportsANewerHolder(t *testing.T) {
 	assert.ErrorContains(t, err, "says protocol 2, and this build speaks protocol 1")
 	_, err = Start(background(t), dir, exec.Command(filepath.Join(dir, "never-run")), StartOptions{})
 	assert.ErrorIs(t, err, ErrNewerProtocol)
+}
+
+// TestStatusSaysAHolderPredatesTheTreeLock: a holder of runner.lock that
+// holds no tree.lock (as v0.1 did) gets a warning in Status, after the
+// settle time, that its jobs are not tracked; a current runner, and one
+// whose runner.json Status cannot use, get none.
+func TestStatusSaysAHolderPredatesTheTreeLock(t *testing.T) {
+	const warning = "it predates the tree lock"
+	t.Run("lock only", func(t *testing.T) {
+		dir := tempDir(t)
+		old := startChild(t, "runner-lock-only", dir)
+		old.Expect("locked")
+		r, err := Status(dir)
+		require.NoError(t, err)
+		assert.True(t, r.Held)
+		assert.Equal(t, old.PID(), r.Holder.PID)
+		w := strings.Join(r.Warnings, "\n")
+		assert.Contains(t, w, fmt.Sprintf("pid %d has held %s for over 200ms without %s: %s", old.PID(), filepath.Join(dir, LockName), filepath.Join(dir, treeLockName), warning))
+		assert.Contains(t, w, "jobs it runs are not tracked")
+	})
+	t.Run("current runner", func(t *testing.T) {
+		dir := tempDir(t)
+		cur := startChild(t, "unpublished-holder", dir) // Acquire: no runner.json, so Status takes the slow path
+		cur.Expect("acquired")
+		r, err := Status(dir)
+		require.NoError(t, err)
+		assert.True(t, r.Held)
+		assert.NotContains(t, strings.Join(r.Warnings, "\n"), warning)
+	})
 }

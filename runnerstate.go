@@ -752,6 +752,12 @@ type Report struct {
 // nothing and never makes an Acquire fail. Naming orphans scans every
 // process's descriptors (only while a tree lock is held without a runner).
 //
+// On Linux, a holder of runner.lock that holds no tree.lock for longer
+// than a short settle time (200 ms, which this call then waits) predates
+// the tree lock (v0.1, below protocol 1's floor): a warning says so, and
+// that its jobs are not tracked. That look reads the kernel's lock list
+// only when the holder was not confirmed from runner.json and its fdinfo.
+//
 // Verdict, when the lock file names a holder, is the liveness verdict of that
 // identity: "self", "alive", "dead", "stale", "foreign", "other-namespace" or
 // "unverifiable".
@@ -798,6 +804,9 @@ func Status(dir string) (Report, error) {
 	if occ.held() {
 		r.Holder = holderRecord(st, rec, recState)
 		r.Warnings = append(r.Warnings, st.warnings(filepath.Join(dir, LockName))...)
+		if w := belowFloor(dir, st); w != "" {
+			r.Warnings = append(r.Warnings, w)
+		}
 	}
 	if occ == occOrphans {
 		pids, complete := orphans(dir, 0)
