@@ -22,12 +22,12 @@ import (
 )
 
 // filesDoc is the page whose table lists the files of dirFiles.
-const filesDoc = "docs/operations.md"
+const filesDoc = "docs/protocol.md"
 
 // docsHomes are the words the files table uses for dirFile.home.
 var docsHomes = map[string]dirHome{"runner": homeRunner, "scope": homeScope, "data root": homeDataRoot, "every": homeEvery}
 
-// TestDocsListTheDirectorysFiles: the files table of docs/operations.md
+// TestDocsListTheDirectorysFiles: the files table of docs/protocol.md
 // lists the files of dirFiles, no more and no fewer, in the same order,
 // each in the directory and with the mode the code gives it.
 func TestDocsListTheDirectorysFiles(t *testing.T) {

@@ -74,7 +74,12 @@ type Record struct {
 	// always writes true): it is what Start waits for. The record a
 	// Takeover writes at admission, before the runner's first Publish, has
 	// false, and so has the record of a runner that is leaving. A record
-	// read without the field (an older runner's) counts as ready.
+	// read without the field was written by a build older than v0.3, whose
+	// admission record (a placeholder) has no field to tell it from the
+	// runner's own Publish: it counts as ready only once it carries
+	// MaxParallel, Specs or Meta, which such a placeholder never does. So
+	// an older runner that publishes none of them is never seen as ready
+	// by Start (docs/protocol.md).
 	Ready bool `json:"ready"`
 	// LockFD is the number of the descriptor through which the holder
 	// locks runner.lock, in the holder's process; Publish fills it in on
@@ -163,10 +168,15 @@ const maxStateSize = 64 << 20
 // runner lock through Acquire or Takeover and the lock file is still the one it
 // locked; a symlink or directory at runner.json is refused naming the path;
 // ErrNotDurable when the record is in place but its directory could not be
-// synced; otherwise the system's error naming the path. Touches runner.json
-// and a temporary file beside it.
+// synced; ErrNewerProtocol (wrapped, naming the file and both protocol
+// numbers) when a state file of dir says a protocol newer than this
+// build's, and nothing is written; otherwise the system's error naming the
+// path. Touches runner.json and a temporary file beside it.
 func Publish(dir string, rec Record) error {
 	if err := checkDir("Publish", dir); err != nil {
+		return err
+	}
+	if err := checkProtocol(dir, false); err != nil {
 		return err
 	}
 	rec.Ready = true
@@ -236,7 +246,7 @@ func publishAs(dir string, rec Record) (leaving string, err error) {
 		if leaving = h.Leaving(); leaving != "" {
 			rec.Ready, rec.Leaving = false, leaving
 		}
-		data, err := jsonLine(rec)
+		data, err := protocolLine(rec)
 		if err != nil {
 			return errorf("publish %s: %w", filepath.Join(dir, RecordName), err)
 		}
@@ -286,6 +296,20 @@ func readFile(path string, limit int) ([]byte, error) {
 
 // readRecord reads runner.json.
 func readRecord(dir string) (Record, fileState, error) {
+	sr, state, err := readStoredRecord(dir)
+	return sr.Record, state, err
+}
+
+// storedRecord is runner.json as read: the Record, and the protocol number
+// the file says (protocolOf), which is no field of Record's.
+type storedRecord struct {
+	Record
+	protocol int
+}
+
+// readStoredRecord reads runner.json with its protocol number, for the
+// probes (Running, Status), which read it once.
+func readStoredRecord(dir string) (storedRecord, fileState, error) {
 	return readState(filepath.Join(dir, RecordName), recordMemo.Parse)
 }
 
@@ -293,9 +317,13 @@ func readRecord(dir string) (Record, fileState, error) {
 // of a lock file's line: a probe reads the same bytes again and again while
 // a runner runs, and decoding them is a third of what it costs.
 var (
-	recordMemo = memo.New(parseRecord, func(r Record) Record {
+	recordMemo = memo.New(func(data []byte) (storedRecord, error) {
+		rec, err := parseRecord(data)
+		return storedRecord{Record: rec, protocol: protocolOf(data)}, err
+	}, func(r storedRecord) storedRecord {
 		r.Specs = slices.Clone(r.Specs)
 		r.Meta = slices.Clone(r.Meta)
+		r.Endpoints = slices.Clone(r.Endpoints)
 		return r
 	})
 	lockLineMemo = memo.New(func(data []byte) (lockContent, error) {
@@ -322,7 +350,7 @@ func parseRecord(data []byte) (Record, error) {
 	if rec.Process.PID != 0 && rec.Process.PID != rec.PID {
 		return Record{}, fmt.Errorf("pid %d disagrees with its process identity's pid %d", rec.PID, rec.Process.PID)
 	}
-	rec.Ready = readyOf(data, rec.Ready)
+	rec.Ready = readyOf(data, rec)
 	return rec, nil
 }
 
@@ -581,7 +609,7 @@ func reservedName(name string) bool {
 // runner directory, a scope directory (AcquireScope) and a data root
 // (SyncRunning). It is the one list of them: the reserved names of the
 // state-file calls (reservedName), the fault matrix's paths, and the files
-// table in docs/operations.md (TestDocsListTheDirectorysFiles holds it to
+// table in docs/protocol.md (TestDocsListTheDirectorysFiles holds it to
 // this one) all come from it. A file the package adds goes here.
 var dirFiles = []dirFile{
 	{name: LockName, kind: kindLock, home: homeRunner, mode: 0o600, writer: "Acquire, Takeover",
@@ -665,18 +693,21 @@ func (f dirFile) matches(name string) bool {
 	return name == f.name
 }
 
-// readyOf is the Ready of a runner.json whose bytes are data and whose
-// decoded Ready is decoded: a record without the field was written by an
-// older runner, which published it as its ready record, and counts as ready.
-func readyOf(data []byte, decoded bool) bool {
-	if decoded {
+// readyOf is the Ready of a runner.json whose bytes are data and which
+// decoded as rec. A record with the field says it. One without it was
+// written by a build older than v0.3, which wrote the same fields at
+// admission (a placeholder: pid, process, started_at) as in a Publish that
+// describes nothing: it counts as ready only once it carries MaxParallel,
+// Specs or Meta, which a placeholder never does.
+func readyOf(data []byte, rec Record) bool {
+	if rec.Ready {
 		return true
 	}
 	var probe struct {
 		Ready *bool `json:"ready"`
 	}
-	if json.Unmarshal(data, &probe) != nil {
+	if json.Unmarshal(data, &probe) != nil || probe.Ready != nil {
 		return false
 	}
-	return probe.Ready == nil
+	return rec.MaxParallel != 0 || len(rec.Specs) > 0 || len(rec.Meta) > 0 && string(rec.Meta) != "null"
 }

@@ -102,7 +102,7 @@ func pendingRestart(dir string) (restartRequest, bool) {
 // (an I/O error, no descriptor left) is left as it is and its error returned,
 // since writing over a request it cannot read could weaken it;
 // ErrNotDurable when the request is in place (the runner sees it) but the
-// directory could not be synced. Touches restart.json (atomically) under the
+// directory could not be synced; ErrNewerProtocol (wrapped, naming the file and both protocol numbers) when one of dir's files says a protocol newer than this build's, and nothing is written. Touches restart.json (atomically) under the
 // directory's state lock.
 func RequestRestart(dir, mode string) error {
 	_, err := requestRestart(dir, mode, Self())
@@ -122,6 +122,9 @@ func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
 		return restartRequest{}, pathError("restart", dir, durable.Unwrap(err))
 	} else if !fi.IsDir() {
 		return restartRequest{}, pathError("restart", dir, durable.ErrNotDir)
+	}
+	if err := checkProtocol(dir, true); err != nil {
+		return restartRequest{}, err
 	}
 	var pending restartRequest
 	err := withStateLock(dir, func() error {
@@ -152,7 +155,7 @@ func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending
 		return old, false, nil
 	}
 	pending = restartRequest{Mode: mode, RequestedAt: time.Now(), By: by, For: target, Takeover: takeover}
-	data, err := jsonLine(pending)
+	data, err := protocolLine(pending)
 	if err != nil {
 		return restartRequest{}, false, err
 	}
@@ -537,7 +540,7 @@ func setLeaving(ctx context.Context, h *hold.Hold, why string) {
 			return nil // not yet published, or no longer this holder's
 		}
 		rec.Leaving, rec.Ready = why, why == "" && h.Published()
-		data, err := jsonLine(rec)
+		data, err := protocolLine(rec)
 		if err != nil {
 			return err
 		}

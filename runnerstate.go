@@ -38,8 +38,10 @@
 //
 // The files runnerstate keeps in a runner directory, a scope directory
 // (AcquireScope) and a data root (SyncRunning), each with its purpose, mode
-// and writer, are listed once, in [docs/operations.md]. State files are
-// written atomically, and no path is followed through a symlink.
+// and writer, are listed once, in [docs/protocol.md], the specification of
+// a runner directory: the format of each file, the protocol number it
+// carries, and the order in which it is written. State files are written
+// atomically, and no path is followed through a symlink.
 //
 // # Waits and errors
 //
@@ -56,7 +58,7 @@
 // says, and a system without file locks (js, wasip1, plan9) builds and
 // answers ErrLockingUnsupported at run time.
 //
-// [docs/operations.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/operations.md
+// [docs/protocol.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/protocol.md
 // [docs/guarantees.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/guarantees.md
 package runnerstate
 
@@ -424,8 +426,12 @@ func tryOwnLock(path string) (*filelock.File, error) {
 // error naming the path when dir is not a directory, or a lock file
 // (runner.lock, tree.lock, or .state.lock, which serialises state writes)
 // is a symlink, a directory, another non-regular file or not writable.
+// ErrNewerProtocol (wrapped, naming the file and both protocol numbers) when one of dir's files says a protocol newer than this build's (docs/protocol.md): nothing is taken or written.
 func Acquire(dir string) (release func(), err error) {
 	if err := checkDir("Acquire", dir); err != nil {
+		return nil, err
+	}
+	if err := checkProtocol(dir, true); err != nil {
 		return nil, err
 	}
 	h, err := acquire(dir, time.Now())
@@ -505,7 +511,7 @@ func tryRunnerLock(lockPath string) (*filelock.File, error) {
 
 // writeIdentity writes self into the runner lock l, which this process holds.
 func writeIdentity(l *filelock.File, self Identity) error {
-	line, err := jsonLine(lockContent{Identity: self, FD: int(l.Fd())})
+	line, err := protocolLine(lockContent{Identity: self, FD: int(l.Fd())})
 	if err != nil {
 		return err
 	}
@@ -606,7 +612,10 @@ func clearStaleRecord(dir string, self Identity) (int, bool, error) {
 // ErrLockingUnsupported on a filesystem whose locks do not exclude (see
 // ErrLockingUnsupported), where a free lock proves nothing; a runner that
 // holds runner.lock through another mount of the same file is reported
-// running.
+// running. A held directory whose runner.json says a protocol newer than
+// this build's (docs/protocol.md) is reported running, with only the
+// holder's pid (what the record's fields mean is not known here) and an
+// error wrapping ErrNewerProtocol naming both protocol numbers.
 func Running(dir string) (Record, bool, error) {
 	if err := checkDir("Running", dir); err != nil {
 		return Record{}, false, err
@@ -621,8 +630,12 @@ func Running(dir string) (Record, bool, error) {
 	if !st.occupancy().held() {
 		return Record{}, false, nil
 	}
-	rec, state, _ := readRecord(dir)
-	return holderRecord(st, rec, state), true, nil
+	sr, state, _ := readStoredRecord(dir)
+	if state == fileOK && newer(sr.protocol) {
+		// What its fields mean is not known here: only the pid is said.
+		return Record{PID: st.pid}, true, newerProtocolError(filepath.Join(dir, RecordName), sr.protocol)
+	}
+	return holderRecord(st, sr.Record, state), true, nil
 }
 
 // holderRecord is the Record to report for a held lock: the published one
@@ -646,8 +659,9 @@ func holderRecord(st lockState, rec Record, state fileState) Record {
 // ErrBusy and, on Unix, syscall.EWOULDBLOCK); when something stale cannot be
 // cleared (runner.json cannot be removed, a lock file cannot be read or
 // rewritten), the first such error, naming its path, with the stale pid and
-// whatever else could be cleared; otherwise the errors of Acquire. A nil
-// error means nothing stale is left.
+// whatever else could be cleared; otherwise the errors of Acquire
+// (ErrNewerProtocol among them, before anything is cleared). A nil error
+// means nothing stale is left.
 func ClearStale(dir string) (pid int, cleared bool, err error) {
 	if err := checkDir("ClearStale", dir); err != nil {
 		return 0, false, err
@@ -659,6 +673,9 @@ func ClearStale(dir string) (pid int, cleared bool, err error) {
 		return 0, false, pathError("stat", dir, durable.Unwrap(err))
 	} else if !fi.IsDir() {
 		return 0, false, pathError("refusing", dir, durable.ErrNotDir)
+	}
+	if err := checkProtocol(dir, true); err != nil {
+		return 0, false, err
 	}
 	p, err := tryPair(dir)
 	if err == errTreeBusy {
@@ -807,6 +824,12 @@ type Report struct {
 // nothing and never makes an Acquire fail. Naming orphans scans every
 // process's descriptors (only while a tree lock is held without a runner).
 //
+// On Linux, a holder of runner.lock that holds no tree.lock for longer
+// than a short settle time (200 ms, which this call then waits) predates
+// the tree lock (v0.1, below protocol 1's floor): a warning says so, and
+// that its jobs are not tracked. That look reads the kernel's lock list
+// only when the holder was not confirmed from runner.json and its fdinfo.
+//
 // Verdict, when the lock file names a holder, is the liveness verdict of that
 // identity: "self", "alive", "dead", "stale", "foreign", "other-namespace" or
 // "unverifiable".
@@ -816,7 +839,12 @@ type Report struct {
 // On a filesystem whose locks do not exclude (see ErrLockingUnsupported)
 // there is no error: the report says not held, with the verdict of the
 // identity runner.lock names ("unverifiable" when none) and a warning naming
-// the filesystem; Filesystem is set wherever it can be read.
+// the filesystem; Filesystem is set wherever it can be read. A state file
+// (runner.json, restart.json, gate.json, start.json) that says a protocol
+// newer than this build's (docs/protocol.md) is no error either: Status
+// reports what it can read, and a warning naming the file and both
+// protocol numbers, which errors.Is cannot match: the calls that write or
+// admit refuse such a directory with ErrNewerProtocol.
 func Status(dir string) (Report, error) {
 	r := Report{Dir: dir, Waiting: []Identity{}, Stale: []int{}, Orphans: []int{}, Warnings: []string{}}
 	if err := checkDir("Status", dir); err != nil {
@@ -853,6 +881,9 @@ func Status(dir string) (Report, error) {
 				r.Warnings = append(r.Warnings, fmt.Sprintf("the runner, pid %d, is stopped (state %c: SIGSTOP, a terminal's Ctrl-Z or a debugger): it holds %s but serves nothing until it is continued (SIGCONT)", st.holder.PID, state, dir))
 			}
 		}
+		if w := belowFloor(dir, st); w != "" {
+			r.Warnings = append(r.Warnings, w)
+		}
 	}
 	if occ == occOrphans {
 		pids, complete := orphans(dir, 0)
@@ -874,6 +905,9 @@ func Status(dir string) (Report, error) {
 	r.Waiting = append(r.Waiting, waiting...)
 	if warn != "" {
 		r.Warnings = append(r.Warnings, warn)
+	}
+	if err := checkProtocol(dir, false); err != nil {
+		r.Warnings = append(r.Warnings, err.Error()+"; what this report says of that file may be wrong")
 	}
 	r.Warnings = append(r.Warnings, dirWarnings(dir)...)
 	return r, nil

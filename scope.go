@@ -134,7 +134,7 @@ func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func()
 		return nil, err
 	}
 	prev, prevState, _ := readScopeOwner(scopeDir)
-	data, err := jsonLine(ScopeOwner{DataDir: dataDir, PID: self.PID, Process: self})
+	data, err := protocolLine(ScopeOwner{DataDir: dataDir, PID: self.PID, Process: self})
 	if err == nil {
 		err = public(durable.Write(scopeDir, scopeOwnerName, data))
 	}

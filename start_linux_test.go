@@ -316,17 +316,67 @@ func TestStart1ReadyIsPublishedNotAdmitted(t *testing.T) {
 	assert.True(t, r.Holder.Ready)
 }
 
-// A record without the field, from an older runner, counts as ready.
-func TestStart1RecordWithoutReadyCountsAsReady(t *testing.T) {
-	rec, err := parseRecord([]byte(`{"pid":12,"process":{"instance":"x","pid":12}}`))
-	require.NoError(t, err)
-	assert.True(t, rec.Ready)
-	rec, err = parseRecord([]byte(`{"pid":12,"ready":false}`))
-	require.NoError(t, err)
-	assert.False(t, rec.Ready)
+// A record without the field, from a build older than v0.3, counts as
+// ready only once it carries MaxParallel, Specs or Meta: the placeholder
+// such a build writes at admission carries none of them.
+func TestStart1RecordWithoutReadyCountsAsReadyOnlyWithContent(t *testing.T) {
+	for _, c := range []struct {
+		json  string
+		ready bool
+	}{
+		{`{"pid":12,"process":{"instance":"x","pid":12},"started_at":"2026-01-02T03:04:05Z"}`, false}, // the placeholder
+		{`{"pid":12,"specs":["a"]}`, true},
+		{`{"pid":12,"max_parallel":2}`, true},
+		{`{"pid":12,"meta":{"job_seconds":2}}`, true},
+		{`{"pid":12,"meta":null}`, false},
+		{`{"pid":12,"specs":[]}`, false},
+		{`{"pid":12,"ready":false,"specs":["a"]}`, false},
+		{`{"pid":12,"ready":true}`, true},
+	} {
+		rec, err := parseRecord([]byte(c.json))
+		require.NoError(t, err, c.json)
+		assert.Equal(t, c.ready, rec.Ready, c.json)
+	}
 	data, err := json.Marshal(Record{PID: 1})
 	require.NoError(t, err)
 	assert.Contains(t, string(data), `"ready":false`)
+}
+
+// An older runner's admission placeholder (no ready field, nothing of its
+// own) in a held directory is not ready for Running, nor for Start's
+// probe; the same runner's record with Specs is.
+func TestStart1OlderPlaceholderIsNotReady(t *testing.T) {
+	dir := tempDir(t)
+	holder := startChild(t, "unpublished-holder", dir)
+	holder.Expect("acquired")
+	line, err := os.ReadFile(filepath.Join(dir, LockName))
+	require.NoError(t, err)
+	id, ok := parseLockContent(line)
+	require.True(t, ok, "the holder's identity in %s", line)
+	write := func(extra string) {
+		idJSON, err := json.Marshal(id)
+		require.NoError(t, err)
+		rec := fmt.Sprintf(`{"pid":%d,"process":%s,"started_at":"2026-01-02T03:04:05Z"%s}`, id.PID, idJSON, extra)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, RecordName), []byte(rec+"\n"), 0o644))
+	}
+
+	write("")
+	rec, held, err := Running(dir)
+	require.NoError(t, err)
+	require.True(t, held)
+	assert.Equal(t, id.PID, rec.PID, "the placeholder names the holder")
+	assert.False(t, rec.Ready, "a placeholder is not ready")
+	_, _, ready, err := probeStart(dir)
+	require.NoError(t, err)
+	assert.False(t, ready, "Start would wait for it")
+
+	write(`,"specs":["older"]`)
+	rec, _, err = Running(dir)
+	require.NoError(t, err)
+	assert.True(t, rec.Ready, "an older runner's record with Specs is its published one")
+	_, _, ready, err = probeStart(dir)
+	require.NoError(t, err)
+	assert.True(t, ready)
 }
 
 // 2. A ready runner that Accept accepts: Start returns its record, locks

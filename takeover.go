@@ -171,8 +171,10 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 // ErrBusy too) when opts.Program is set and the verified holder's record
 // names another, before anything is asked or written; ErrSuperseded, wrapped with the
 // directory and the newer starter's pid (match it with errors.Is); a *BusyError when ctx
-// ends; otherwise the errors of Acquire, or of gate.json, naming it. Touches
-// runner.lock, runner.json, restart.json and gate.json.
+// ends; otherwise the errors of Acquire, or of gate.json, naming it;
+// ErrNewerProtocol (wrapped, naming the file and both protocol numbers) when one of dir's files says a protocol newer than this build's, before the gate is joined, or at admission, when the lock is
+// let go again. Touches runner.lock, runner.json, restart.json and
+// gate.json.
 func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release func(), err error) {
 	if err := checkDir("Takeover", dir); err != nil {
 		return nil, err
@@ -183,6 +185,9 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	}
 	if err := ensureRunnerDir(dir); err != nil {
 		return nil, err
+	}
+	if err := checkProtocol(dir, true); err != nil {
+		return nil, err // before the gate: registering would rewrite gate.json
 	}
 	if holdOf(dir) != nil {
 		// This process is the runner already: there is nobody to take over
@@ -401,6 +406,10 @@ func (t *takeover) Superseded() error { return t.superseded() }
 // so signal, this one; a newer starter that comes meanwhile supersedes it).
 func (t *takeover) Enter(ctx context.Context, p pair) (*hold.Hold, error) {
 	if err := keepIfLive(ctx, t.live, t.lockPath, p.release); err != nil {
+		return nil, err
+	}
+	if err := checkProtocol(t.dir, true); err != nil {
+		p.release() // a newer build came meanwhile (or its runner, killed, left its line)
 		return nil, err
 	}
 	h, err := t.admit(ctx, p)
@@ -819,7 +828,7 @@ func updateGateLocked(dir string, fn func(g *gateState) error) error {
 	if err := fn(&g); err != nil {
 		return err
 	}
-	data, err := jsonLine(g)
+	data, err := protocolLine(g)
 	if err != nil {
 		return err
 	}
@@ -1080,10 +1089,12 @@ const (
 // symlink, a directory or another non-regular file; a *StartError
 // (errors.Is ErrStartFailed) as above; the errors of Running for an
 // unusable runner.lock; ErrLockingUnsupported, before anything is started
-// or created, on a filesystem whose locks do not exclude. Touches
-// start.lock, start.json and the log in dir (and Log.1 to Log.3 when it
-// rotates the log: see StartOptions.LogMaxBytes); reads what Running
-// reads.
+// or created, on a filesystem whose locks do not exclude; the errors of
+// Running (ErrNewerProtocol for a holder whose runner.json says a newer
+// protocol), and ErrNewerProtocol, before anything is started or created,
+// when another file of dir does. Touches start.lock, start.json and the
+// log in dir (and Log.1 to Log.3 when it rotates the log: see
+// StartOptions.LogMaxBytes); reads what Running reads.
 //
 // [docs/operations.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/operations.md#what-start-does-to-the-process-it-starts
 func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (Record, error) {
@@ -1114,6 +1125,9 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 	}
 	if ctx.Err() != nil {
 		return Record{}, &StartError{Dir: abs, ExitCode: -1, Err: ctx.Err()}
+	}
+	if err := checkProtocol(dir, true); err != nil {
+		return Record{}, err // nothing started, nothing created
 	}
 	if err := checkStartInput(dir, cmd, opts); err != nil {
 		return Record{}, err
@@ -1364,7 +1378,7 @@ func (d startFiles) Read() (startup.Attempt, bool, error) { return readAttemptEr
 // Write replaces start.json; the caller holds start.lock. It is not
 // synced: an attempt describes live processes, which a power loss ends.
 func (d startFiles) Write(a startup.Attempt) error {
-	data, err := jsonLine(a)
+	data, err := protocolLine(a)
 	if err != nil {
 		return err
 	}
