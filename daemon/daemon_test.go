@@ -438,3 +438,66 @@ func TestAnotherProgramIsRefused(t *testing.T) {
 	_, asked := runnerstate.RestartRequested(dir)
 	assert.False(t, asked)
 }
+
+// Point 1, several successors: a starter that received the sockets and is
+// then superseded passes them on; the newest is admitted with them, and a
+// client is never refused meanwhile.
+func TestHandoverReachesTheNewestOfSeveralSuccessors(t *testing.T) {
+	if !handsOver {
+		t.Skip("this platform binds anew")
+	}
+	dir := shortDir(t)
+	opts := Options{Program: "echo", Version: "v1.0.0", Endpoints: unixEndpoint("d.sock")}
+	a := startServer(t, dir, opts)
+	a.Expect("ready inherited=0")
+	path := filepath.Join(dir, "d.sock")
+	// A request in flight holds A's drain.
+	slow, err := net.Dial("unix", path)
+	require.NoError(t, err)
+	defer slow.Close()
+	slowAnswer := make(chan string, 1)
+	go func() { line, _ := ping(slow, "slow"); slow.Close(); slowAnswer <- line }()
+
+	b1 := startServer(t, dir, opts)
+	a.Expect("leaving drain")
+	b2 := startServer(t, dir, opts)
+	b1.Expect("error ") // superseded by b2
+	assert.Equal(t, 4, exitCode(b1), "b1 was superseded")
+
+	// Connections made now wait in the backlog, for b2.
+	waiting, err := net.Dial("unix", path)
+	require.NoError(t, err, "not refused while the servers change")
+	defer waiting.Close()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "answer"), nil, 0o644))
+	assert.Contains(t, <-slowAnswer, "pong "+strconv.Itoa(a.PID()), "A finished what was in flight")
+	a.Expect("closed")
+	b2.Expect("ready inherited=1")
+	line, err := ping(waiting, "ping")
+	require.NoError(t, err)
+	assert.Contains(t, line, "pong "+strconv.Itoa(b2.PID()), "accepted by the newest, from the backlog")
+}
+
+// exitCode waits for c's exit and returns its code.
+func exitCode(c *testharness.Child) int {
+	c.Wait()
+	return c.Cmd.ProcessState.ExitCode()
+}
+
+// Point 2: a unix socket path where something else answers is refused,
+// after about a second's wait for a handover, naming the path; dir is let
+// go.
+func TestALivePathIsRefused(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, "d.sock")
+	other, err := net.Listen("unix", path)
+	require.NoError(t, err)
+	defer other.Close()
+	_, err = Listen(background(t), dir, Options{Endpoints: unixEndpoint("d.sock")})
+	require.ErrorIs(t, err, errAlive)
+	assert.Contains(t, err.Error(), path)
+	_, held, _ := runnerstate.Running(dir)
+	assert.False(t, held, "dir let go")
+	c, err := net.Dial("unix", path)
+	require.NoError(t, err, "the other's socket is untouched")
+	c.Close()
+}
