@@ -160,15 +160,6 @@ func clearDeadSocket(path string) error {
 	return nil
 }
 
-// alive reports whether a server answers on the unix socket at path.
-func alive(path string) bool {
-	c, err := net.DialTimeout("unix", path, time.Second)
-	if err == nil {
-		c.Close()
-	}
-	return err == nil
-}
-
 func kindOf(fi os.FileInfo) string {
 	switch {
 	case fi.IsDir():

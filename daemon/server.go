@@ -221,7 +221,7 @@ func passOn(dir string, rv *rendezvous) {
 	}
 	socks := make([]handable, len(got))
 	for i, r := range got {
-		socks[i] = handable{offer: r.offer, ln: r.ln}
+		socks[i] = handable(r)
 	}
 	for _, succ := range bridge.Successors(dir) {
 		if succ.Rendezvous != rv.address() && handTo(succ.Rendezvous, socks) {
