@@ -33,7 +33,7 @@ func TestTakeoverRecordsProgramAndVersion(t *testing.T) {
 	assert.Equal(t, "v1.4.2", rec.Version)
 	assert.False(t, rec.Ready, "admitted, not yet published")
 
-	release, err := Takeover(context.Background(), t.TempDir(), TakeoverOptions{Program: "idxd", Version: "v2"})
+	release, err := Takeover(context.Background(), tempDir(t), TakeoverOptions{Program: "idxd", Version: "v2"})
 	require.NoError(t, err)
 	defer release()
 }

@@ -23,7 +23,7 @@ func recordNow(t *testing.T, dir string) Record {
 // is gone, and a stronger mode replaces it.
 func TestWatchRestartMarksTheHolderLeaving(t *testing.T) {
 	captureLog(t)
-	dir := t.TempDir()
+	dir := tempDir(t)
 	release, err := Acquire(dir)
 	require.NoError(t, err)
 	defer release()
@@ -79,7 +79,7 @@ func TestWatchRestartMarksTheHolderLeaving(t *testing.T) {
 
 // A Publish never sets Leaving itself: it is the library's mark.
 func TestPublishIgnoresACallersLeaving(t *testing.T) {
-	dir := t.TempDir()
+	dir := tempDir(t)
 	release, err := Acquire(dir)
 	require.NoError(t, err)
 	defer release()

@@ -1,3 +1,5 @@
+//go:build unix
+
 package daemon
 
 import (
@@ -22,24 +24,6 @@ import (
 
 // Tests of package daemon, one or more per numbered point of its contract,
 // with real server processes where two servers meet.
-
-func unixEndpoint(addr string) []runnerstate.Endpoint {
-	return []runnerstate.Endpoint{{Network: "unix", Address: addr}}
-}
-
-func background(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// shortDir is a temporary directory whose socket paths fit sun_path.
-func shortDir(t *testing.T) string {
-	dir, err := os.MkdirTemp("", "rsd")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
 
 // Point 3: until Ready the record says Ready false with Program, Version
 // and the Endpoints as bound; Ready publishes them with Ready true.
@@ -66,35 +50,6 @@ func TestListenPublishesStartingThenReady(t *testing.T) {
 	assert.True(t, rec.Ready)
 	assert.JSONEq(t, `{"k":1}`, string(rec.Meta))
 	assert.Equal(t, "idxd", rec.Program)
-}
-
-// Point 11: bad endpoints are refused before anything is taken or created.
-func TestBadEndpointsAreRefusedFirst(t *testing.T) {
-	long := "/" + strings.Repeat("x", 120) + ".sock"
-	cases := []struct {
-		name string
-		eps  []runnerstate.Endpoint
-		want string
-	}{
-		{"none", nil, "no Endpoints"},
-		{"unknown network", []runnerstate.Endpoint{{Network: "udp", Address: ":1"}}, `network "udp"`},
-		{"path over sun_path", unixEndpoint(long), "over the"},
-		{"no address", unixEndpoint(""), "no Address"},
-		{"bad tcp", []runnerstate.Endpoint{{Network: "tcp", Address: "nope"}}, "host:port"},
-		{"twice", append(unixEndpoint("a.sock"), unixEndpoint("a.sock")...), "given twice"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			dir := filepath.Join(t.TempDir(), "d")
-			_, err := Listen(background(t), dir, Options{Endpoints: c.eps})
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), c.want)
-			_, err = os.Stat(dir)
-			assert.ErrorIs(t, err, os.ErrNotExist, "nothing created")
-		})
-	}
-	_, err := Listen(background(t), t.TempDir(), Options{Endpoints: unixEndpoint("a.sock"), Mode: "later"})
-	assert.ErrorIs(t, err, runnerstate.ErrBadMode)
 }
 
 // Point 4 and 12: Stop asks the server to go and returns once it let the

@@ -15,6 +15,7 @@ import (
 
 	"github.com/runnerstate/runnerstate"
 	"github.com/runnerstate/runnerstate/internal/testharness"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -135,4 +136,22 @@ func ping(c net.Conn, line string) (string, error) {
 		return "", err
 	}
 	return bufio.NewReader(c).ReadString('\n')
+}
+
+func unixEndpoint(addr string) []runnerstate.Endpoint {
+	return []runnerstate.Endpoint{{Network: "unix", Address: addr}}
+}
+
+func background(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// shortDir is a temporary directory whose socket paths fit sun_path.
+func shortDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "rsd")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
