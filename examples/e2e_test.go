@@ -126,6 +126,21 @@ func (s *story) waitGone(name string, cmd *exec.Cmd) {
 	}
 }
 
+// startWithJob starts a runner that runs one job of an hour, and returns
+// it and its job's pid once it holds the directory and the job runs
+// (SIGUSR1 makes the job finish).
+func (s *story) startWithJob(name string) (*exec.Cmd, int) {
+	s.t.Helper()
+	r := s.start(name, "-job", "1h", "-parallel", "1")
+	s.waitHolder(name, r.Process.Pid)
+	s.waitLog(name, "job started")
+	m := regexp.MustCompile(`msg="job started".* pid=(\d+)`).FindStringSubmatch(s.log(name))
+	require.NotNil(s.t, m, s.log(name))
+	job, err := strconv.Atoi(m[1])
+	require.NoError(s.t, err)
+	return r, job
+}
+
 func (s *story) log(name string) string {
 	data, _ := os.ReadFile(filepath.Join(s.logs, name+".log"))
 	return string(data)
@@ -208,13 +223,7 @@ func TestMainJobStory(t *testing.T) {
 // says so (SIGUSR1), once DefaultGrace has passed since the request.
 func TestRunnerModeDrainDrains(t *testing.T) {
 	s := newStory(t)
-	a := s.start("a", "-job", "1h", "-parallel", "1")
-	s.waitHolder("a", a.Process.Pid)
-	s.waitLog("a", "job started")
-	m := regexp.MustCompile(`msg="job started".* pid=(\d+)`).FindStringSubmatch(s.log("a"))
-	require.NotNil(t, m, s.log("a"))
-	job, err := strconv.Atoi(m[1])
-	require.NoError(t, err)
+	a, job := s.startWithJob("a")
 
 	b := s.start("b", "-mode", "drain")
 	s.waitLog("b", "takeover asked the runner to restart")
@@ -361,13 +370,7 @@ func TestRunnerSIGTERMWhileWaiting(t *testing.T) {
 // runnerctl start waits for it to go, then starts a new runner.
 func TestLeavingRunnerIsNotHandedOutAsReady(t *testing.T) {
 	s := newStory(t)
-	a := s.start("a", "-job", "1h", "-parallel", "1")
-	s.waitHolder("a", a.Process.Pid)
-	s.waitLog("a", "job started")
-	m := regexp.MustCompile(`msg="job started".* pid=(\d+)`).FindStringSubmatch(s.log("a"))
-	require.NotNil(t, m, s.log("a"))
-	job, err := strconv.Atoi(m[1])
-	require.NoError(t, err)
+	a, job := s.startWithJob("a")
 
 	b := s.start("b", "-mode", "drain")
 	s.waitLog("a", "restart requested")

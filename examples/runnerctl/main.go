@@ -453,29 +453,11 @@ func stop(dir, mode string, timeout time.Duration, stdout, stderr io.Writer) int
 	if rec.PID != 0 {
 		who = fmt.Sprintf("the server (pid %d)", rec.PID)
 	}
-	ctx, cancel := within(timeout)
-	defer cancel()
-	interrupted := make(chan os.Signal, 1)
-	signal.Notify(interrupted, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(interrupted)
-	signalled := make(chan os.Signal, 1)
-	go func() {
-		select {
-		case s := <-interrupted:
-			signalled <- s // before the cancel that ends Stop
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, interrupted, stopWaiting := interruptible(timeout)
+	defer stopWaiting()
 	fmt.Fprintf(stdout, "asking %s to go (%s)\n", who, mode)
 	err = daemon.Stop(ctx, dir, mode)
-	var sig os.Signal
-	if err != nil {
-		select {
-		case sig = <-signalled:
-		default:
-		}
-	}
+	sig := interrupted()
 	switch {
 	case err == nil:
 		fmt.Fprintf(stdout, "%s has let %s go\n", who, printable(dir))
@@ -531,6 +513,34 @@ func readyWords(rec runnerstate.Record) string {
 	return "not yet (admitted, its record not yet published)"
 }
 
+// interruptible is a context for a wait of at most timeout (0: no limit)
+// that SIGINT or SIGTERM also ends; interrupted says which signal ended it
+// (nil when none did); stop lets the signals go.
+func interruptible(timeout time.Duration) (ctx context.Context, interrupted func() os.Signal, stop func()) {
+	ctx, cancel := within(timeout)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	got := make(chan os.Signal, 1)
+	go func() {
+		select {
+		case sig := <-sigs:
+			got <- sig // before the cancel that ends the wait
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	interrupted = func() os.Signal {
+		select {
+		case sig := <-got:
+			got <- sig
+			return sig
+		default:
+			return nil
+		}
+	}
+	return ctx, interrupted, func() { signal.Stop(sigs); cancel() }
+}
+
 // signalExit is the exit code of a process ended by sig: 128 + its number.
 func signalExit(sig os.Signal) int {
 	if s, ok := sig.(syscall.Signal); ok {
@@ -541,29 +551,13 @@ func signalExit(sig os.Signal) int {
 
 // start makes sure a runner of dir is ready, starting argv when none is.
 func start(dir string, timeout time.Duration, asJSON bool, argv []string, stdout, stderr io.Writer) int {
-	ctx, cancel := within(timeout)
-	defer cancel()
 	// SIGINT or SIGTERM ends the wait, not the runner: say which one is
 	// left running, and exit as the signal would have (130, 143).
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	interrupted := make(chan os.Signal, 1)
-	go func() {
-		select {
-		case sig := <-sigs:
-			interrupted <- sig
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, interrupted, stopWaiting := interruptible(timeout)
+	defer stopWaiting()
 	rec, err := runnerstate.Start(ctx, dir, exec.Command(argv[0], argv[1:]...), runnerstate.StartOptions{})
 	var se *runnerstate.StartError
-	var sig os.Signal
-	select {
-	case sig = <-interrupted:
-	default:
-	}
+	sig := interrupted()
 	switch {
 	case sig != nil && errors.As(err, &se) && se.PID > 0 && se.ExitCode < 0:
 		fmt.Fprintf(stderr, "runnerctl start: interrupted (%v); the runner started, pid %d, is left running, not yet ready: a later start waits for it (its output: %s)\n", sig, se.PID, printable(se.Log))
