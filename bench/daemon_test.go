@@ -80,6 +80,8 @@ type echoServer struct {
 	request  int64 // when the restart (upgrade) request arrived
 	started  int64 // when its accept loop began
 	stopped  int64 // when its accept loop ended
+	closing  int64 // when it called daemon's Close (0: it does not)
+	closed   int64 // when Close returned
 	inflight sync.WaitGroup
 	loop     sync.WaitGroup
 	logs     string
@@ -138,14 +140,25 @@ func (e *echoServer) requested() {
 }
 
 // finish waits for the accept loop (whose listener the caller stopped) and
-// the connections in flight, then writes "<pid>.events".
+// the connections in flight.
 func (e *echoServer) finish() {
 	e.loop.Wait()
 	e.inflight.Wait()
+}
+
+// close stamps a daemon server's Close.
+func (e *echoServer) close(srv *daemon.Server) {
+	e.closing = monotonic()
+	srv.Close()
+	e.closed = monotonic()
+}
+
+// write writes "<pid>.events".
+func (e *echoServer) write() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "request %d\nstarted %d\nstopped %d\n", e.request, e.started, e.stopped)
+	fmt.Fprintf(&b, "request %d\nstarted %d\nstopped %d\nclosing %d\nclosed %d\n", e.request, e.started, e.stopped, e.closing, e.closed)
 	for _, t := range e.accepts {
 		fmt.Fprintf(&b, "accept %d\n", t)
 	}
@@ -182,7 +195,8 @@ func echoDaemon(base string) int {
 	<-srv.Leaving()
 	e.requested()
 	e.finish()
-	srv.Close()
+	e.close(srv)
+	e.write()
 	return 0
 }
 
@@ -218,6 +232,7 @@ func echoBindAnew(base string) int {
 	e.requested()
 	ln.Close()
 	e.finish()
+	e.write()
 	return 0
 }
 
@@ -262,6 +277,7 @@ func echoTableflip(base string) int {
 	<-upg.Exit()
 	ln.Close()
 	e.finish()
+	e.write()
 	return 0
 }
 
@@ -502,6 +518,8 @@ type upgradeRun struct {
 	overlaps       int             // accepts of an old server after its successor's first
 	overlapping    int             // handoffs whose two accept loops ran at once
 	overlapTimes   []time.Duration // how long they did, each handoff (0: never)
+	closes         []time.Duration // handing over: the old server's Close
+	admits         []time.Duration // handing over: from its return to the successor's accept loop
 }
 
 // runUpgrade runs one scenario: a first server, eight clients, then
@@ -580,8 +598,8 @@ func runUpgrade(b *testing.B, impl string) upgradeRun {
 
 // serverEvents are one server's events file.
 type serverEvents struct {
-	request, started, stopped int64
-	accepts                   []int64
+	request, started, stopped, closing, closed int64
+	accepts                                    []int64
 }
 
 func readEvents(b *testing.B, logs string, pid int) serverEvents {
@@ -600,6 +618,10 @@ func readEvents(b *testing.B, logs string, pid int) serverEvents {
 			ev.started = t
 		case "stopped":
 			ev.stopped = t
+		case "closing":
+			ev.closing = t
+		case "closed":
+			ev.closed = t
 		case "accept":
 			ev.accepts = append(ev.accepts, t)
 		}
@@ -609,7 +631,8 @@ func readEvents(b *testing.B, logs string, pid int) serverEvents {
 
 // measureUpgrade reads the servers' and clients' logs. A handoff's window
 // runs from the old server's restart request (for tableflip, the SIGHUP it
-// received) to its successor's first accept; a request is in it when the
+// received; handing over, the moment it stopped accepting, a little
+// earlier) to its successor's first accept; a request is in it when the
 // two overlap. Steady state is every request that overlaps no handoff at
 // all, from the harness starting the next server to settle after it
 // reaped the old one.
@@ -623,9 +646,19 @@ func measureUpgrade(b *testing.B, logs string, hs []upgradeHandoff) upgradeRun {
 			b.Fatalf("handoff %d→%d: no restart request seen (%d) or no accept by the successor (%d)", h.old, h.new, old.request, len(next.accepts))
 		}
 		first := next.accepts[0]
-		windows = append(windows, span{old.request, max(first, old.request)})
-		run.lengths = append(run.lengths, time.Duration(max(first-old.request, 0)))
-		periods = append(periods, span{min(h.begun, old.request), max(h.done, first) + int64(settle)})
+		// Handing over, the old server stops accepting a little before
+		// its Leaving closes: the window starts there.
+		from := old.request
+		if old.stopped != 0 {
+			from = min(from, old.stopped)
+		}
+		windows = append(windows, span{from, max(first, from)})
+		run.lengths = append(run.lengths, time.Duration(max(first-from, 0)))
+		periods = append(periods, span{min(h.begun, from), max(h.done, first) + int64(settle)})
+		if old.closing != 0 {
+			run.closes = append(run.closes, time.Duration(old.closed-old.closing))
+			run.admits = append(run.admits, time.Duration(next.started-old.closed))
+		}
 		n := 0
 		for _, t := range old.accepts {
 			if t > first {
@@ -701,7 +734,10 @@ func measureUpgrade(b *testing.B, logs string, hs []upgradeHandoff) upgradeRun {
 // length, and overlaps: accepts of an old server after its successor's
 // first accept, the handoffs in which the two servers' accept loops ran at
 // once (from the new one's start of Accept to the old one's last return
-// from it), and how long they did at p50.
+// from it), and how long they did at p50. Handing over, where the window goes: the
+// old server's Close (close-p50-µs), and from its return to the
+// successor's accept loop (close-to-next-p50-µs: the old process's exit,
+// the successor's admission and the rest of its Listen).
 func BenchmarkUpgrade(b *testing.B) {
 	for _, impl := range []string{"daemon-handover", "bind-anew", "tableflip"} {
 		b.Run("impl="+impl, func(b *testing.B) {
@@ -712,6 +748,8 @@ func BenchmarkUpgrade(b *testing.B) {
 				all.steady = append(all.steady, r.steady...)
 				all.lengths = append(all.lengths, r.lengths...)
 				all.overlapTimes = append(all.overlapTimes, r.overlapTimes...)
+				all.closes = append(all.closes, r.closes...)
+				all.admits = append(all.admits, r.admits...)
 				all.failed += r.failed
 				all.total += r.total
 				all.overlaps += r.overlaps
@@ -732,6 +770,10 @@ func BenchmarkUpgrade(b *testing.B) {
 			b.ReportMetric(float64(all.overlaps)/n, "overlaps")
 			b.ReportMetric(float64(all.overlapping)/n, "overlap-handoffs")
 			b.ReportMetric(quantile(all.overlapTimes, 0.50), "overlap-p50-µs")
+			if len(all.closes) > 0 {
+				b.ReportMetric(quantile(all.closes, 0.50), "close-p50-µs")
+				b.ReportMetric(quantile(all.admits, 0.50), "close-to-next-p50-µs")
+			}
 			b.ReportMetric(0, "ns/op")
 		})
 	}
@@ -923,8 +965,8 @@ func init() {
 		<-srv.Leaving()
 		left := monotonic()
 		e.finish()
-		srv.Close()
-		writeAtomic(filepath.Join(base, "logs", "idle"), fmt.Sprintf("%d %d\n", left, monotonic()))
+		e.close(srv)
+		writeAtomic(filepath.Join(base, "logs", "idle"), fmt.Sprintf("%d %d\n", left, e.closed))
 		return 0
 	}
 }
