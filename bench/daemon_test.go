@@ -62,6 +62,10 @@ const (
 	// settle is how long after a handoff (the old server reaped) latency is
 	// not counted as steady state either.
 	settle = 10 * time.Millisecond
+	// upgradeWait bounds each step of a handoff, and the old server's Grace:
+	// generous, because a handoff was seen to take 19 s beside two CPU hogs
+	// (binding anew, while the refused clients kept the cores busy).
+	upgradeWait = time.Minute
 )
 
 // echoDirs are a scenario's directories under base.
@@ -179,10 +183,10 @@ func writeAtomic(path, text string) {
 func echoDaemon(base string) int {
 	dir, _, _ := echoDirs(base)
 	e := newEchoServer(base)
-	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
+	ctx, cancel := context.WithTimeout(context.Background(), upgradeWait)
 	srv, err := daemon.Listen(ctx, dir, daemon.Options{Program: echoProgram,
 		Endpoints: []runnerstate.Endpoint{{Network: "unix", Address: echoSocket}},
-		Mode:      runnerstate.RestartNow, Grace: testharness.Wait})
+		Mode:      runnerstate.RestartNow, Grace: upgradeWait})
 	cancel()
 	if err != nil {
 		return fail(err)
@@ -207,8 +211,8 @@ func echoDaemon(base string) int {
 func echoBindAnew(base string) int {
 	dir, sock, _ := echoDirs(base)
 	e := newEchoServer(base)
-	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
-	release, err := runnerstate.Takeover(ctx, dir, runnerstate.TakeoverOptions{Mode: runnerstate.RestartNow, Grace: testharness.Wait})
+	ctx, cancel := context.WithTimeout(context.Background(), upgradeWait)
+	release, err := runnerstate.Takeover(ctx, dir, runnerstate.TakeoverOptions{Mode: runnerstate.RestartNow, Grace: upgradeWait})
 	cancel()
 	if err != nil {
 		return fail(err)
@@ -245,7 +249,7 @@ func echoBindAnew(base string) int {
 func echoTableflip(base string) int {
 	_, sock, _ := echoDirs(base)
 	e := newEchoServer(base)
-	upg, err := tableflip.New(tableflip.Options{UpgradeTimeout: testharness.Wait})
+	upg, err := tableflip.New(tableflip.Options{UpgradeTimeout: upgradeWait})
 	if err != nil {
 		return fail(err)
 	}
@@ -275,7 +279,7 @@ func echoTableflip(base string) int {
 	}
 	// Say so once the parent has exited: until then this copy's Upgrade
 	// refuses ("parent hasn't exited").
-	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
+	ctx, cancel := context.WithTimeout(context.Background(), upgradeWait)
 	err = upg.WaitForParent(ctx)
 	cancel()
 	if err != nil {
@@ -430,7 +434,7 @@ func (p *serverProcs) start() int {
 // returns its pid.
 func (p *serverProcs) awaitReady(want int) int {
 	_, _, logs := echoDirs(p.base)
-	deadline := time.Now().Add(testharness.Wait)
+	deadline := time.Now().Add(upgradeWait)
 	for time.Now().Before(deadline) {
 		entries, _ := os.ReadDir(logs)
 		for _, e := range entries {
@@ -446,7 +450,7 @@ func (p *serverProcs) awaitReady(want int) int {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	p.b.Fatalf("no new %s server became ready within %v: %s", p.role, testharness.Wait, p.errors())
+	p.b.Fatalf("no new %s server became ready within %v: %s", p.role, upgradeWait, p.errors())
 	return 0
 }
 
@@ -587,7 +591,7 @@ func runUpgrade(b *testing.B, impl string) upgradeRun {
 	}
 	switch impl {
 	case "daemon-handover":
-		ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
+		ctx, cancel := context.WithTimeout(context.Background(), upgradeWait)
 		err := daemon.Stop(ctx, dir, runnerstate.RestartNow)
 		cancel()
 		if err != nil {
