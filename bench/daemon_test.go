@@ -35,9 +35,10 @@ import (
 // connection's one line "ping" with "pong" and closes it. Its directory is
 // <base>/d, its socket <base>/d/echo.sock; it writes what the benchmark
 // reads into <base>/logs: "<pid>.ready" once it serves, and at its exit
-// "<pid>.events", with the CLOCK_MONOTONIC time of its restart request and
-// of every connection it accepted. CLOCK_MONOTONIC is one clock for every
-// process of the machine.
+// "<pid>.events", with the CLOCK_MONOTONIC times of its restart request, of
+// the start and end of its accept loop, of its Close (a daemon server's),
+// and of every connection it accepted. CLOCK_MONOTONIC is one clock for
+// every process of the machine.
 
 func init() {
 	roles["upgrade-client"] = upgradeClient
