@@ -9,6 +9,8 @@
 //
 // The table of docs/benchmarks.md is written from bench/results.txt, a run
 // saved there, by `go run ./cmd/report`; never edit its figures by hand.
+// Package daemon's tables (daemon_test.go) are written the same way from
+// runs of their own, daemon-results.txt and daemon-busy.txt.
 //
 // Latency benchmarks report percentiles as custom metrics (p50-µs, p99-µs,
 // max-µs); with BENCH_SAMPLES=dir they also write their raw samples there, for

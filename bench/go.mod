@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/runnerstate/runnerstate => ../
 
 require (
+	github.com/cloudflare/tableflip v1.2.3
 	github.com/gofrs/flock v0.13.2
 	github.com/nightlyone/lockfile v1.0.0
 	github.com/runnerstate/runnerstate v0.0.0-00010101000000-000000000000
@@ -32,5 +33,6 @@ require (
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/image v0.46.0 // indirect
+	golang.org/x/mod v0.43.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )

@@ -15,6 +15,16 @@
 //	go test -run '^$' -bench . -count 6 | tee results.txt
 //	go run ./cmd/report
 //
+// Package daemon's tables are written from runs of their own, so that the
+// core table's run is not redone for them: daemon-results.txt (-daemon),
+// and daemon-busy.txt (-busy), the same benchmarks beside two CPU hogs;
+// both are read from beside -in unless named:
+//
+//	go test -run '^$' -bench 'Upgrade|DialReady|IdleExit' -count 6 | tee daemon-results.txt
+//	yes >/dev/null & yes >/dev/null &
+//	go test -run '^$' -bench 'Upgrade|DialReady|IdleExit' -count 6 | tee daemon-busy.txt
+//	kill %1 %2
+//
 // With -check it writes nothing and exits 1 when the docs differ from what it
 // would write (TestReportMatchesDocs runs it so). It exits 2 on a file it
 // cannot read or a marker it does not know, naming the file.
@@ -28,6 +38,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -41,16 +52,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("report", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	in := fl.String("in", "results.txt", "the benchmark output file to read")
+	daemonIn := fl.String("daemon", "", "the run of package daemon's benchmarks (default: daemon-results.txt beside -in)")
+	busyIn := fl.String("busy", "", "the same beside two CPU hogs (default: daemon-busy.txt beside -in)")
 	doc := fl.String("doc", "../docs/benchmarks.md", "the Markdown file whose marked tables to write")
 	check := fl.Bool("check", false, "write nothing; exit 1 when the file differs from what the report would write")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
 	if fl.NArg() > 0 {
-		fmt.Fprintf(stderr, "report: unexpected arguments %q: it takes only flags (-in, -doc, -check)\n", fl.Args())
+		fmt.Fprintf(stderr, "report: unexpected arguments %q: it takes only flags (-in, -daemon, -busy, -doc, -check)\n", fl.Args())
 		return 2
 	}
-	stale, err := report(*in, *doc, *check)
+	files := map[string]string{"results": *in, "daemon": *daemonIn, "busy": *busyIn}
+	for name, beside := range map[string]string{"daemon": "daemon-results.txt", "busy": "daemon-busy.txt"} {
+		if files[name] == "" {
+			files[name] = filepath.Join(filepath.Dir(*in), beside)
+		}
+	}
+	stale, err := report(files, *doc, *check)
 	switch {
 	case err != nil:
 		fmt.Fprintf(stderr, "report: %v\n", err)
@@ -65,20 +84,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// report writes the tables of results file in into the Markdown file doc,
-// or with check only compares them. It returns the names of the tables that
-// were (or would be) rewritten.
-func report(in, doc string, check bool) ([]string, error) {
-	res, err := loadResults(in)
-	if err != nil {
-		return nil, err
-	}
+// report writes each table from its results file (files, by the names
+// blocks give: results, daemon, busy) into the Markdown file doc, or with
+// check only compares them. It returns the names of the tables that were
+// (or would be) rewritten.
+func report(files map[string]string, doc string, check bool) ([]string, error) {
 	texts := map[string]string{}
-	for _, b := range blocks {
-		texts[b.name] = b.write(res)
-	}
-	if err := res.err(); err != nil {
-		return nil, err
+	for _, file := range []string{"results", "daemon", "busy"} {
+		res, err := loadResults(files[file])
+		if err != nil {
+			return nil, err
+		}
+		res.rerun = reruns[file]
+		for _, b := range blocks {
+			if b.file == file {
+				texts[b.name] = b.write(res)
+			}
+		}
+		if err := res.err(); err != nil {
+			return nil, err
+		}
 	}
 	old, err := os.ReadFile(doc)
 	if err != nil {

@@ -83,6 +83,12 @@ func TestReportRefusesBadInput(t *testing.T) {
 	page := "# Benchmarks\n\n" + beginMark + "core" + markTail + "\n" + endMark + "core" + markTail + "\nprose\n"
 	goodDoc := write("good.md", page)
 	partial := write("partial.txt", "BenchmarkTryLock/impl=runnerstate-2 \t 100\t 2700 ns/op\t 144 B/op\t 3 allocs/op\n")
+	full, err := os.ReadFile(committedResults)
+	require.NoError(t, err)
+	noBusy := filepath.Join(dir, "alone")
+	require.NoError(t, os.Mkdir(noBusy, 0o755))
+	alone := filepath.Join(noBusy, "results.txt") // no daemon-results.txt beside it
+	require.NoError(t, os.WriteFile(alone, full, 0o644))
 	for _, tc := range []struct {
 		name, in, doc string
 		says          []string
@@ -91,6 +97,7 @@ func TestReportRefusesBadInput(t *testing.T) {
 		{"no results in it", write("empty.txt", "goos: linux\nPASS\n"), goodDoc, []string{"empty.txt", "no benchmark results in it"}},
 		{"a malformed result line", write("bad.txt", "BenchmarkX-2 \t 100\t many ns/op\n"), goodDoc, []string{"bad.txt:1"}},
 		{"benchmarks missing", partial, goodDoc, []string{"partial.txt", "no results for", "TryLock/impl=raw-syscalls ns/op", "WatchRestart p50-µs", "go test -run '^$' -bench . -count 6"}},
+		{"no daemon run beside it", alone, goodDoc, []string{filepath.Join(noBusy, "daemon-results.txt"), "no such file"}},
 		{"no such page", committedResults, filepath.Join(dir, "absent.md"), []string{"absent.md", "no such file"}},
 		{"no marked table", committedResults, write("bare.md", "# Benchmarks\n"), []string{"bare.md", "no table core", beginMark + "core" + markTail}},
 	} {

@@ -21,6 +21,16 @@ type results struct {
 	// missing collects the benchmarks and units a table asked for and the
 	// file does not have, so that one error names them all.
 	missing []string
+	// rerun is the command that writes the file.
+	rerun string
+}
+
+// reruns are the commands that write each results file, from the
+// repository's root.
+var reruns = map[string]string{
+	"results": "cd bench && go test -run '^$' -bench . -count 6 | tee results.txt",
+	"daemon":  "cd bench && go test -run '^$' -bench 'Upgrade|DialReady|IdleExit' -count 6 | tee daemon-results.txt",
+	"busy":    "cd bench; yes >/dev/null & yes >/dev/null & go test -run '^$' -bench 'Upgrade|DialReady|IdleExit' -count 6 | tee daemon-busy.txt; kill %1 %2",
 }
 
 // key names one measurement: a benchmark without its "Benchmark" prefix and
@@ -38,7 +48,7 @@ func loadResults(path string) (*results, error) {
 		return nil, err
 	}
 	defer f.Close()
-	res := &results{path: path, config: map[string]string{}, values: map[key][]float64{}}
+	res := &results{path: path, config: map[string]string{}, values: map[key][]float64{}, rerun: reruns["results"]}
 	rd := benchfmt.NewReader(f, path)
 	for rd.Scan() {
 		switch rec := rd.Result().(type) {
@@ -101,6 +111,17 @@ func (r *results) median(name, unit string) float64 {
 	return benchmath.AssumeNothing.Summary(s, 0.95).Center
 }
 
+// max is the largest of one benchmark's runs in one unit, for a target
+// every run must meet; 0 when the file has none (see missing).
+func (r *results) max(name, unit string) float64 {
+	vs := r.values[key{name, unit}]
+	if len(vs) == 0 {
+		r.missing = append(r.missing, name+" "+unit)
+		return 0
+	}
+	return slices.Max(vs)
+}
+
 // p is the p-value of the Mann-Whitney U-test benchstat uses to tell two
 // benchmarks' runs apart in one unit; 1 when either is missing.
 func (r *results) p(a, b, unit string) float64 {
@@ -132,5 +153,5 @@ func (r *results) err() error {
 		return nil
 	}
 	slices.Sort(r.missing)
-	return &fs.PathError{Op: "read", Path: r.path, Err: fmt.Errorf("no results for %s: run the benchmarks again (cd bench && go test -run '^$' -bench . -count 6 | tee results.txt)", strings.Join(slices.Compact(r.missing), ", "))}
+	return &fs.PathError{Op: "read", Path: r.path, Err: fmt.Errorf("no results for %s: run the benchmarks again (%s)", strings.Join(slices.Compact(r.missing), ", "), r.rerun)}
 }

@@ -2,17 +2,22 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 )
 
-// blocks are what the report writes: each marker name in the docs and the
-// function that writes its text from the results. A target in a table is
-// met (✓) or missed (✗) by the figure before it is rounded for display.
+// blocks are what the report writes: each marker name in the docs, the
+// results file it is written from, and the function that writes its text
+// from the results. A target in a table is met (✓) or missed (✗) by the
+// figure before it is rounded for display.
 var blocks = []struct {
 	name  string
+	file  string // the results file it is written from: results (-in), daemon (-daemon) or busy (-busy)
 	write func(r *results) string
 }{
-	{"core", coreTable},
+	{"core", "results", coreTable},
+	{"daemon", "daemon", daemonTable},
+	{"daemon-busy", "busy", daemonTable},
 }
 
 // coreTable is the table of the core library's figures: each row ours
@@ -32,6 +37,85 @@ func coreTable(r *results) string {
 	}
 	about = append(about, r.runs()+" of each benchmark")
 	return fmt.Sprintf("From `bench/results.txt` (%s), medians:\n\n%s", strings.Join(about, ", "), table(rows))
+}
+
+// daemonTable is the table of package daemon's figures: its upgrade beside
+// binding anew and tableflip, Dial beside Start plus net.Dial, and the idle
+// exit, all from one run.
+func daemonTable(r *results) string {
+	rows := []row{upgradeFailuresRow(r), upgradeLatencyRow(r), dialRow(r), idleRow(r)}
+	about := []string{}
+	if cpu := r.config["cpu"]; cpu != "" {
+		about = append(about, cpu)
+	}
+	about = append(about, r.runs()+" of each benchmark")
+	return fmt.Sprintf("From `bench/%s` (%s), medians:\n\n%s", filepath.Base(r.path), strings.Join(about, ", "), table(rows))
+}
+
+// upgrade is one upgrade scenario's figure.
+func upgrade(r *results, impl, unit string) float64 {
+	return r.median("Upgrade/impl="+impl, unit)
+}
+
+func upgradeFailuresRow(r *results) row {
+	failed := upgrade(r, "daemon-handover", "failed")
+	anewFailed, anewRefused := upgrade(r, "bind-anew", "failed"), upgrade(r, "bind-anew", "refused")
+	return row{
+		what: "upgrade under load: 8 client processes that never retry, 20 handoffs",
+		ours: fmt.Sprintf("handing the sockets over (`Listen`, restart now): %s failed of %s requests; old and new accepting at once in %s handoffs, %s accepts by an old server after its successor's first",
+			whole(failed), count(upgrade(r, "daemon-handover", "requests")), whole(upgrade(r, "daemon-handover", "overlap-handoffs")), whole(upgrade(r, "daemon-handover", "overlaps"))),
+		peer: fmt.Sprintf("binding anew (`Takeover` + `net.Listen`): %s failed (%s refused or no socket) of %s; tableflip: %s failed, old and new accepting at once in %s of 20 handoffs (p50 %s each), %s accepts by the old after the new one's first",
+			count(anewFailed), count(anewRefused), count(upgrade(r, "bind-anew", "requests")),
+			whole(upgrade(r, "tableflip", "failed")), whole(upgrade(r, "tableflip", "overlap-handoffs")),
+			us(upgrade(r, "tableflip", "overlap-p50-µs")), whole(upgrade(r, "tableflip", "overlaps"))),
+		ratio: fmt.Sprintf("failed requests: %s against %s binding anew; handoffs with two servers accepting: %s against tableflip's %s",
+			whole(failed), count(anewFailed), whole(upgrade(r, "daemon-handover", "overlap-handoffs")), whole(upgrade(r, "tableflip", "overlap-handoffs"))),
+		// Every run, not the median: the targets are absolute.
+		target: fmt.Sprintf("0 failed in every run %s; 0 overlaps in every run %s",
+			mark(r.max("Upgrade/impl=daemon-handover", "failed") == 0),
+			mark(r.max("Upgrade/impl=daemon-handover", "overlap-handoffs") == 0 && r.max("Upgrade/impl=daemon-handover", "overlaps") == 0)),
+	}
+}
+
+func upgradeLatencyRow(r *results) row {
+	lat := func(impl string) (win50, win99, st50, st99 float64) {
+		return upgrade(r, impl, "win-p50-µs"), upgrade(r, impl, "win-p99-µs"), upgrade(r, impl, "steady-p50-µs"), upgrade(r, impl, "steady-p99-µs")
+	}
+	w50, w99, s50, s99 := lat("daemon-handover")
+	aw50, aw99, _, as99 := lat("bind-anew")
+	tw50, tw99, _, ts99 := lat("tableflip")
+	return row{
+		what: "the clients' latency in the handoff windows (from the restart request, or tableflip's SIGHUP, to the successor's first accept) against steady state",
+		ours: fmt.Sprintf("handing over: window p50 %s, p99 %s; steady p50 %s, p99 %s; a window lasts %s (p50): the old server's `Close` %s, then %s to the successor's accept loop",
+			us(w50), us(w99), us(s50), us(s99), us(upgrade(r, "daemon-handover", "win-len-p50-µs")),
+			us(upgrade(r, "daemon-handover", "close-p50-µs")), us(upgrade(r, "daemon-handover", "close-to-next-p50-µs"))),
+		peer: fmt.Sprintf("binding anew, the requests that did not fail: window p50 %s, p99 %s, steady p99 %s, windows of %s; tableflip: window p50 %s, p99 %s, steady p99 %s, windows of %s (the old one serves in them)",
+			us(aw50), us(aw99), us(as99), us(upgrade(r, "bind-anew", "win-len-p50-µs")),
+			us(tw50), us(tw99), us(ts99), us(upgrade(r, "tableflip", "win-len-p50-µs"))),
+		ratio: fmt.Sprintf("window p99 / steady p99: handing over %s, binding anew %s, tableflip %s; handing over's window p99 %s tableflip's",
+			times(w99/s99), times(aw99/as99), times(tw99/ts99), times(w99/tw99)),
+		target: fmt.Sprintf("window p99 ≤ 25 ms %s", mark(w99 <= 25e3)),
+	}
+}
+
+func dialRow(r *results) row {
+	dial, start := r.median("DialReady/impl=Dial", "ns/op"), r.median("DialReady/impl=Start+net.Dial", "ns/op")
+	inter := r.median("DialReady/impl=interleaved", "dial/start")
+	return row{
+		what:   "`Dial` to a ready server",
+		ours:   fmt.Sprintf("`Dial` %s, %s allocs", ns(dial), whole(r.median("DialReady/impl=Dial", "allocs/op"))),
+		peer:   fmt.Sprintf("`Start` on a ready runner + `net.Dial` of its endpoint %s, %s allocs", ns(start), whole(r.median("DialReady/impl=Start+net.Dial", "allocs/op"))),
+		ratio:  fmt.Sprintf("%s; interleaved in one loop %s", times(dial/start), times(inter)),
+		target: fmt.Sprintf("≤ 1.2× %s", mark(dial/start <= 1.2 && inter <= 1.2)),
+	}
+}
+
+func idleRow(r *results) row {
+	return row{
+		what: "idle exit (`IdleTimeout` 100 ms)",
+		ours: fmt.Sprintf("from the client's last close + `IdleTimeout` to `Running` showing the directory free: p50 %s, max %s; the server's own stamps: `Leaving` %s, `Close` returned %s",
+			us(r.median("IdleExit", "p50-µs")), us(r.median("IdleExit", "max-µs")), us(r.median("IdleExit", "leaving-p50-µs")), us(r.median("IdleExit", "closed-p50-µs"))),
+	}
 }
 
 func tryLockRow(r *results) row {
