@@ -254,6 +254,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
+	"syscall"
 
 	"github.com/runnerstate/runnerstate"
 	"github.com/runnerstate/runnerstate/daemon"

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,11 +64,14 @@ func TestOtherProgramIsRefused(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrNotExist, "Start created nothing")
 }
 
-// setNewer makes bridge.Newer compare versions as strings for one test.
+// setNewer makes bridge.CompareVersions compare versions as strings for
+// one test.
 func setNewer(t *testing.T) {
-	old := bridge.Newer
-	bridge.Newer = func(a, b string) bool { return a != "" && b != "" && a > b }
-	t.Cleanup(func() { bridge.Newer = old })
+	old := bridge.CompareVersions
+	bridge.CompareVersions = func(a, b string) (int, bool) {
+		return strings.Compare(a, b), a != "" && b != ""
+	}
+	t.Cleanup(func() { bridge.CompareVersions = old })
 }
 
 // A starter that yields steps aside for a holder of the same program at a
@@ -90,6 +94,11 @@ func TestYieldingStarterStepsAsideForANewerHolder(t *testing.T) {
 	assert.Contains(t, err.Error(), "v2")
 	_, asked := RestartRequested(dir)
 	assert.False(t, asked, "nothing was asked")
+
+	// Nor at the holder's own version: a client's copy never bounces a
+	// deploy of its version.
+	_, err = Takeover(yield, dir, TakeoverOptions{Program: "idxd", Version: "v2"})
+	require.ErrorIs(t, err, ErrSuperseded, "the same version yields too")
 
 	// Not yielding, or not older: it asks as any starter does.
 	ctx, cancel := context.WithTimeout(yield, 200*time.Millisecond)

@@ -246,26 +246,29 @@ func (t *takeover) register(ctx context.Context) error {
 }
 
 // yieldTo is the step-aside answer of a starter that yields (package
-// daemon's, for a server a client started) when the holder of dir, or a
-// live starter waiting for it, runs the same Program at a newer Version;
-// nil otherwise, and always when either version is unknown. Called under
-// the state lock, with g the gate.
+// daemon's, for a server a client started) when the holder of dir (one
+// that is not leaving), or a live starter waiting for it, runs the same
+// Program at the same or a newer Version: a client's copy never bounces a
+// deploy, of its own version or a newer one. nil otherwise, and always when
+// either version cannot be compared. Called under the state lock, with g
+// the gate.
 func (t *takeover) yieldTo(g *gateState) error {
-	newer := bridge.Newer
-	if !t.starter.Yield || newer == nil || t.opts.Program == "" || t.opts.Version == "" {
+	compare := bridge.CompareVersions
+	if !t.starter.Yield || compare == nil || t.opts.Program == "" || t.opts.Version == "" {
 		return nil
 	}
-	mine := func(program, version string) bool {
-		return program == t.opts.Program && newer(version, t.opts.Version)
+	notOlder := func(program, version string) bool {
+		cmp, ok := compare(version, t.opts.Version)
+		return program == t.opts.Program && ok && cmp >= 0
 	}
-	if rec, state, _ := readRecord(t.dir); state == fileOK && mine(rec.Program, rec.Version) {
-		if v, _ := liveness.Check(liveness.Identity(rec.Process)); v == liveness.Alive {
-			t.yielded = &yieldError{dir: t.dir, program: rec.Program, version: rec.Version, pid: rec.PID, holds: true}
-			return t.yielded
-		}
+	// The holder as the kernel names it: a record whose process is dying
+	// (killed, its lock already dropped) is no server to yield to.
+	if rec, held, _ := Running(t.dir); held && rec.Process.PID != 0 && rec.Leaving == "" && notOlder(rec.Program, rec.Version) {
+		t.yielded = &yieldError{dir: t.dir, program: rec.Program, version: rec.Version, pid: rec.PID, holds: true}
+		return t.yielded
 	}
 	for _, e := range g.Waiting {
-		if e.Seq != t.seq && mine(e.Program, e.Version) && e.Live() {
+		if e.Seq != t.seq && notOlder(e.Program, e.Version) && e.Live() {
 			t.yielded = &yieldError{dir: t.dir, program: e.Program, version: e.Version, pid: e.Starter.PID}
 			return t.yielded
 		}
@@ -274,7 +277,8 @@ func (t *takeover) yieldTo(g *gateState) error {
 }
 
 // yieldError is the answer of a starter that stepped aside for a newer
-// server of its program: it matches ErrSuperseded.
+// server of its program (or one of its own version): it matches
+// ErrSuperseded.
 type yieldError struct {
 	dir, program, version string
 	pid                   int
@@ -286,7 +290,7 @@ func (e *yieldError) Error() string {
 	if e.holds {
 		where = "holds it"
 	}
-	return fmt.Sprintf("runnerstate: %s: stepped aside for a newer server: %s %s (pid %d) %s", e.dir, e.program, e.version, e.pid, where)
+	return fmt.Sprintf("runnerstate: %s: stepped aside for a newer server (or a deploy of its own version): %s %s (pid %d) %s", e.dir, e.program, e.version, e.pid, where)
 }
 
 // Is reports true for ErrSuperseded.
@@ -837,6 +841,10 @@ func updateGateLocked(dir string, fn func(g *gateState) error) error {
 
 func init() {
 	bridge.Successors = successors
+	bridge.Waiting = func(dir string) int {
+		ids, _ := waitingStarters(dir)
+		return len(ids)
+	}
 }
 
 // successors lists the live starters waiting for dir that have a

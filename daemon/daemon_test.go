@@ -361,7 +361,7 @@ func TestVersionsReplaceOnceNeverBack(t *testing.T) {
 }
 
 // Point 9: a server that Dial started steps aside for a newer server of
-// its program that holds the directory.
+// its program that holds the directory, and for one of its own version.
 func TestDialStartedServerStepsAside(t *testing.T) {
 	dir := shortDir(t)
 	eps := unixEndpoint("d.sock")
@@ -377,6 +377,17 @@ func TestDialStartedServerStepsAside(t *testing.T) {
 	rec, _, _ := runnerstate.Running(dir)
 	assert.Equal(t, "v2.0.0", rec.Version)
 	assert.Empty(t, rec.Leaving, "the newer server was not asked to go")
+
+	// Nor does one of the same version bounce a server a deploy started
+	// (a restart to apply new flags is not undone by a client).
+	same := serverCmd(dir, Options{Program: "echo", Version: "v2.0.0", Endpoints: eps})
+	same.Env = append(same.Env, envYield+"=1")
+	out, err = same.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "stepped aside")
+	rec, _, _ = runnerstate.Running(dir)
+	assert.Equal(t, newer.PID(), rec.PID)
+	assert.Empty(t, rec.Leaving, "the deployed server was not asked to go")
 }
 
 // Point 10: a server of another program is never used nor replaced.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/internal/bridge"
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
@@ -69,7 +70,8 @@ var ErrIncompatible = errors.New("daemon: the server that runs will not do for t
 // by ctx) for a server starting or leaving, and returns ErrNotRunning once
 // nothing holds dir.
 //
-// Errors: ErrNotRunning; ErrIncompatible, naming both versions;
+// Errors: ErrNotRunning; ErrIncompatible, naming both versions; an error
+// naming the server when it is stopped (SIGSTOP: Linux only can tell);
 // runnerstate.ErrOtherProgram (matching runnerstate.ErrBusy); an error
 // naming the runner when its record has no Endpoints (it does not serve
 // through this package) or not opts.Endpoint; a *runnerstate.StartError
@@ -91,12 +93,18 @@ func Dial(ctx context.Context, dir string, cmd *exec.Cmd, opts DialOptions) (net
 
 // dialing is one Dial call.
 type dialing struct {
-	dir   string
-	cmd   *exec.Cmd
-	opts  DialOptions
-	asked map[string]bool // Accept's answer, by record
-	w     *dirwatch.Watcher
+	dir    string
+	cmd    *exec.Cmd
+	opts   DialOptions
+	asked  map[string]bool // Accept's answer, by record
+	w      *dirwatch.Watcher
+	failed int // copies started that exited before they were ready
 }
+
+// maxStartFailures is how many copies of cmd one Dial starts, at most, that
+// exit before they are ready, with nothing else holding dir or waiting for
+// it, before it returns the last one's *runnerstate.StartError.
+const maxStartFailures = 3
 
 // once looks, and dials, starts or waits once; again says to look again.
 func (d *dialing) once(ctx context.Context) (net.Conn, runnerstate.Record, error, bool) {
@@ -137,6 +145,10 @@ func (d *dialing) dial(ctx context.Context, rec runnerstate.Record) (net.Conn, r
 		return nil, rec, fmt.Errorf("daemon: Dial %s: endpoint %d asked, but the server (pid %d) publishes %d", d.dir, d.opts.Endpoint, rec.PID, len(rec.Endpoints)), false
 	}
 	ep := rec.Endpoints[d.opts.Endpoint]
+	if stopped, state := liveness.Stopped(liveness.Identity(rec.Process)); stopped {
+		// Its socket would queue the connection and nobody would answer.
+		return nil, rec, fmt.Errorf("daemon: Dial %s: the server (pid %d) is stopped (state %c: SIGSTOP, a terminal's Ctrl-Z or a debugger) and answers nothing until it is continued (SIGCONT)", d.dir, rec.PID, state), false
+	}
 	c, err := dialEndpoint(ctx, ep)
 	if err == nil {
 		return c, rec, nil, false
@@ -151,7 +163,11 @@ func (d *dialing) dial(ctx context.Context, rec runnerstate.Record) (net.Conn, r
 			return nil, rec, nil, true // it went, or is going: look again
 		}
 	}
-	return nil, rec, fmt.Errorf("daemon: dial %s %s (the server of %s, pid %d): %w", ep.Network, ep.Address, d.dir, rec.PID, err), false
+	hint := ""
+	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+		hint = "; this user may not connect to it: run as the server's user, or have the server make its socket accessible"
+	}
+	return nil, rec, fmt.Errorf("daemon: dial %s %s (the server of %s, pid %d): %w%s", ep.Network, ep.Address, d.dir, rec.PID, err, hint), false
 }
 
 // dyingBound is how long a ready server that refused a connection is given
@@ -214,9 +230,19 @@ func (d *dialing) start(ctx context.Context, was runnerstate.Record) (net.Conn, 
 		return nil, now, fmt.Errorf("%w: %s: the server started is %s, older than this client's %s: %v", ErrIncompatible, d.dir, versionWords(now.Version), d.opts.Version, err), false
 	case errors.As(err, &se) && ctx.Err() == nil:
 		// It exited before it was ready. A copy that stepped aside for a
-		// newer server leaves that one to wait for; any other failure is
-		// the answer.
+		// server that holds dir or is taking it over leaves that one to wait
+		// for; any other failure is the answer.
 		if _, held, _ := runnerstate.Running(d.dir); held {
+			return nil, was, nil, true
+		}
+		if bridge.Waiting(d.dir) > 0 {
+			d.wait(ctx) // a starter is being admitted
+			return nil, was, nil, true
+		}
+		// Nobody holds dir nor waits: the copy failed by itself, or stepped
+		// aside for a server that died the instant after. Another copy
+		// tells which, a few times at most.
+		if d.failed++; d.failed < maxStartFailures {
 			return nil, was, nil, true
 		}
 	}

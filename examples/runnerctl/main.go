@@ -446,7 +446,11 @@ func stop(dir, mode string, timeout time.Duration, stdout, stderr io.Writer) int
 		return exitError
 	}
 	if !held {
-		fmt.Fprintln(stdout, "no server holds", printable(dir)+"; nothing to stop")
+		note := ""
+		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+			note = " (no such directory: is --dir mistyped?)"
+		}
+		fmt.Fprintln(stdout, "no server holds", printable(dir)+note+"; nothing to stop")
 		return exitOK
 	}
 	who := "the server"

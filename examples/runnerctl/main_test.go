@@ -254,6 +254,9 @@ func TestStopWaitsForTheServerToLetGo(t *testing.T) {
 	code, out, _ := ctl("stop", "--dir", dir)
 	assert.Equal(t, exitOK, code)
 	assert.Contains(t, out, "nothing to stop")
+	code, out, _ = ctl("stop", "--dir", filepath.Join(dir, "typo"))
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, out, "no such directory: is --dir mistyped?")
 
 	release, err := runnerstate.Acquire(dir)
 	require.NoError(t, err)

@@ -34,9 +34,9 @@ type Starter struct {
 	Rendezvous string
 	// Yield makes the starter step aside (an error matching
 	// runnerstate.ErrSuperseded) rather than register over, or be admitted
-	// ahead of, a holder or a waiting starter of the same Program with a
-	// newer Version (Newer decides). Decided in the gate, under the state
-	// lock.
+	// ahead of, a holder that is not leaving or a waiting starter of the
+	// same Program with the same or a newer Version (CompareVersions
+	// decides). Decided in the gate, under the state lock.
 	Yield bool
 }
 
@@ -53,10 +53,15 @@ func StarterOf(ctx context.Context) Starter {
 	return s
 }
 
-// Newer reports whether version a is newer than version b; false when
-// either cannot be compared. Set by package daemon (semantic versions): the
-// root package never parses versions, and a nil Newer never yields.
-var Newer func(a, b string) bool
+// CompareVersions compares versions a and b: -1, 0 or +1 as a is older
+// than, the same as, or newer than b, and ok false when either cannot be
+// compared. Set by package daemon (semantic versions): the root package
+// never parses versions, and a nil CompareVersions never yields.
+var CompareVersions func(a, b string) (cmp int, ok bool)
+
+// Waiting counts the live starters waiting in dir's takeover gate: a
+// runner is coming. Set by the root package; package daemon uses it.
+var Waiting func(dir string) int
 
 // Successor is a starter that may receive a leaving server's sockets.
 type Successor struct {
