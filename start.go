@@ -1,0 +1,624 @@
+package runnerstate
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/filelock"
+	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/sdnotify"
+	"github.com/runnerstate/runnerstate/internal/spawn"
+	"github.com/runnerstate/runnerstate/internal/startup"
+)
+
+// The detached starter: Start. Its attempts are serialised by start.lock
+// and described by start.json, so that every concurrent caller, in any
+// process, shares one attempt and learns its outcome.
+
+// StartOptions says which ready runner will do, and where a started
+// runner's output goes. The zero value accepts any ready runner and appends
+// its output to <dir>/runner.log.
+type StartOptions struct {
+	// Accept reports whether the ready runner found in dir will do (for
+	// example, its Meta names this client's version). nil accepts any ready
+	// runner. A ready runner that Accept refuses is replaced: Start starts
+	// cmd, and the new runner's own Takeover asks the old one to go.
+	//
+	// One Start call asks Accept once per distinct record it sees, from the
+	// goroutine that called Start: two records are distinct when they name
+	// another holder (Process) or differ in any field (as their JSON
+	// encodings compare), so the answer for a record is remembered while
+	// the call waits, and a runner that publishes a changed record is asked
+	// about again. Accept is never asked of a record that is not ready.
+	Accept func(Record) bool
+	// Log is the file the started process's stdout and stderr are appended to
+	// when cmd.Stdout and cmd.Stderr are nil. Default: <dir>/runner.log (0600).
+	// It is never opened through a symlink, and must be a regular file.
+	Log string
+	// Logger receives what Start did (Info: the runner it started, its pid
+	// and log file); nil means the package's logger (SetLogger), which by
+	// default does not print it: a Start with no logger set logs nothing.
+	Logger *slog.Logger
+	// Program, when set, refuses a directory whose verified holder's record
+	// names another Program with ErrOtherProgram (see TakeoverOptions).
+	Program string
+	// LogMaxBytes bounds Log: before it starts cmd and appends to Log, Start
+	// rotates a Log larger than this many bytes: Log.3 is dropped, Log.2
+	// becomes Log.3, Log.1 Log.2, and Log Log.1, so three rotated logs are
+	// kept beside the one in use. Zero means 8 MiB; negative never rotates.
+	// Only a Log that Start opens itself is rotated (not when cmd.Stdout
+	// and cmd.Stderr are set), only when Start starts cmd, under start.lock
+	// (concurrent Starts rotate once), and by renaming names only: a
+	// symlink at a rotated name is moved as a name, its target never
+	// written. A runner that still runs writes on to the file it was given,
+	// Log.1 after a rotation; what it writes while it runs is its own to
+	// bound. A rotation that fails (a directory at Log.3, say) is logged and
+	// the log appended to as it is.
+	LogMaxBytes int64
+}
+
+// ErrStartFailed is matched (errors.Is) by every *StartError: the runner
+// Start started did not become ready.
+var ErrStartFailed = errors.New("runnerstate: the runner started did not become ready")
+
+// StartError is Start's answer when the runner it started, or whose start it
+// waited for, did not become ready: it could not be started, it exited
+// first, the caller's context ended first, or Accept refused it too.
+type StartError struct {
+	Dir      string // the runner directory, absolute
+	PID      int    // the process Start started (0 if it could not be started)
+	ExitCode int    // its exit status; 128+n when signal n ended it; -1 when it had not exited, or when this caller could not learn the status
+	Log      string // the file its output went to ("" when the caller set cmd.Stdout/Stderr)
+	LogTail  string // the last lines written to that file since this attempt began, at most 4 KiB
+	Err      error  // why: the exec error, the exit error, or ctx.Err()
+}
+
+// Error names the directory, the pid, the exit status and the log file,
+// and quotes the last line of LogTail, cut to about 200 characters.
+func (e *StartError) Error() string {
+	var b strings.Builder
+	b.WriteString("runnerstate: start the runner of ")
+	b.WriteString(e.Dir)
+	switch {
+	case e.PID == 0 && (errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded)):
+		b.WriteString(": no runner became ready") // and Err says what this call waited for
+	case e.PID == 0:
+		b.WriteString(": the command could not be started")
+	case e.ExitCode == 0:
+		// A command that puts the runner in the background and exits
+		// (sh -c 'runner &') looks like this.
+		fmt.Fprintf(&b, ": pid %d exited with status 0 before it was ready (Start waits for the process it starts: start the runner itself, not a command that leaves it in the background)", e.PID)
+	case e.ExitCode > 0:
+		// Err is that exit ("exit status 7"): said once.
+		fmt.Fprintf(&b, ": pid %d exited with status %d before it was ready", e.PID, e.ExitCode)
+	default:
+		fmt.Fprintf(&b, ": pid %d is not ready", e.PID)
+	}
+	if e.Err != nil && (e.PID == 0 || e.ExitCode < 0) {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	if e.Log != "" {
+		b.WriteString("; its output is in ")
+		b.WriteString(e.Log)
+	}
+	if line := lastLogLine(e.LogTail); line != "" {
+		// The cause is most often there (a server's "bind: invalid
+		// argument"): seen without opening the log.
+		b.WriteString(", ending: ")
+		b.WriteString(line)
+	}
+	return b.String()
+}
+
+// maxLogLine bounds, in characters, the line of the log an error quotes.
+const maxLogLine = 200
+
+// lastLogLine is the last non-empty line of tail, quoted where it is not
+// printable (a log is the runner's, and may hold escape sequences), and cut
+// in the middle to about maxLogLine characters: its beginning names what
+// failed, and its end, in Go's "op: cause" errors, the cause.
+func lastLogLine(tail string) string {
+	tail = strings.TrimRight(tail, " \t\r\n")
+	if i := strings.LastIndexByte(tail, '\n'); i >= 0 {
+		tail = tail[i+1:]
+	}
+	var esc strings.Builder
+	for _, r := range strings.TrimSpace(tail) { // a byte that is not UTF-8 is read as U+FFFD
+		if unicode.IsPrint(r) {
+			esc.WriteRune(r)
+		} else {
+			q := strconv.QuoteRune(r)
+			esc.WriteString(q[1 : len(q)-1])
+		}
+	}
+	line := esc.String()
+	if r := []rune(line); len(r) > maxLogLine {
+		line = string(r[:maxLogLine/2]) + "…" + string(r[len(r)-maxLogLine/2:])
+	}
+	return line
+}
+
+// Is reports true for ErrStartFailed.
+func (e *StartError) Is(target error) bool { return target == ErrStartFailed }
+
+// Unwrap returns Err.
+func (e *StartError) Unwrap() error { return e.Err }
+
+// The start files of a runner directory.
+const (
+	startLockName = "start.lock" // serialises Start's attempts
+	startName     = "start.json" // the current attempt
+	logName       = "runner.log" // a started runner's output, by default
+)
+
+// How Start rotates the log it opens (StartOptions.LogMaxBytes).
+const (
+	defaultLogMax = 8 << 20 // bytes, when LogMaxBytes is 0
+	logKeep       = 3       // rotated logs kept: Log.1 (newest) to Log.3
+)
+
+// Start returns the record of a ready runner in dir that opts.Accept
+// accepts, starting cmd, detached, when there is none. Ready means: the
+// kernel lock on runner.lock is held, its holder is verified, and
+// runner.json names that holder with Ready true (its first Publish), and no
+// restart request addressed to it is pending. A runner admitted but not yet
+// ready is starting, and one asked to restart (draining or stopping; its
+// record says Leaving, see WatchRestart) is leaving: Start waits for
+// either, and starts nothing until the one leaving has gone.
+//
+//   - Fast path: a ready runner that Accept accepts is returned at about the
+//     cost of Running; nothing is locked or written.
+//   - Otherwise Start takes start.lock in dir (briefly: it never stalls
+//     Acquire, Takeover, Running or Status), probes again, and only then
+//     starts cmd, recording the attempt in start.json. Concurrent Starts
+//     from any number of processes share one attempt: exactly one process
+//     is started, and each caller gets its outcome, the same ready record
+//     or a *StartError naming the same pid. A later call, after a failed
+//     attempt ended, makes a new one. A cmd that cannot be started at all
+//     (an exec error) is the caller's own failure: a waiter then makes its
+//     own attempt. Each waiter applies its own Accept; a record it refuses
+//     is replaced by its own attempt.
+//   - The started process runs detached: in a session of its own, stdin
+//     from the null device, stdout and stderr appended to opts.Log unless
+//     cmd sets them (then they must be *os.File), and none of the caller's
+//     descriptors but cmd.ExtraFiles and one readiness descriptor: before
+//     starting cmd, Start marks every descriptor of the calling process
+//     above stderr close-on-exec, under syscall.ForkLock (ExtraFiles are
+//     not affected). Start sets cmd.Env, cmd.ExtraFiles, cmd.SysProcAttr,
+//     cmd.Stdout and cmd.Stderr, as [docs/operations.md] lists; it leaves
+//     cmd.Dir, and the process keeps the caller's working directory (or
+//     cmd.Dir) and umask. The RUNNERSTATE_ variables Start adds are read
+//     by this package in the started process when it is loaded, and
+//     removed from that process's environment then, so that none reaches
+//     the runner's own children (a runner that does not use this package
+//     unsets them itself). The caller must not call cmd.Wait: the package
+//     reaps the process, and no zombie is left.
+//   - The started process takes dir itself, with Takeover (or Acquire) and
+//     Publish, like any runner: Start lends it no lock. cmd runs the runner
+//     itself (a shell may exec it): a command that forks the runner and
+//     exits has exited before it was ready. Its Publish makes Start return
+//     within milliseconds. There is no start-up timeout: ctx is the only
+//     bound. A holder that is held but cannot be verified, or never
+//     publishes, is starting: Start waits for it until ctx ends. A verified
+//     holder whose runner.json cannot be read, and that is not asked to
+//     restart, is not: once every look for about a second has found it so
+//     under that holder (a record being replaced is unreadable for a
+//     moment at most), Start returns a *StartError naming the holder's pid
+//     and the file, and what to do.
+//   - A started process that exits before it is ready: a *StartError with
+//     its exit status and the tail of its log, at once; nothing is left
+//     held in dir (start.lock and the log stay).
+//   - ctx ends first: a *StartError wrapping ctx.Err() and naming the pid;
+//     the process is left running (it may just be slow), and a later Start
+//     waits for it rather than starting another. A ctx already ended gets
+//     the fast path, then that error.
+//   - Accept refuses the ready runner: Start starts cmd, the new runner
+//     replaces the old through the takeover gate, and Start returns the new
+//     one's record. If Accept refuses that one too, a *StartError with
+//     ExitCode -1 (the new runner is left running); it never loops.
+//
+// Linux is first-class and tested; macOS detaches the same way (setsid);
+// on Windows the process gets a new process group without a console and
+// no readiness descriptor, and Start looks every 10 ms. What each platform
+// is tested for is in [docs/operations.md].
+//
+// Errors: an error naming what is wrong, before anything but dir is
+// created, for a nil cmd, a cmd already started, a stream that is not an
+// *os.File, a dir that is a file or cannot be created, a command that does
+// not exist or is not in PATH, a Log that is a symlink or not a regular
+// file; an error naming it for a start.lock or start.json that is a
+// symlink, a directory or another non-regular file; a *StartError
+// (errors.Is ErrStartFailed) as above; the errors of Running for an
+// unusable runner.lock; ErrLockingUnsupported, before anything is started
+// or created, on a filesystem whose locks do not exclude; the errors of
+// Running (ErrNewerProtocol for a holder whose runner.json says a newer
+// protocol), and ErrNewerProtocol, before anything is started or created,
+// when another file of dir does. Touches start.lock, start.json and the
+// log in dir (and Log.1 to Log.3 when it rotates the log: see
+// StartOptions.LogMaxBytes); reads what Running reads.
+//
+// [docs/operations.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/operations.md#what-start-does-to-the-process-it-starts
+func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (Record, error) {
+	since := time.Now()
+	if err := checkDir("Start", dir); err != nil {
+		return Record{}, err
+	}
+	if cmd == nil {
+		return Record{}, errorf("Start %s: the command is nil; pass the exec.Cmd that runs the runner", dir)
+	}
+	if cmd.Process != nil {
+		return Record{}, errorf("Start %s: the command %s has been started already; pass a new exec.Cmd", dir, cmd.Path)
+	}
+	accept := acceptOnce(opts.Accept)
+	if err := filelock.Judge(filepath.Join(dir, LockName)); err != nil {
+		return Record{}, public(err) // nothing started, nothing created
+	}
+	if rec, held, ready, err := probeStart(dir); err != nil {
+		return Record{}, err
+	} else if err := otherProgram(dir, rec, opts.Program); held && err != nil {
+		return Record{}, err
+	} else if ready && accept(rec) {
+		return rec, nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return Record{}, pathError("Start", dir, err)
+	}
+	if ctx.Err() != nil {
+		return Record{}, &StartError{Dir: abs, ExitCode: -1, Err: ctx.Err()}
+	}
+	if err := checkProtocol(dir, true); err != nil {
+		return Record{}, err // nothing started, nothing created
+	}
+	if err := checkStartInput(dir, cmd, opts); err != nil {
+		return Record{}, err
+	}
+	if err := ensureDir(dir); err != nil {
+		return Record{}, err
+	}
+	if err := filelock.Judge(filepath.Join(dir, LockName)); err != nil {
+		return Record{}, public(err) // dir was just made: judged before anything is created in it
+	}
+	if opts.Logger == nil {
+		opts.Logger = logger()
+	}
+	if opts.Log == "" && cmd.Stdout == nil && cmd.Stderr == nil {
+		opts.Log = filepath.Join(abs, logName)
+	} else if cmd.Stdout != nil && cmd.Stderr != nil {
+		opts.Log = ""
+	}
+	logMax := cmp.Or(opts.LogMaxBytes, defaultLogMax)
+	c := &startup.Call[Record]{Dir: dir, Abs: abs, Protocol: startFiles{dir: dir, log: opts.Logger, logMax: logMax, unreadable: &unreadableSince{}}, Looks: &startLooks,
+		Cmd: cmd, Log: opts.Log, Accept: accept, Since: since}
+	rec, err := c.Run(ctx)
+	if f, ok := err.(*startup.Failure); ok {
+		return rec, &StartError{Dir: abs, PID: f.PID, ExitCode: f.ExitCode, Log: f.Log, LogTail: f.LogTail, Err: whyNotReady(dir, f)}
+	}
+	return rec, err
+}
+
+// acceptOnce is accept (nil: accept all) asked at most once per distinct
+// record: records are the same when their JSON encodings are, holder
+// identity and content, so that a call that looks at the same runner.json
+// again and again while it waits asks once, and asks again only when the
+// record changed. A Start call asks from its own goroutine only.
+func acceptOnce(accept func(Record) bool) func(Record) bool {
+	if accept == nil {
+		return func(Record) bool { return true }
+	}
+	answers := map[string]bool{}
+	return func(rec Record) bool {
+		key, err := json.Marshal(rec)
+		if err != nil {
+			return accept(rec)
+		}
+		ok, asked := answers[string(key)]
+		if !asked {
+			ok = accept(rec)
+			answers[string(key)] = ok
+		}
+		return ok
+	}
+}
+
+// whyNotReady is f's reason, with the cause when a runner that still runs
+// could not be known ready because its record cannot be read (a context
+// that ended before recordUnreadableFor did).
+func whyNotReady(dir string, f *startup.Failure) error {
+	if f.ExitCode >= 0 || !errors.Is(f.Err, context.Canceled) && !errors.Is(f.Err, context.DeadlineExceeded) {
+		return f.Err
+	}
+	if _, state, err := readRecord(dir); state == fileCorrupt {
+		return fmt.Errorf("%w; %w", f.Err, recordUnreadableWhy(dir, err))
+	}
+	return f.Err
+}
+
+// recordUnreadableFor is how long runner.json may stay unreadable under
+// one verified holder before Start stops waiting for that holder to be
+// ready. A record being replaced is unreadable for a moment at most (a
+// rename over it is atomic; on Windows it may not be opened while it is
+// renamed), while one that stays so leaves its runner never known ready,
+// and the caller's context, maybe with no deadline, would be waited out.
+const recordUnreadableFor = time.Second
+
+// unreadableSince follows, for one Start call, since when each look has
+// found runner.json unreadable under the same verified holder.
+type unreadableSince struct {
+	holder Identity
+	since  time.Time // zero: the last look found nothing wrong
+}
+
+// still takes one look, at now: unreadable says that runner.json could not
+// be read while holder, verified, held the directory. It reports whether
+// every look has found so, under that holder, for recordUnreadableFor.
+func (u *unreadableSince) still(holder Identity, unreadable bool, now time.Time) bool {
+	switch {
+	case !unreadable:
+		*u = unreadableSince{}
+		return false
+	case u.since.IsZero() || !sameProcess(u.holder, holder):
+		u.holder, u.since = holder, now
+	}
+	return now.Sub(u.since) >= recordUnreadableFor
+}
+
+// unreadableUnder is the verified holder of dir and why its runner.json
+// cannot be read; a nil error when it can, when it is absent, when no
+// holder is verified (one that cannot be verified is starting), or when a
+// restart request is pending for the holder (it is leaving: Start waits
+// for it to go, as for any runner asked to restart).
+func unreadableUnder(dir string) (Identity, error) {
+	_, state, why := readRecord(dir)
+	if state != fileCorrupt {
+		return Identity{}, nil
+	}
+	st := inspectRunner(dir)
+	if st.err != nil || !st.occupancy().verified() {
+		return Identity{}, nil
+	}
+	if req, asked := pendingRestart(dir); asked && (req.For == "" || req.For == st.holder.Instance) {
+		return Identity{}, nil
+	}
+	return st.holder, why
+}
+
+// recordUnreadableWhy says that dir's runner.json cannot be read (why, which
+// it wraps), so its runner cannot be known ready, and what the caller's
+// program can do.
+func recordUnreadableWhy(dir string, why error) error {
+	path := filepath.Join(dir, RecordName)
+	cause := why
+	if pe, ok := why.(*fs.PathError); ok && pe.Path == path {
+		cause = pe.Err // the path is said once
+	}
+	if unusablePath(why) {
+		return fmt.Errorf("the runner's record %s cannot be read (%w), so it cannot be known ready: move %s away, then ask the runner to go (RequestRestart(dir, RestartNow)) and Start again", path, cause, path)
+	}
+	return fmt.Errorf("the runner's record %s cannot be read (%w), so it cannot be known ready until it publishes again (Publish): ask it to go (RequestRestart(dir, RestartNow)) and Start again, or see Status", path, cause)
+}
+
+// checkStartInput refuses what Start can tell is wrong before it creates
+// anything: a dir that is a file, a command that cannot be found, a stream
+// that is not a file, a log that is not a regular file.
+func checkStartInput(dir string, cmd *exec.Cmd, opts StartOptions) error {
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return pathError("Start", dir, durable.ErrNotDir)
+	}
+	if err := spawn.Check(cmd); err != nil {
+		return errorf("Start %s: %w", dir, err)
+	}
+	if opts.Log != "" {
+		if fi, err := os.Lstat(opts.Log); err == nil {
+			if err := durable.CheckMode(opts.Log, fi.Mode()); err != nil {
+				return public(err)
+			}
+		}
+	}
+	return nil
+}
+
+// readAttempt reads start.json; a missing or unreadable one is no attempt.
+func readAttempt(dir string) (startup.Attempt, bool) {
+	a, ok, _ := readAttemptErr(dir)
+	return a, ok
+}
+
+// readAttemptErr is readAttempt that also says when start.json's path is
+// unusable (a symlink, a directory, another non-regular file): no attempt
+// can be recorded there until it is moved away.
+func readAttemptErr(dir string) (startup.Attempt, bool, error) {
+	a, state, err := readState(filepath.Join(dir, startName), startup.Parse)
+	if state == fileCorrupt && unusablePath(err) {
+		return startup.Attempt{}, false, err
+	}
+	return a, state == fileOK && a.Seq > 0, nil
+}
+
+// startedBy reports whether rec is the record of a's process.
+func startedBy(a startup.Attempt, rec Record) bool {
+	return a.Child.PID > 0 && sameProcess(rec.Process, Identity(a.Child))
+}
+
+// startingOf is the process of dir's attempt in progress, for Status: alive,
+// not failed, and not (yet) the ready holder rec.
+func startingOf(dir string, rec Record) Identity {
+	a, ok := readAttempt(dir)
+	if !ok || !a.Pending() || (rec.Ready && startedBy(a, rec)) {
+		return Identity{}
+	}
+	return Identity(a.Child)
+}
+
+// probeStart is Running's answer: the record, whether the lock is held, and
+// whether the holder is ready (a verified holder whose record says Ready,
+// and that is not asked to restart: a runner draining or stopping is
+// leaving, and Start waits for it to go rather than hand it back). A
+// leaving runner's record says Ready false itself (WatchRestart marks it);
+// the pending request covers the instant before the mark.
+func probeStart(dir string) (rec Record, held, ready bool, err error) {
+	rec, held, err = Running(dir)
+	if err != nil {
+		// The real error comes first: restart.json, read next, would only
+		// fail the same way (a path over PATH_MAX, say) and say it of itself.
+		return rec, held, false, err
+	}
+	ready = held && rec.Ready && rec.Leaving == "" && rec.Process.PID != 0
+	if req, asked := pendingRestart(dir); ready && asked && (req.For == "" || req.For == rec.Process.Instance) {
+		ready = false
+	}
+	return rec, held, ready, err
+}
+
+// startLooks shares, between the Start calls of this process, their looks
+// at each directory.
+var startLooks startup.Looks[Record]
+
+// startFiles is a runner directory's side of a Start call
+// (startup.Protocol): Running's answer, start.json, start.lock, the log,
+// and this package's words for what happened.
+type startFiles struct {
+	dir        string
+	log        *slog.Logger     // the call's
+	logMax     int64            // rotate the log over this size; <= 0 never
+	unreadable *unreadableSince // the call's looks at an unreadable record (nil: not followed)
+}
+
+// Probe is probeStart, and the call's bound on a holder whose record
+// cannot be read: once every look for recordUnreadableFor has found it so,
+// under the same verified holder, a *startup.Failure naming that holder,
+// the file and what to do, instead of a wait until ctx ends.
+func (d startFiles) Probe() (Record, bool, bool, error) {
+	rec, held, ready, err := probeStart(d.dir)
+	if d.unreadable == nil || err != nil {
+		return rec, held, ready, err
+	}
+	var holder Identity
+	var why error
+	if held && !ready {
+		holder, why = unreadableUnder(d.dir)
+	}
+	if d.unreadable.still(holder, why != nil, time.Now()) {
+		err = &startup.Failure{PID: holder.PID, ExitCode: -1, Err: recordUnreadableWhy(d.dir, why)}
+	}
+	return rec, held, ready, err
+}
+
+func (d startFiles) Clone(rec Record) Record {
+	rec.Specs = slices.Clone(rec.Specs)
+	rec.Meta = slices.Clone(rec.Meta)
+	return rec
+}
+
+func (d startFiles) StartedBy(a startup.Attempt, rec Record) bool { return startedBy(a, rec) }
+
+func (d startFiles) PID(rec Record) int { return rec.PID }
+
+func (d startFiles) Read() (startup.Attempt, bool, error) { return readAttemptErr(d.dir) }
+
+// Write replaces start.json; the caller holds start.lock. It is not
+// synced: an attempt describes live processes, which a power loss ends.
+func (d startFiles) Write(a startup.Attempt) error {
+	data, err := protocolLine(a)
+	if err != nil {
+		return err
+	}
+	return public(durable.WriteVolatile(d.dir, startName, data))
+}
+
+func (d startFiles) TryLock() (func(), error) {
+	l, err := filelock.TryLock(filepath.Join(d.dir, startLockName), filelock.Exclusive, 0o600)
+	if errors.Is(err, filelock.ErrWouldBlock) {
+		return nil, startup.ErrBusy
+	}
+	if err != nil {
+		return nil, public(err)
+	}
+	return l.Release, nil
+}
+
+// Lock waits for start.lock, at most as long as for the state lock.
+func (d startFiles) Lock() (func(), error) {
+	ctx, cancel := context.WithTimeout(context.Background(), stateLockWait)
+	defer cancel()
+	l, err := waitLock(ctx, filepath.Join(d.dir, startLockName), filelock.Exclusive, 0o600, inspectLock)
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
+}
+
+// OpenLog opens the log, rotated first when it is over the call's bound;
+// the caller holds start.lock, so concurrent Starts never rotate twice.
+func (d startFiles) OpenLog(path string) (*os.File, int64, error) {
+	if err := spawn.RotateLog(path, d.logMax, logKeep); err != nil {
+		d.log.Warn("runnerstate: could not rotate the runner's log; appending to it as it is", "dir", d.dir, "path", path, "err", err)
+	}
+	f, size, err := spawn.OpenLog(path)
+	return f, size, public(err)
+}
+
+func (d startFiles) Started(pid int, log string) {
+	d.log.Info("runnerstate: started the runner", "dir", d.dir, "pid", pid, "log", log)
+}
+
+func (d startFiles) NotRecorded(err error) {
+	d.log.Info("runnerstate: could not record the start attempt; other callers may not see it", "dir", d.dir, "path", filepath.Join(d.dir, startName), "err", err)
+}
+
+func (d startFiles) NotSettled(pid int, err error) {
+	logger().Info("runnerstate: could not record that the runner started has exited", "dir", d.dir, "pid", pid, "err", err)
+}
+
+// markFiles is start.json as MarkReady reads it: one that is there but
+// cannot be read is an error, which notifyReady logs, not "no attempt",
+// for the mark not written leaves the attempt pending.
+type markFiles struct{ startFiles }
+
+func (d markFiles) Read() (startup.Attempt, bool, error) {
+	a, state, err := readState(filepath.Join(d.dir, startName), startup.Parse)
+	if state == fileCorrupt {
+		return startup.Attempt{}, false, err
+	}
+	return a, state == fileOK && a.Seq > 0, nil
+}
+
+// sdReady sends the service manager's READY=1 once per process.
+var sdReady sync.Once
+
+// notifyReady tells whoever waits for this runner of dir that it is ready:
+// the process that started it through Start (and start.json, whose attempt
+// is over from then on), and a service manager.
+func notifyReady(dir string) {
+	if startup.Ready(dir) {
+		isSelf := func(child liveness.Identity) bool { return sameProcess(Identity(child), Self()) }
+		if err := startup.MarkReady(markFiles{startFiles{dir: dir}}, isSelf); err != nil {
+			logger().Info("runnerstate: could not record in the start attempt that this runner is ready", "dir", dir, "path", filepath.Join(dir, startName), "err", err)
+		}
+	}
+	sdReady.Do(func() {
+		sock := sdnotify.Socket()
+		if sock == "" {
+			return
+		}
+		if err := sdnotify.Send(sock, sdnotify.Ready(os.Getpid())); err != nil {
+			logger().Warn("runnerstate: could not tell the service manager this runner is ready", "socket", sock, "err", err)
+		}
+	})
+}
