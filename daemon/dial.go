@@ -53,9 +53,10 @@ var ErrIncompatible = errors.New("daemon: the server that runs will not do for t
 //
 // cmd is a template: Dial never starts cmd itself, and may start more than
 // one copy, each with cmd's Path, Args, Env, Dir, ExtraFiles, SysProcAttr,
-// Stdout and Stderr. A server a copy runs steps aside for a newer server of
-// its program (Listen), so clients of two versions cause at most one
-// replacement (older → newer), never back and forth. N concurrent Dials
+// Stdout and Stderr. A server a copy runs steps aside for a server of its
+// program at the same or a newer version (Listen), so clients of two
+// versions cause at most one replacement (older → newer), never back and
+// forth, and a client never bounces a deploy. N concurrent Dials
 // from any number of processes start one server (Start's shared attempt).
 //
 // Dial never returns a connection to a server that is not ready. A dial

@@ -49,8 +49,9 @@
 // Versions compare as semantic versions. A client whose Version is newer
 // than the ready server's replaces it (once); a client that is older uses
 // the newer server, or gets ErrIncompatible from its Accept. A server that
-// Dial started steps aside for a holder or waiting starter of the same
-// Program with a newer Version, so an old client never bounces a new server
-// that a deploy is bringing up. A server started any other way (a deploy, a
+// Dial started steps aside for a holder (not leaving) or waiting starter of
+// the same Program with the same or a newer Version, so an old client never
+// bounces a new server that a deploy is bringing up, nor a client a deploy
+// of its own version (a restart to apply new flags). A server started any other way (a deploy, a
 // rollback) takes over whatever the versions.
 package daemon

@@ -2,7 +2,7 @@
 // (module github.com/runnerstate/runnerstate/etcd, which may import this
 // package as part of the same project) and package daemon without making it
 // public API. The root package sets each hook when it is initialised, and
-// package daemon sets Newer; nothing here imports the root.
+// package daemon sets CompareVersions; nothing here imports the root.
 package bridge
 
 import "context"
