@@ -797,7 +797,7 @@ func stalePIDs(dir string, st lockState) []int {
 // from Status. Scripts parse its JSON; the field names are stable.
 type Report struct {
 	Dir      string     `json:"dir"`             // the directory, made absolute
-	Held     bool       `json:"held"`            // the kernel lock is held: a runner is running
+	Held     bool       `json:"held"`            // a runner holds the directory: its runner.lock, or its tree.lock when its lock file was lost
 	Holder   Record     `json:"holder,omitzero"` // as Running reports it: the full record only when verified; omitted when none is known
 	Verified bool       `json:"verified"`        // the holder's identity is confirmed alive
 	Verdict  string     `json:"verdict,omitempty"`
