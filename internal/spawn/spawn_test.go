@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -34,7 +35,7 @@ func TestStartRefusesAStreamThatIsNotAFile(t *testing.T) {
 // never followed: at path it is left alone, at a rotated name it is
 // replaced as a name.
 func TestRotateLog(t *testing.T) {
-	dir := t.TempDir()
+	dir := testharness.TempDir(t)
 	path := filepath.Join(dir, "runner.log")
 	write := func(name, s string) { require.NoError(t, os.WriteFile(name, []byte(s), 0o600)) }
 	read := func(name string) string {
@@ -62,7 +63,7 @@ func TestRotateLog(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		return // symlinks need a privilege there
 	}
-	outside := filepath.Join(t.TempDir(), "outside")
+	outside := filepath.Join(testharness.TempDir(t), "outside")
 	write(outside, "0123456789")
 	require.NoError(t, os.Symlink(outside, path))
 	require.NoError(t, RotateLog(path, 4, 2))
