@@ -109,6 +109,12 @@ func refused(ctx context.Context, log *slog.Logger, what, path string, err error
 		log.Error("cannot take the "+what, "path", path, "err", err)
 		return 1
 	}
+	if busy.PID == 0 && errors.Is(err, context.DeadlineExceeded) {
+		// No holder named: the wait (-wait) ended first, perhaps while this
+		// server was taking it; the library's words say which.
+		fmt.Fprintf(os.Stderr, "refused: the wait for the %s %s ended first: %v\n", what, path, err)
+		return runnerstate.ExitBusy
+	}
 	holder := "another server"
 	if busy.PID > 0 {
 		holder = fmt.Sprintf("another server (pid %d)", busy.PID)
