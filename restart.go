@@ -503,31 +503,17 @@ func init() {
 	}
 }
 
-// markLeaving marks h's holder as going, for why (a restart mode, or
-// RestartLost): from now on its runner.json says Ready false and Leaving
-// why, so that Start and Status never take a runner that is going for a
-// ready one; a later Publish keeps the mark. The record is rewritten under
-// the state lock, and only while it names h's process and h is not being
-// released. It is not synced: a crash ends the runner, and the mark with it.
-// An error is logged, never returned: the runner must learn it is asked to
-// go whether or not its record says so.
+// markLeaving marks h's holder as going, for why (a restart mode,
+// RestartLost, or package daemon's "idle" and "closed"): from now on its
+// runner.json says Ready false and Leaving why, so that Start and Status
+// never take a runner that is going for a ready one; a later Publish keeps
+// the mark. why "" takes the mark back: the record gets its Ready again when
+// the holder had published. The record is rewritten under the state lock,
+// and only while it names h's process and h is not being released. It is
+// not synced: a crash ends the runner, and the mark with it. An error is
+// logged, never returned: the runner must learn it is asked to go whether
+// or not its record says so.
 func markLeaving(ctx context.Context, h *hold.Hold, why string) {
-	setLeaving(ctx, h, why)
-}
-
-// unmarkLeaving undoes a mark of why that the holder never learnt of (its
-// request was withdrawn before the runner read it): the hold goes back to
-// was (the mark it had before, "" for none), and so does its record, with
-// Ready again when the holder had published.
-func unmarkLeaving(ctx context.Context, h *hold.Hold, why, was string) {
-	if h.Leaving() != why {
-		return
-	}
-	setLeaving(ctx, h, was)
-}
-
-// setLeaving sets h's mark to why and rewrites h's record to match.
-func setLeaving(ctx context.Context, h *hold.Hold, why string) {
 	dir := h.Dir()
 	h.SetLeaving(why) // at once, whether or not the record can be written
 	err := withStateLockCtx(ctx, dir, func() error {
@@ -549,4 +535,14 @@ func setLeaving(ctx context.Context, h *hold.Hold, why string) {
 	if err != nil && ctx.Err() == nil {
 		logger().Warn("runnerstate: could not mark the runner leaving in its record; Start may hand it out until it goes", "dir", dir, "leaving", why, "err", err)
 	}
+}
+
+// unmarkLeaving undoes a mark of why that the holder never learnt of (its
+// request was withdrawn before the runner read it): the hold goes back to
+// was (the mark it had before, "" for none), and so does its record.
+func unmarkLeaving(ctx context.Context, h *hold.Hold, why, was string) {
+	if h.Leaving() != why {
+		return
+	}
+	markLeaving(ctx, h, was)
 }
