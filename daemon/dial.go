@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -113,8 +112,10 @@ func (d *dialing) once(ctx context.Context) (net.Conn, runnerstate.Record, error
 	if err != nil {
 		return nil, rec, err, false
 	}
-	if err := d.otherProgram(rec, held); err != nil {
-		return nil, rec, err, false
+	if held {
+		if err := bridge.OtherProgram(d.dir, rec.PID, rec.Program, d.opts.Program); err != nil {
+			return nil, rec, err, false
+		}
 	}
 	ready := held && rec.Ready && rec.Leaving == "" && rec.Process.PID != 0
 	switch {
@@ -283,15 +284,6 @@ func (d *dialing) accept(rec runnerstate.Record) bool {
 	ok := d.opts.Accept(rec)
 	d.asked[key] = ok
 	return ok
-}
-
-// otherProgram refuses a verified holder of another program.
-func (d *dialing) otherProgram(rec runnerstate.Record, held bool) error {
-	if !held || d.opts.Program == "" || rec.Program == "" || rec.Program == d.opts.Program {
-		return nil
-	}
-	be := &runnerstate.BusyError{Path: filepath.Join(d.dir, runnerstate.LockName), PID: rec.PID, Verified: true}
-	return fmt.Errorf("%w: %s is held by %q (pid %d), not %q: %w", runnerstate.ErrOtherProgram, d.dir, rec.Program, rec.PID, d.opts.Program, be)
 }
 
 // wait waits for a change in dir (bounded by ctx).

@@ -43,8 +43,9 @@ type Options struct {
 	// from Ready, the last such connection's close or the last Busy
 	// release, whichever is latest. Zero: never.
 	IdleTimeout time.Duration
-	// Logger receives what the server does (Info); nil: only warnings, to
-	// slog.Default().
+	// Logger receives what the server does (Info); nil: the runnerstate
+	// package's logger (runnerstate.SetLogger; by default it passes only
+	// warnings, to slog.Default()).
 	Logger *slog.Logger
 }
 
@@ -66,6 +67,7 @@ type Server struct {
 	opts      Options
 	release   func()
 	lns       []*listener
+	socks     []handable // the sockets as a successor is handed them, one per listener
 	bound     []runnerstate.Endpoint
 	rvAddr    string // the rendezvous this server came through
 	inherited int    // listeners handed over by the server it replaced
@@ -202,6 +204,7 @@ func (s *Server) open(eps []endpoint, rv *rendezvous) error {
 			ul.SetUnlinkOnClose(false)
 		}
 		s.lns = append(s.lns, l)
+		s.socks = append(s.socks, handable{offer: offer{Network: e.Network, Address: e.Address, Bound: socks[i].Addr().String()}, ln: socks[i]})
 		bound := runnerstate.Endpoint{Network: e.Network, Address: e.Address}
 		if e.Network != "unix" {
 			bound.Address = socks[i].Addr().String()
@@ -442,10 +445,6 @@ func (s *Server) handToSuccessors() {
 	if !handsOver || s.Reason() == ReasonIdle {
 		return
 	}
-	var socks []handable
-	for _, l := range s.lns {
-		socks = append(socks, handable{offer: offer{Network: l.ep.Network, Address: l.ep.Address, Bound: l.Listener.Addr().String()}, ln: l.Listener})
-	}
 	for _, succ := range bridge.Successors(s.dir) {
 		key := succ.Rendezvous + " " + succ.Instance
 		s.mu.Lock()
@@ -454,7 +453,7 @@ func (s *Server) handToSuccessors() {
 		if done {
 			continue
 		}
-		if handTo(succ.Rendezvous, socks) {
+		if handTo(succ.Rendezvous, s.socks) {
 			s.mu.Lock()
 			s.sent[key], s.handedOut = true, true
 			s.mu.Unlock()
@@ -513,23 +512,11 @@ func (s *Server) idleFired() {
 	}
 }
 
-// loggerOf is the caller's logger, or one that passes only warnings to
-// slog.Default().
+// loggerOf is the caller's logger, or the runnerstate package's
+// (runnerstate.SetLogger; by default warnings only, to slog.Default()).
 func loggerOf(l *slog.Logger) *slog.Logger {
 	if l != nil {
 		return l
 	}
-	return slog.New(warnOnly{})
+	return bridge.Logger()
 }
-
-// warnOnly passes warnings and errors to slog.Default()'s handler.
-type warnOnly struct{}
-
-func (warnOnly) Enabled(ctx context.Context, level slog.Level) bool {
-	return level >= slog.LevelWarn && slog.Default().Handler().Enabled(ctx, level)
-}
-func (warnOnly) Handle(ctx context.Context, r slog.Record) error {
-	return slog.Default().Handler().Handle(ctx, r)
-}
-func (w warnOnly) WithAttrs([]slog.Attr) slog.Handler { return w }
-func (w warnOnly) WithGroup(string) slog.Handler      { return w }

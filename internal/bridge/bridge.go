@@ -5,7 +5,10 @@
 // package daemon sets CompareVersions; nothing here imports the root.
 package bridge
 
-import "context"
+import (
+	"context"
+	"log/slog"
+)
 
 // PublishStarting writes rec, a runnerstate.Record, as dir's runner.json
 // for this process's hold of dir, with Ready false: the record a runner has
@@ -75,3 +78,15 @@ type Successor struct {
 // rendezvous, newest first, then the one admitted last when it had one.
 // Set by the root package; package daemon uses it.
 var Successors func(dir string) []Successor
+
+// Logger is the root package's logger: the one runnerstate.SetLogger set,
+// else slog.Default() given warnings only. Set by the root package; package
+// daemon logs there when its caller gave it no logger.
+var Logger func() *slog.Logger
+
+// OtherProgram is the root package's refusal of dir whose verified holder
+// (pid) runs holderProgram, for a caller of program: an error matching
+// runnerstate.ErrOtherProgram and runnerstate.ErrBusy naming both, or nil
+// when either program is empty or they are the same. Set by the root
+// package; package daemon's Dial uses it.
+var OtherProgram func(dir string, pid int, holderProgram, program string) error
