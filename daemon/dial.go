@@ -61,14 +61,12 @@ var ErrIncompatible = errors.New("daemon: the server that runs will not do for t
 // Dial never returns a connection to a server that is not ready. A dial
 // refused (ECONNREFUSED, ENOENT, ECONNRESET, EAGAIN) while the record shows
 // the server gone, another instance, leaving or not ready is tried again
-// (starting a copy of cmd when none is ready) until ctx ends; the same
-// errors from a ready server that is not leaving, and any other error,
-// return naming the endpoint: at once, or after at most 250 ms when the
-// refusal came from a ready server (a server killed closes its socket an
-// instant before its lock goes, and one that exits within that time is
-// tried again). With a nil cmd, Dial waits (bounded
-// by ctx) for a server starting or leaving, and returns ErrNotRunning once
-// nothing holds dir.
+// (starting a copy of cmd when none is ready) until ctx ends; a refusal by a
+// ready server that is not leaving, and any other error, is returned naming
+// the endpoint (docs/operations.md says how long a refusing server is given
+// to show it is exiting). With a nil cmd, Dial waits (bounded by ctx) for a
+// server starting or leaving, and returns ErrNotRunning once nothing holds
+// dir.
 //
 // Errors: ErrNotRunning; ErrIncompatible, naming both versions; an error
 // naming the server when it is stopped (SIGSTOP: Linux only can tell);
