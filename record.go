@@ -16,7 +16,6 @@ import (
 	"github.com/runnerstate/runnerstate/internal/bridge"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/liveness"
-	"github.com/runnerstate/runnerstate/internal/memo"
 )
 
 // Identity names one process precisely enough that a recycled pid, a reboot,
@@ -317,7 +316,7 @@ func readStoredRecord(dir string) (storedRecord, fileState, error) {
 // of a lock file's line: a probe reads the same bytes again and again while
 // a runner runs, and decoding them is a third of what it costs.
 var (
-	recordMemo = memo.New(func(data []byte) (storedRecord, error) {
+	recordMemo = durable.NewLast(func(data []byte) (storedRecord, error) {
 		rec, err := parseRecord(data)
 		return storedRecord{Record: rec, protocol: protocolOf(data)}, err
 	}, func(r storedRecord) storedRecord {
@@ -326,7 +325,7 @@ var (
 		r.Endpoints = slices.Clone(r.Endpoints)
 		return r
 	})
-	lockLineMemo = memo.New(func(data []byte) (lockContent, error) {
+	lockLineMemo = durable.NewLast(func(data []byte) (lockContent, error) {
 		lc, ok := parseLockLine(data)
 		if !ok {
 			return lockContent{}, errNoHolder
