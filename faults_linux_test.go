@@ -745,7 +745,7 @@ func readLinesFile(t *testing.T, path string) []string {
 		return nil
 	}
 	require.NoError(t, err)
-	return durable.SplitLines(data)
+	return splitLines(data)
 }
 
 // seedPrevious leaves what a previous runner killed with SIGKILL leaves: its
