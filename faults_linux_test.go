@@ -697,7 +697,7 @@ func checkFaultOutcome(t *testing.T, c *faultCase, o *faultOutcome) {
 	}
 	if o.res.Err != "" {
 		assert.True(t, strings.Contains(o.res.Err, c.root), "the error names the path: %s", o.res.Err)
-		advice := durable.Advice(syscall.Errno(o.res.ErrnoNum))
+		advice := adviceFor(syscall.Errno(o.res.ErrnoNum))
 		if o.res.Unsupported {
 			advice = "to a local disk" // ErrLockingUnsupported says where to move it
 		}

@@ -57,7 +57,7 @@ func TrustFilesystem(types ...string) (restore func()) { return fsinfo.Trust(typ
 
 // pathError names the operation and path. The operation carries the package
 // name so that every message starts with it, and a system error says what to
-// do (durable.Advise).
+// do (advise, advice.go).
 func pathError(op, path string, err error) error {
 	if durable.IsNotDir(err) {
 		return public(durable.NotDir(path)) // name the file that stands in the way
@@ -65,22 +65,13 @@ func pathError(op, path string, err error) error {
 	if d := denied(path, err); d != nil {
 		return d
 	}
-	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: durable.Advise(err)}
-}
-
-// denied is durable.Denied for a permission error on path: an error naming
-// the directory this process may not enter, or nil.
-func denied(path string, err error) error {
-	if !errors.Is(err, fs.ErrPermission) {
-		return nil
-	}
-	return durable.Denied("runnerstate: ", path, durable.Unwrap(err))
+	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: advise(err)}
 }
 
 // public turns an error from an internal package into this package's
 // vocabulary: the *fs.PathError it is gets an Op that names the package, so
 // that every message starts with "runnerstate: ", a system error says what to
-// do (durable.Advise), and a filesystem's refusal of locks becomes
+// do (advise, advice.go), and a filesystem's refusal of locks becomes
 // ErrLockingUnsupported. Anything else passes as it is.
 func public(err error) error {
 	pe, ok := err.(*fs.PathError)
@@ -100,7 +91,7 @@ func public(err error) error {
 	if d := denied(pe.Path, pe.Err); d != nil {
 		return d
 	}
-	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: durable.Advise(pe.Err)}
+	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: advise(pe.Err)}
 }
 
 // errBadName refuses a state file name that is not a plain file name.

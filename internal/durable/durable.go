@@ -38,7 +38,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"hash/fnv"
 	"io/fs"
 	"os"
@@ -103,55 +102,6 @@ func SyncAfter(op, path, dir string) error {
 		return &fs.PathError{Op: op, Path: path, Err: &NotDurableError{Dir: dir, Err: err}}
 	}
 	return nil
-}
-
-// Advise returns err with what to do about it, when it holds a system error
-// whose cure is known (a full disk, no descriptor left, a read-only
-// filesystem...): an error whose message adds the advice, and which unwraps
-// to err, so errors.Is still finds the system's error. Anything else, nil,
-// and an error already advised come back as they are.
-func Advise(err error) error {
-	var ae *advisedError
-	if err == nil || errors.As(err, &ae) {
-		return err
-	}
-	a := Advice(err)
-	if a == "" {
-		return err
-	}
-	return &advisedError{err: err, advice: a}
-}
-
-type advisedError struct {
-	err    error
-	advice string
-}
-
-func (e *advisedError) Error() string { return e.err.Error() + "; " + e.advice }
-func (e *advisedError) Unwrap() error { return e.err }
-
-// Denied is the error for path, whose use failed with a permission error
-// (err, which errors.Is still finds): when a directory on the way to path
-// may not be entered by this process, the error names that directory, with
-// its mode and owner, as the cause, rather than path (op is the package's
-// prefix for Op); when path does not exist and this process may not create
-// files in its directory, the error says so, with the directory's mode and
-// owner; otherwise nil, and the caller keeps its own error.
-func Denied(op, path string, err error) error {
-	dir := blockedDir(path)
-	if dir == "" {
-		if dir = unwritableDir(path); dir != "" {
-			return &fs.PathError{Op: op + "create", Path: path, Err: &advisedError{
-				err:    fmt.Errorf("%w (this process may not create files in %s%s)", err, dir, dirDescription(dir)),
-				advice: "run as a user allowed to write there, or fix its permissions",
-			}}
-		}
-		return nil
-	}
-	return &fs.PathError{Op: op + "enter", Path: dir, Err: &advisedError{
-		err:    fmt.Errorf("%w (this process may not enter it%s, so it cannot reach %s)", err, dirDescription(dir), filepath.Base(path)),
-		advice: "run as a user allowed to enter it, or fix its permissions",
-	}}
 }
 
 // refused is the error for a path that is refused for why.
