@@ -2,6 +2,7 @@ package durable
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"sync"
@@ -54,6 +55,20 @@ func (e unparsableError) Unwrap() error { return e.err }
 func Unreadable(err error) bool {
 	var ue unparsableError
 	return !errors.As(err, &ue) && !errors.Is(err, ErrTooLarge)
+}
+
+// DecodeObject decodes data, the content of a small JSON state file, into
+// v. Anything but one JSON object (white space around it allowed) is an
+// error: an empty file, an array, a bare number.
+func DecodeObject(data []byte, v any) error {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return errors.New("empty file")
+	}
+	if data[0] != '{' {
+		return errors.New("not a JSON object")
+	}
+	return json.Unmarshal(data, v)
 }
 
 // Last remembers the last decoding of one kind of small file, keyed by the
