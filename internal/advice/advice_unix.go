@@ -1,6 +1,6 @@
 //go:build unix
 
-package runnerstate
+package advice
 
 import (
 	"errors"
@@ -13,10 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// adviceFor says what to do about the system error in err's chain, for the
-// errors a state or lock file meets (see advise); "" when there is none to
+// For says what to do about the system error in err's chain, for the
+// errors a state or lock file meets (see Advise); "" when there is none to
 // give.
-func adviceFor(err error) string {
+func For(err error) string {
 	var errno syscall.Errno
 	if !errors.As(err, &errno) {
 		return ""

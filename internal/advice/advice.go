@@ -1,4 +1,11 @@
-package runnerstate
+// Package advice says what to do about a system error met on a path: a
+// hint added to an error whose cure is known (a full disk, no descriptor
+// left, a read-only filesystem...), and, for a permission error, the
+// directory it is really about, with its mode and owner. The errors it
+// returns unwrap to the error they were given, so errors.Is still finds the
+// system's error. The system's side is in advice_unix.go; elsewhere no
+// advice is given.
+package advice
 
 import (
 	"errors"
@@ -9,21 +16,17 @@ import (
 	"github.com/runnerstate/runnerstate/internal/durable"
 )
 
-// What to do about an error: the hint public and pathError (lock.go) add to
-// a system error whose cure is known, and the directory a permission error
-// is really about. The system's side is in advice_unix.go.
-
 // advise returns err with what to do about it, when it holds a system error
 // whose cure is known (a full disk, no descriptor left, a read-only
 // filesystem...): an error whose message adds the advice, and which unwraps
 // to err, so errors.Is still finds the system's error. Anything else, nil,
 // and an error already advised come back as they are.
-func advise(err error) error {
+func Advise(err error) error {
 	var ae *advisedError
 	if err == nil || errors.As(err, &ae) {
 		return err
 	}
-	a := adviceFor(err)
+	a := For(err)
 	if a == "" {
 		return err
 	}
@@ -45,7 +48,7 @@ func (e *advisedError) Unwrap() error { return e.err }
 // exist and this process may not create files in its directory, the error
 // says so, with the directory's mode and owner; otherwise (and for any error
 // but a permission error) nil, and the caller keeps its own error.
-func denied(path string, err error) error {
+func Denied(path string, err error) error {
 	if !errors.Is(err, fs.ErrPermission) {
 		return nil
 	}

@@ -1,10 +1,10 @@
 //go:build !unix
 
-package runnerstate
+package advice
 
-// adviceFor says what to do about the system error in err's chain (see
+// For says what to do about the system error in err's chain (see
 // advise); these systems' errors are not known here: "".
-func adviceFor(error) string { return "" }
+func For(error) string { return "" }
 
 // blockedDir: these systems have no search bit to tell.
 func blockedDir(string) string { return "" }
