@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/advice"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/runnerstate/runnerstate/internal/testharness"
@@ -697,12 +698,12 @@ func checkFaultOutcome(t *testing.T, c *faultCase, o *faultOutcome) {
 	}
 	if o.res.Err != "" {
 		assert.True(t, strings.Contains(o.res.Err, c.root), "the error names the path: %s", o.res.Err)
-		advice := durable.Advice(syscall.Errno(o.res.ErrnoNum))
+		hint := advice.For(syscall.Errno(o.res.ErrnoNum))
 		if o.res.Unsupported {
-			advice = "to a local disk" // ErrLockingUnsupported says where to move it
+			hint = "to a local disk" // ErrLockingUnsupported says where to move it
 		}
-		if o.res.Errno != "" && advice != "" {
-			assert.True(t, strings.Contains(o.res.Err, advice), "the error says what to do: %s", o.res.Err)
+		if o.res.Errno != "" && hint != "" {
+			assert.True(t, strings.Contains(o.res.Err, hint), "the error says what to do: %s", o.res.Err)
 		}
 	}
 	_, stateHeld := o.locks[stateLockName]
@@ -745,7 +746,7 @@ func readLinesFile(t *testing.T, path string) []string {
 		return nil
 	}
 	require.NoError(t, err)
-	return durable.SplitLines(data)
+	return splitLines(data)
 }
 
 // seedPrevious leaves what a previous runner killed with SIGKILL leaves: its

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/gate"
 )
 
@@ -199,7 +198,7 @@ func FuzzLines(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := durable.SplitLines(data)
+		got := splitLines(data)
 		if len(got) != len(lines) {
 			t.Fatalf("%d lines written, %d read: %q", len(lines), len(got), data)
 		}

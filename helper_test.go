@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/runnerstate/runnerstate/internal/filelock"
+	"github.com/runnerstate/runnerstate/internal/locktable"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"go.uber.org/goleak"
@@ -86,7 +87,7 @@ var (
 	// /proc/locks), so a busy answer names the holder of any lock file.
 	// Elsewhere a bare lock's holder is unknown (PID 0); a runner's or a
 	// scope's is named from what it recorded.
-	kernelNamesHolders = filelock.ListsHolders()
+	kernelNamesHolders = locktable.ListsHolders()
 	// lockFileReadable: a held lock file can be read through another handle
 	// and carries its holder's identity. Not on Windows, whose LockFileEx
 	// locks are mandatory: nobody else can read the locked byte.
@@ -139,7 +140,7 @@ func injectLockErrorOrSkip(t testing.TB, errno error) (restore func()) {
 func awaitHolder(t testing.TB, what, path string, pid int) {
 	t.Helper()
 	eventually(t, what, func() bool {
-		if holds, known := filelock.HoldsExclusive(path, pid); known {
+		if holds, known := locktable.HoldsExclusive(path, pid); known {
 			return holds
 		}
 		held, err := filelock.ProbeHeld(path)

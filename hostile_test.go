@@ -944,7 +944,7 @@ func TestHostileBusyLockTable(t *testing.T) {
 			table.stop()
 			t.Logf("%d probes beside a lock table of %d bytes", probes, table.size)
 			if missed > 0 {
-				t.Fatalf("regression: %d time(s) in %d probes the directory looked free while it was held all along: /proc/locks is read a page per read(2), each a pass of its own that resumes by position, and locks released between the passes shift an entry out of view. An empty answer is the truth only when the table came in one pass (filelock.HoldersOf's known); otherwise read again or probe", missed, probes)
+				t.Fatalf("regression: %d time(s) in %d probes the directory looked free while it was held all along: /proc/locks is read a page per read(2), each a pass of its own that resumes by position, and locks released between the passes shift an entry out of view. An empty answer is the truth only when the table came in one pass (locktable.HoldersOf's known); otherwise read again or probe", missed, probes)
 			}
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/advice"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/fsinfo"
@@ -57,30 +58,21 @@ func TrustFilesystem(types ...string) (restore func()) { return fsinfo.Trust(typ
 
 // pathError names the operation and path. The operation carries the package
 // name so that every message starts with it, and a system error says what to
-// do (durable.Advise).
+// do (internal/advice).
 func pathError(op, path string, err error) error {
 	if durable.IsNotDir(err) {
 		return public(durable.NotDir(path)) // name the file that stands in the way
 	}
-	if d := denied(path, err); d != nil {
+	if d := advice.Denied(path, err); d != nil {
 		return d
 	}
-	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: durable.Advise(err)}
-}
-
-// denied is durable.Denied for a permission error on path: an error naming
-// the directory this process may not enter, or nil.
-func denied(path string, err error) error {
-	if !errors.Is(err, fs.ErrPermission) {
-		return nil
-	}
-	return durable.Denied("runnerstate: ", path, durable.Unwrap(err))
+	return &fs.PathError{Op: "runnerstate: " + op, Path: path, Err: advice.Advise(err)}
 }
 
 // public turns an error from an internal package into this package's
 // vocabulary: the *fs.PathError it is gets an Op that names the package, so
 // that every message starts with "runnerstate: ", a system error says what to
-// do (durable.Advise), and a filesystem's refusal of locks becomes
+// do (internal/advice), and a filesystem's refusal of locks becomes
 // ErrLockingUnsupported. Anything else passes as it is.
 func public(err error) error {
 	pe, ok := err.(*fs.PathError)
@@ -97,10 +89,10 @@ func public(err error) error {
 	if durable.IsNotDir(pe.Err) {
 		return public(durable.NotDir(pe.Path)) // name the file that stands in the way
 	}
-	if d := denied(pe.Path, pe.Err); d != nil {
+	if d := advice.Denied(pe.Path, pe.Err); d != nil {
 		return d
 	}
-	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: durable.Advise(pe.Err)}
+	return &fs.PathError{Op: "runnerstate: " + pe.Op, Path: pe.Path, Err: advice.Advise(pe.Err)}
 }
 
 // errBadName refuses a state file name that is not a plain file name.

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/runnerstate/runnerstate/internal/filelock"
+	"github.com/runnerstate/runnerstate/internal/locktable"
 )
 
 // protocolVersion is the number of the runner directory's protocol this
@@ -134,7 +134,7 @@ const treeLockSettleStep = 10 * time.Millisecond
 // belowFloor is Status's warning when the process holding dir's runner.lock
 // has held no tree.lock for longer than treeLockSettle: it predates the
 // tree lock (v0.1, below protocol 1's floor), and the jobs it runs are
-// not tracked. Read from the kernel's lock list (filelock.Holders), touching
+// not tracked. Read from the kernel's lock list (locktable.Holders), touching
 // no lock; "" where the kernel lists no holders (outside Linux), when the
 // holder is not visible from here (another PID namespace), or when it
 // holds tree.lock or lets runner.lock go within the settle time. Only the
@@ -142,7 +142,7 @@ const treeLockSettleStep = 10 * time.Millisecond
 // and its fdinfo (lock_fd, which builds before v0.3 never wrote) is of a
 // build that takes tree.lock.
 func belowFloor(dir string, st lockState) string {
-	if st.via == viaRecordLock || !filelock.ListsHolders() {
+	if st.via == viaRecordLock || !locktable.ListsHolders() {
 		return ""
 	}
 	lockPath, treePath := filepath.Join(dir, LockName), filepath.Join(dir, treeLockName)
@@ -152,11 +152,11 @@ func belowFloor(dir string, st lockState) string {
 		if pid <= 0 {
 			return "" // free now, or its holder is not visible from here
 		}
-		tree, _, known := filelock.Holders(treePath) // no file: no tree lock
+		tree, _, known := locktable.Holders(treePath) // no file: no tree lock
 		if !known {
 			return ""
 		}
-		if slices.ContainsFunc(tree, func(h filelock.Holder) bool { return h.PID == pid }) {
+		if slices.ContainsFunc(tree, func(h locktable.Holder) bool { return h.PID == pid }) {
 			return ""
 		}
 		if time.Now().After(deadline) {
@@ -169,7 +169,7 @@ func belowFloor(dir string, st lockState) string {
 // exclusiveHolder is the pid the kernel names for the exclusive flock on
 // path, 0 when there is none or it is not visible from here.
 func exclusiveHolder(path string) int {
-	holders, _, known := filelock.Holders(path)
+	holders, _, known := locktable.Holders(path)
 	if !known {
 		return 0
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/runnerstate/runnerstate/internal/bridge"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/liveness"
-	"github.com/runnerstate/runnerstate/internal/memo"
 )
 
 // Identity names one process precisely enough that a recycled pid, a reboot,
@@ -317,7 +316,7 @@ func readStoredRecord(dir string) (storedRecord, fileState, error) {
 // of a lock file's line: a probe reads the same bytes again and again while
 // a runner runs, and decoding them is a third of what it costs.
 var (
-	recordMemo = memo.New(func(data []byte) (storedRecord, error) {
+	recordMemo = durable.NewLast(func(data []byte) (storedRecord, error) {
 		rec, err := parseRecord(data)
 		return storedRecord{Record: rec, protocol: protocolOf(data)}, err
 	}, func(r storedRecord) storedRecord {
@@ -326,7 +325,7 @@ var (
 		r.Endpoints = slices.Clone(r.Endpoints)
 		return r
 	})
-	lockLineMemo = memo.New(func(data []byte) (lockContent, error) {
+	lockLineMemo = durable.NewLast(func(data []byte) (lockContent, error) {
 		lc, ok := parseLockLine(data)
 		if !ok {
 			return lockContent{}, errNoHolder
@@ -466,7 +465,7 @@ func SaveLines(dir, name string, lines []string) error {
 // A line with a newline in it is refused, and so is content over the 64 MiB
 // LoadLines reads.
 func joinLines(path string, lines []string) ([]byte, error) {
-	data, bad := durable.JoinLines(lines)
+	data, bad := encodeLines(lines)
 	if bad >= 0 {
 		return nil, pathError("save", path, fmt.Errorf("line %d contains a newline", bad+1))
 	}
@@ -490,7 +489,7 @@ func LoadLines(dir, name string) ([]string, error) {
 	if err != nil || data == nil {
 		return nil, err
 	}
-	return durable.SplitLines(data), nil
+	return splitLines(data), nil
 }
 
 // readLines reads a whole state file of lines for op: nil, nil when it does
@@ -509,6 +508,51 @@ func readLines(path, op string) ([]byte, error) {
 		return nil, pathError(op, path, errors.New("larger than 64 MiB"))
 	}
 	return nil, err
+}
+
+// encodeLines is the content of a file of lines: each line ended by "\n".
+// bad is the index of the first line that contains a "\n" itself, which
+// would read back as two (data is nil then), or -1.
+func encodeLines(lines []string) (data []byte, bad int) {
+	var b bytes.Buffer
+	for i, l := range lines {
+		if strings.ContainsRune(l, '\n') {
+			return nil, i
+		}
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	return b.Bytes(), -1
+}
+
+// splitLines is the lines of data, the content of a file of lines, without
+// their "\n"; a last line without its "\n" is a line too. Empty data gives
+// an empty, non-nil slice.
+func splitLines(data []byte) []string {
+	lines := []string{}
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			lines = append(lines, string(data))
+			break
+		}
+		lines = append(lines, string(data[:i]))
+		data = data[i+1:]
+	}
+	return lines
+}
+
+// addLine is data, the content of a file of lines, with line added as
+// its last line: a last line of data without its "\n" is completed first.
+// data itself is not changed.
+func addLine(data []byte, line string) []byte {
+	out := make([]byte, 0, len(data)+len(line)+2)
+	out = append(out, data...)
+	if len(out) > 0 && out[len(out)-1] != '\n' {
+		out = append(out, '\n')
+	}
+	out = append(out, line...)
+	return append(out, '\n')
 }
 
 // AppendLine adds line to the end of the state file dir/name, creating it
@@ -542,7 +586,7 @@ func AppendLine(dir, name, line string) error {
 		if err != nil {
 			return err
 		}
-		data := durable.AppendLine(old, line)
+		data := addLine(old, line)
 		if len(data) > maxStateSize {
 			return pathError("append", path, errors.New("would grow past the 64 MiB LoadLines reads"))
 		}

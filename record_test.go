@@ -227,3 +227,25 @@ func TestLongStateNames(t *testing.T) {
 	assert.Equal(t, []string{"a", "b"}, lines)
 	assertNoTemps(t, dir)
 }
+
+// TestLines: what encodeLines writes, splitLines reads back; a line with a
+// "\n" is named by its index; AppendLine completes a last line first.
+func TestLines(t *testing.T) {
+	data, bad := encodeLines([]string{"a", "", "# c"})
+	assert.Equal(t, -1, bad)
+	assert.Equal(t, "a\n\n# c\n", string(data))
+	assert.Equal(t, []string{"a", "", "# c"}, splitLines(data))
+
+	data, bad = encodeLines([]string{"a", "b\nc"})
+	assert.Nil(t, data)
+	assert.Equal(t, 1, bad)
+
+	assert.Equal(t, []string{}, splitLines(nil), "empty, not nil")
+	assert.Equal(t, []string{"a", "b"}, splitLines([]byte("a\nb")), "a last line without its newline")
+
+	old := []byte("a\nb")
+	assert.Equal(t, "a\nb\nc\n", string(addLine(old, "c")))
+	assert.Equal(t, "a\nb", string(old), "unchanged")
+	assert.Equal(t, "c\n", string(addLine(nil, "c")))
+	assert.Equal(t, "a\nc\n", string(addLine([]byte("a\n"), "c")))
+}

@@ -82,6 +82,7 @@ import (
 	"github.com/runnerstate/runnerstate/internal/hold"
 	"github.com/runnerstate/runnerstate/internal/holder"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/locktable"
 )
 
 // The files of a runner directory.
@@ -942,17 +943,17 @@ func refusedStatus(r Report, dir string, refused error) Report {
 }
 
 // orphans lists the processes that hold dir's tree.lock, from a scan of every
-// process's descriptors (see filelock.ScanHolders for its cost), leaving out
+// process's descriptors (see locktable.ScanHolders for its cost), leaving out
 // except (the runner whose tree it is, when it still runs) and the starters
 // waiting in Takeover (one takes tree.lock for an instant as it finds it
 // free: never an orphan). complete is false when some processes could not
 // be read.
 func orphans(dir string, except int) (pids []int, complete bool) {
-	ino, err := filelock.InodeOf(filepath.Join(dir, treeLockName))
+	ino, err := locktable.InodeOf(filepath.Join(dir, treeLockName))
 	if err != nil {
 		return nil, true
 	}
-	all, complete := filelock.ScanHolders(ino)
+	all, complete := locktable.ScanHolders(ino)
 	waiting, _ := waitingStarters(dir)
 	for _, pid := range all {
 		if pid != except && !slices.ContainsFunc(waiting, func(s Identity) bool { return s.PID == pid }) {

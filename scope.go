@@ -14,6 +14,7 @@ import (
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/fsinfo"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/locktable"
 )
 
 // Two more coordination shapes besides the runner lock:
@@ -251,7 +252,7 @@ func holderDataDir(scopeDir string, holder int) string {
 // verified alive.
 func inspectScope(scopeDir string) lockState {
 	st := inspectLock(filepath.Join(scopeDir, scopeLockName))
-	if st.err != nil || st.occupancy() != occUnverified || !st.silent || filelock.ListsHolders() {
+	if st.err != nil || st.occupancy() != occUnverified || !st.silent || locktable.ListsHolders() {
 		return st
 	}
 	owner, state, _ := readScopeOwner(scopeDir)
@@ -363,7 +364,7 @@ func NoSyncRunning(root string) (release func(), err error) {
 // kernel lists (Linux), told apart as syncs (shared) and resets (exclusive).
 func syncBusy(path string) error {
 	be := &BusyError{Path: path}
-	holders, _, _ := filelock.Holders(path)
+	holders, _, _ := locktable.Holders(path)
 	var shared, exclusive []int
 	for _, h := range holders {
 		if h.PID <= 0 {

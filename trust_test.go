@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runnerstate/runnerstate/internal/filelock"
+	"github.com/runnerstate/runnerstate/internal/locktable"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -354,7 +354,7 @@ func TestTrustHolderConfirmedWithoutTheLockList(t *testing.T) {
 		require.NoError(t, unix.Flock(int(f.Fd()), unix.LOCK_EX))
 	}
 	var reads atomic.Int32
-	defer filelock.SetListHook(func() { reads.Add(1) })()
+	defer locktable.SetListHook(func() { reads.Add(1) })()
 	rec, ok, err := Running(dir)
 	require.NoError(t, err)
 	require.True(t, ok)

@@ -1,44 +1,33 @@
 // Package durable reads and writes the small files a runner directory holds
 // without ever following a symlink, blocking on a FIFO, reading a runaway
-// file whole, or tearing a byte.
+// file whole, or tearing a byte, and decodes what it reads (ReadState,
+// DecodeObject, Last).
 //
-// A file is replaced atomically: the data goes to a temporary file in the
-// same directory, created O_EXCL|O_NOFOLLOW (a planted symlink is never
+// A file is replaced atomically (Write): the data goes to a temporary file in
+// the same directory, created O_EXCL|O_NOFOLLOW (a planted symlink is never
 // followed), written, fsynced, closed, renamed over the target, and the
 // directory fsynced, so that a reader or a crash sees the old content or the
-// new, never a mix (the shape of google/renameio, written here so that
-// Windows and the leftover rules below share it). On any failure the
-// temporary file is removed. A temporary file left by a writer that was
-// killed is removed by the next writer of that name, when it is older than
-// a minute (a younger one may be a concurrent writer's) or when the writer
-// its name records is provably gone.
+// new, never a mix (the shape of google/renameio). On any failure the
+// temporary file is removed; one left by a killed writer is removed by the
+// next writer of that name (removeLeftovers).
 //
-// A change (a replace, a rename, a removal) is made durable by syncing its
-// directory after it. When that sync fails the change is already in place
-// and every reader sees it; it is only not known to survive a power loss.
-// That is a *NotDurableError (errors.Is ErrNotDurable), never the same
-// error as a change that was not made: the old content is gone from view,
-// and the caller must not act as if the call had done nothing.
+// A change (a replace, a rename, a removal) whose directory sync fails is
+// already in place and every reader sees it; it is only not known to survive
+// a power loss. That is a *NotDurableError (errors.Is ErrNotDurable), never
+// the error of a change that was not made: the caller must not act as if the
+// call had done nothing.
 //
 // Errors are *fs.PathError naming the path, with one of this package's
 // sentinels (ErrSymlink, ErrIsDir, ErrNotRegular, ErrTooLarge), a
 // *NotDurableError or the system's error as Err. Nothing here logs, and
-// nothing knows which files the caller keeps.
-//
-// On Windows a reader opens a file sharing delete access, and a replace
-// waits up to a second for readers to close the file it replaces: Windows
-// refuses to rename over, or remove, a file that another handle has open
-// without that sharing, and Wine 8 refuses to rename over an open file even
-// with it.
+// nothing knows which files the caller keeps. Windows' sharing rules, and
+// how a replace waits them out, are in durable_windows.go.
 package durable
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"hash/fnv"
 	"io/fs"
 	"os"
@@ -105,55 +94,6 @@ func SyncAfter(op, path, dir string) error {
 	return nil
 }
 
-// Advise returns err with what to do about it, when it holds a system error
-// whose cure is known (a full disk, no descriptor left, a read-only
-// filesystem...): an error whose message adds the advice, and which unwraps
-// to err, so errors.Is still finds the system's error. Anything else, nil,
-// and an error already advised come back as they are.
-func Advise(err error) error {
-	var ae *advisedError
-	if err == nil || errors.As(err, &ae) {
-		return err
-	}
-	a := Advice(err)
-	if a == "" {
-		return err
-	}
-	return &advisedError{err: err, advice: a}
-}
-
-type advisedError struct {
-	err    error
-	advice string
-}
-
-func (e *advisedError) Error() string { return e.err.Error() + "; " + e.advice }
-func (e *advisedError) Unwrap() error { return e.err }
-
-// Denied is the error for path, whose use failed with a permission error
-// (err, which errors.Is still finds): when a directory on the way to path
-// may not be entered by this process, the error names that directory, with
-// its mode and owner, as the cause, rather than path (op is the package's
-// prefix for Op); when path does not exist and this process may not create
-// files in its directory, the error says so, with the directory's mode and
-// owner; otherwise nil, and the caller keeps its own error.
-func Denied(op, path string, err error) error {
-	dir := blockedDir(path)
-	if dir == "" {
-		if dir = unwritableDir(path); dir != "" {
-			return &fs.PathError{Op: op + "create", Path: path, Err: &advisedError{
-				err:    fmt.Errorf("%w (this process may not create files in %s%s)", err, dir, dirDescription(dir)),
-				advice: "run as a user allowed to write there, or fix its permissions",
-			}}
-		}
-		return nil
-	}
-	return &fs.PathError{Op: op + "enter", Path: dir, Err: &advisedError{
-		err:    fmt.Errorf("%w (this process may not enter it%s, so it cannot reach %s)", err, dirDescription(dir), filepath.Base(path)),
-		advice: "run as a user allowed to enter it, or fix its permissions",
-	}}
-}
-
 // refused is the error for a path that is refused for why.
 func refused(path string, why error) error {
 	return &fs.PathError{Op: "refusing", Path: path, Err: why}
@@ -201,20 +141,6 @@ func Unwrap(err error) error {
 		return le.Err
 	}
 	return err
-}
-
-// DecodeObject decodes data, the content of a small JSON state file, into
-// v. Anything but one JSON object (white space around it allowed) is an
-// error: an empty file, an array, a bare number.
-func DecodeObject(data []byte, v any) error {
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 {
-		return errors.New("empty file")
-	}
-	if data[0] != '{' {
-		return errors.New("not a JSON object")
-	}
-	return json.Unmarshal(data, v)
 }
 
 // NotDir is the refusal of path when it, or a directory on the way to it,

@@ -13,17 +13,6 @@ import (
 // an Lstat before opening, which leaves a window a local attacker could race.
 const oNoFollow = 0
 
-// Advice says what to do about the system error in err's chain (see
-// Advise); these systems' errors are not known here: "".
-func Advice(error) string { return "" }
-
-// blockedDir: these systems have no search bit to tell.
-func blockedDir(string) string { return "" }
-
-func dirDescription(string) string { return "" }
-
-func unwritableDir(string) string { return "" }
-
 // ReadFile reads up to max bytes of the regular file at path, refusing a
 // symlink, a directory or another non-regular file (by an Lstat first). A
 // missing file, or a missing directory on the way to it, is an error

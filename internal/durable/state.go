@@ -1,8 +1,11 @@
 package durable
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io/fs"
+	"sync"
 )
 
 // State is what reading a small state file found.
@@ -52,4 +55,51 @@ func (e unparsableError) Unwrap() error { return e.err }
 func Unreadable(err error) bool {
 	var ue unparsableError
 	return !errors.As(err, &ue) && !errors.Is(err, ErrTooLarge)
+}
+
+// DecodeObject decodes data, the content of a small JSON state file, into
+// v. Anything but one JSON object (white space around it allowed) is an
+// error: an empty file, an array, a bare number.
+func DecodeObject(data []byte, v any) error {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return errors.New("empty file")
+	}
+	if data[0] != '{' {
+		return errors.New("not a JSON object")
+	}
+	return json.Unmarshal(data, v)
+}
+
+// Last remembers the last decoding of one kind of small file, keyed by the
+// file's exact bytes, so that a reader that sees the same bytes again and
+// again (a probe while a runner runs) decodes them once. It can never be
+// stale: other bytes are decoded afresh. What it hands out is a copy, which
+// the caller may change. It is safe for concurrent use.
+type Last[T any] struct {
+	decode func([]byte) (T, error)
+	clone  func(T) T
+
+	mu   sync.Mutex
+	data []byte
+	v    T
+	err  error
+}
+
+// NewLast returns a Last that decodes with decode and hands out clone's copy
+// of what it decoded.
+func NewLast[T any](decode func([]byte) (T, error), clone func(T) T) *Last[T] {
+	return &Last[T]{decode: decode, clone: clone}
+}
+
+// Parse is decode(data), remembered: the bytes of the last call decoded
+// again give the last answer, as a copy, without decoding.
+func (m *Last[T]) Parse(data []byte) (T, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.data == nil || !bytes.Equal(m.data, data) {
+		m.v, m.err = m.decode(data)
+		m.data = append(m.data[:0], data...)
+	}
+	return m.clone(m.v), m.err
 }

@@ -1,8 +1,9 @@
 // Package filelock takes and holds kernel file locks: flock(2) on Unix,
 // LockFileEx on Windows (through gofrs/flock), and ErrUnsupported at run
 // time where the system has neither. It hands a released lock to the
-// in-process waiters of a path through one parked goroutine, and names the
-// processes the kernel says hold a file's lock.
+// in-process waiters of a path through one parked goroutine, and judges
+// whether a file's filesystem lets its locks exclude. Who holds a lock, as
+// the kernel tells it, is internal/locktable's.
 //
 // A lock belongs to the open file description, not to the process: two
 // Files on one path exclude each other inside one process exactly as they
@@ -139,38 +140,6 @@ func refusedMode(path string, mode fs.FileMode, links uint64) error {
 		return &fs.PathError{Op: "refusing", Path: path, Err: ErrHardLinked}
 	}
 	return nil
-}
-
-// Holder is one granted lock the kernel lists for a file.
-type Holder struct {
-	// PID is the process that took the lock, as seen from this process's
-	// PID namespace; 0 when it is not visible from here.
-	PID int
-	// Exclusive is a write lock (a shared one otherwise).
-	Exclusive bool
-	// DevMatch says the device numbers matched too, not only the inode.
-	// On btrfs subvolumes and overlayfs stat(2) reports another device
-	// than the kernel's lock list, so a caller corroborates an entry that
-	// matches by inode only.
-	DevMatch bool
-}
-
-// holdsExclusive reports whether pid is an exclusive holder in holders.
-func holdsExclusive(holders []Holder, pid int) bool {
-	for _, h := range holders {
-		if h.Exclusive && h.PID == pid {
-			return true
-		}
-	}
-	return false
-}
-
-// HoldsExclusive reports whether the kernel lists pid as an exclusive holder
-// of the lock of the file at path. Where the kernel lists no holders it
-// reports known false.
-func HoldsExclusive(path string, pid int) (holds, known bool) {
-	holders, _, known := Holders(path)
-	return holdsExclusive(holders, pid), known
 }
 
 // refusedFS is the answer of a lock on a filesystem whose locks do not

@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/runnerstate/runnerstate/internal/locktable"
 )
 
 // TryExclusive takes the exclusive lock of path (created 0600) without
@@ -112,26 +114,26 @@ func (b BusyAnswer) String() string {
 // as the runner's children that inherited tree.lock). It may be passing
 // when it is neither, but not every holder can be seen.
 func passage(path string, scan bool) BusyAnswer {
-	ino, err := InodeOf(path)
+	ino, err := locktable.InodeOf(path)
 	if err != nil {
 		return BusyMayBePassing
 	}
-	holders, _ := HoldersOf(ino) // where the kernel lists none, any busy answer may be passing
+	holders, _ := locktable.HoldersOf(ino) // where the kernel lists none, any busy answer may be passing
 	for _, h := range holders {
-		if h.Exclusive && HeldBy(h.PID, ino) != No {
+		if h.Exclusive && locktable.HeldBy(h.PID, ino) != locktable.No {
 			if h.PID == os.Getpid() && InTransit(path) {
 				return BusyPassing // this process's own given-up wait, about to let go
 			}
 			return BusyHeld
 		}
 	}
-	if !SeesAllHolders() {
+	if !locktable.SeesAllHolders() {
 		return BusyMayBePassing
 	}
 	if !scan {
 		return BusyPassing
 	}
-	switch pids, complete := ScanHolders(ino); {
+	switch pids, complete := locktable.ScanHolders(ino); {
 	case len(pids) > 0:
 		return BusyHeld
 	case !complete:

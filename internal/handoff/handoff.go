@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
-	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/gate"
 	"github.com/runnerstate/runnerstate/internal/holder"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/locktable"
 )
 
 // ErrNotNewest says a newer starter registered in the gate: this one
@@ -292,7 +292,7 @@ func (w *Wait[P, H]) signal(sig liveness.Signal, lockPath string) {
 	// still names as the holder. (The kernel has no "signal if it holds the
 	// lock"; what is left is the microseconds between this look and the
 	// signal, against a process that is verified and pinned.)
-	if !filelock.StillHolds(lockPath, w.pinned.PID()) {
+	if !locktable.StillHolds(lockPath, w.pinned.PID()) {
 		w.Protocol.Report(Event{What: HolderReleased, PID: w.pinned.PID(), Signal: sig})
 		return
 	}

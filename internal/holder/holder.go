@@ -24,6 +24,7 @@ import (
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/locktable"
 )
 
 // Parse reads the holder a lock file's content names: its identity and the
@@ -81,12 +82,12 @@ func Inspect(path string, limit int, parse Parse) State {
 	if st.confirmedVia(ino) {
 		return st
 	}
-	holders, known := filelock.HoldersOf(ino)
+	holders, known := locktable.HoldersOf(ino)
 	if !known {
 		return st.probeThenName(path, ino)
 	}
 	st.fromHolders(holders)
-	if !st.Held && !filelock.SeesAllHolders() {
+	if !st.Held && !locktable.SeesAllHolders() {
 		st.probeHidden(path)
 	}
 	return st
@@ -96,25 +97,25 @@ func Inspect(path string, limit int, parse Parse) State {
 // sets st.Err for a path that cannot be a lock file, and returns the file it
 // read, or the error of finding one when it could not read it (the file
 // does not exist, or cannot be read: then it is looked up by path).
-func (st *State) readContent(path string, limit int, parse Parse) (filelock.Inode, error) {
+func (st *State) readContent(path string, limit int, parse Parse) (locktable.Inode, error) {
 	data, id, err := durable.ReadFileID(path, limit)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return filelock.Inode{}, err
+		return locktable.Inode{}, err
 	case durable.Unusable(err):
 		st.Err = err
-		return filelock.Inode{}, nil
+		return locktable.Inode{}, nil
 	case errors.Is(err, syscall.ENOTDIR):
 		st.Err = durable.NotDir(filepath.Dir(path))
-		return filelock.Inode{}, nil
+		return locktable.Inode{}, nil
 	case errors.Is(err, fs.ErrPermission):
 		st.Reason, st.Silent = "cannot read "+path+" (permission denied)", true
-		return filelock.InodeOf(path)
+		return locktable.InodeOf(path)
 	case err != nil && !errors.Is(err, durable.ErrTooLarge):
 		st.Reason, st.Silent = "cannot read "+path+": "+durable.Unwrap(err).Error(), true
-		return filelock.InodeOf(path)
+		return locktable.InodeOf(path)
 	}
-	ino := filelock.Inode{Dev: id.Dev, Ino: id.Ino}
+	ino := locktable.Inode{Dev: id.Dev, Ino: id.Ino}
 	holder, fd, ok := parse(data)
 	if !ok {
 		st.Reason, st.Silent = path+" names no holder", true
@@ -128,7 +129,7 @@ func (st *State) readContent(path string, limit int, parse Parse) (filelock.Inod
 // the descriptor it locked through, and /proc/<pid>/fdinfo/<fd> shows that
 // lock (confirm). Otherwise it checks the named identity the ordinary way,
 // for the slower readings to use.
-func (st *State) confirmedVia(ino filelock.Inode) bool {
+func (st *State) confirmedVia(ino locktable.Inode) bool {
 	if !st.Named {
 		return false
 	}
@@ -145,19 +146,19 @@ func (st *State) confirmedVia(ino filelock.Inode) bool {
 
 // probeThenName decides by a probe where the kernel's list could not: it
 // lists no holders at all (not Linux), or listed none in a read of several
-// passes, which can miss an entry (see filelock.Holders). A lock found held
+// passes, which can miss an entry (see locktable.Holders). A lock found held
 // is then named from the list, read again (lookAgain); where it still lists
 // no holder, the probe's answer stands.
-func (st *State) probeThenName(path string, ino filelock.Inode) State {
+func (st *State) probeThenName(path string, ino locktable.Inode) State {
 	unprobed := *st
 	st.probe(path)
-	if errors.Is(st.Err, fs.ErrPermission) && filelock.ListsHolders() {
+	if errors.Is(st.Err, fs.ErrPermission) && locktable.ListsHolders() {
 		// Another user's lock file, which this process may not open to
 		// probe: the kernel's list, read again, is the evidence left.
 		unprobed.fromHolders(lookAgain(ino))
 		return unprobed
 	}
-	if st.Err != nil || !st.Held || !filelock.ListsHolders() {
+	if st.Err != nil || !st.Held || !locktable.ListsHolders() {
 		return *st
 	}
 	if holders := lookAgain(ino); len(holders) > 0 {
@@ -170,9 +171,9 @@ func (st *State) probeThenName(path string, ino filelock.Inode) State {
 // lookAgain reads the kernel's lock list again, up to five times, for a lock
 // a probe found held while a read in several passes listed no holder: most
 // likely a pass missed the entry. It returns the first holders listed.
-func lookAgain(ino filelock.Inode) []filelock.Holder {
+func lookAgain(ino locktable.Inode) []locktable.Holder {
 	for range 5 {
-		if holders, _ := filelock.HoldersOf(ino); len(holders) > 0 {
+		if holders, _ := locktable.HoldersOf(ino); len(holders) > 0 {
 			return holders
 		}
 	}
@@ -181,7 +182,7 @@ func lookAgain(ino filelock.Inode) []filelock.Holder {
 
 // fromHolders decides from the kernel's holders: held when any matches the
 // file, verified when the identity in it is alive and holds it exclusively.
-func (st *State) fromHolders(holders []filelock.Holder) {
+func (st *State) fromHolders(holders []locktable.Holder) {
 	var firstPID int
 	for _, h := range holders {
 		if st.Named && h.PID == st.Holder.PID {
@@ -258,9 +259,9 @@ func reason(id liveness.Identity, v liveness.Verdict, why string) string {
 // descriptor fd, from /proc/<pid>/fdinfo/<fd>, read before the holder's
 // start identity (liveness.CheckHolder says why that order proves it is the
 // holder), with the verdict and its reason in a State's words.
-func confirm(id liveness.Identity, fd int, ino filelock.Inode) (v liveness.Verdict, held bool, why string) {
+func confirm(id liveness.Identity, fd int, ino locktable.Inode) (v liveness.Verdict, held bool, why string) {
 	v, held, why = liveness.CheckHolder(id, func() bool {
-		return filelock.HeldVia(id.PID, fd, ino) == filelock.Yes
+		return locktable.HeldVia(id.PID, fd, ino) == locktable.Yes
 	})
 	return v, held, reason(id, v, why)
 }
@@ -313,7 +314,7 @@ func sameFile(l *filelock.File, pid, fd int, old []byte) bool {
 	if l.WriteContent(mark) != nil {
 		return false
 	}
-	seen, err := filelock.ReadThrough(pid, fd, len(mark))
+	seen, err := locktable.ReadThrough(pid, fd, len(mark))
 	return err == nil && bytes.Equal(seen, mark)
 }
 
@@ -329,8 +330,8 @@ func Pinned(pid int, path string) *liveness.Process {
 	if p == nil {
 		return nil
 	}
-	ino, err := filelock.InodeOf(path)
-	if err != nil || filelock.HeldBy(pid, ino) != filelock.Yes {
+	ino, err := locktable.InodeOf(path)
+	if err != nil || locktable.HeldBy(pid, ino) != locktable.Yes {
 		p.Close()
 		return nil
 	}

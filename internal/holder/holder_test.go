@@ -12,6 +12,7 @@ import (
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/locktable"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 )
 
@@ -95,7 +96,7 @@ func TestInspectPairLostFile(t *testing.T) {
 // TestInspectPairHintConfirms: a hint naming the holder and the descriptor
 // it locks through confirms it, and says so (ViaHintLock).
 func TestInspectPairHintConfirms(t *testing.T) {
-	if !filelock.ListsHolders() {
+	if !locktable.ListsHolders() {
 		t.Skip("only Linux shows a process's locks")
 	}
 	dir := testharness.TempDir(t)

@@ -3,8 +3,8 @@ package holder
 import (
 	"path/filepath"
 
-	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/locktable"
 )
 
 // A Hint is the holder a file beside a lock names (a record its holder
@@ -80,7 +80,7 @@ func InspectPair(p Pair) PairState {
 		return st
 	}
 	hint, ok := p.Hint()
-	if !ok || (st.PID != 0 && hint.ID.PID != st.PID) || (st.PID == 0 && filelock.ListsHolders()) {
+	if !ok || (st.PID != 0 && hint.ID.PID != st.PID) || (st.PID == 0 && locktable.ListsHolders()) {
 		return st
 	}
 	why := st.Reason
@@ -113,7 +113,7 @@ func (p Pair) confirmFromHint() (st PairState, ok bool) {
 	if !ok || hint.FD <= 0 || hint.ID.PID <= 0 {
 		return PairState{}, false
 	}
-	ino, err := filelock.InodeOf(p.Lock)
+	ino, err := locktable.InodeOf(p.Lock)
 	if err != nil {
 		return PairState{}, false
 	}
@@ -148,15 +148,15 @@ func (p Pair) inspectTree(st PairState) PairState {
 // verified (liveness.CheckHolder says why that order proves it is the
 // holder). It returns the lock file's path as the holder sees it.
 func Elsewhere(id liveness.Identity, fd int, path string) (holderPath string, held bool) {
-	ours, err := filelock.InodeOf(path)
+	ours, err := locktable.InodeOf(path)
 	if err != nil || fd < 0 || id.PID <= 0 {
 		return "", false
 	}
 	name := filepath.Base(path)
 	_, held, _ = liveness.CheckHolder(id, func() bool {
-		p, ino, locked := filelock.LockThrough(id.PID, fd)
+		p, ino, locked := locktable.LockThrough(id.PID, fd)
 		holderPath = p
-		return locked == filelock.Yes && filepath.Base(p) == name && ino.Dev != ours.Dev
+		return locked == locktable.Yes && filepath.Base(p) == name && ino.Dev != ours.Dev
 	})
 	return holderPath, held
 }

@@ -1,4 +1,4 @@
-package filelock
+package locktable
 
 import (
 	"bytes"

@@ -1,10 +1,10 @@
 //go:build !linux
 
-package filelock
+package locktable
 
 // Holders: only Linux lists lock holders (/proc/locks). Elsewhere known is
-// false and callers probe with ProbeHeld instead, which is why a caller
-// retries a busy answer briefly on these systems.
+// false and callers probe with filelock.ProbeHeld instead, which is why a
+// caller retries a busy answer briefly on these systems.
 func Holders(path string) (holders []Holder, exists, known bool) {
 	return nil, true, false
 }

@@ -1,4 +1,4 @@
-package filelock
+package locktable_test
 
 import (
 	"os"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/runnerstate/runnerstate/internal/filelock"
+	"github.com/runnerstate/runnerstate/internal/locktable"
 	"github.com/stretchr/testify/require"
 )
 
@@ -14,13 +16,13 @@ import (
 // process lets go), and no process that merely has the file open.
 func TestScanHoldersFindsInheritors(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tree.lock")
-	l, err := TryLock(path, Exclusive, 0o600)
+	l, err := filelock.TryLock(path, filelock.Exclusive, 0o600)
 	require.NoError(t, err)
 	defer l.Release()
-	ino, err := InodeOf(path)
+	ino, err := locktable.InodeOf(path)
 	require.NoError(t, err)
 
-	pids, complete := ScanHolders(ino)
+	pids, complete := locktable.ScanHolders(ino)
 	require.True(t, complete, "root reads every process")
 	require.Equal(t, []int{os.Getpid()}, pids, "only the holder")
 
@@ -33,11 +35,11 @@ func TestScanHoldersFindsInheritors(t *testing.T) {
 	bystander := sleeper(t, opened)
 	opened.Close()
 
-	pids, _ = ScanHolders(ino)
+	pids, _ = locktable.ScanHolders(ino)
 	require.ElementsMatch(t, []int{os.Getpid(), heir}, pids, "the holder and its heir, not the bystander (%d)", bystander)
 
 	l.Release()
-	pids, _ = ScanHolders(ino)
+	pids, _ = locktable.ScanHolders(ino)
 	require.Equal(t, []int{heir}, pids, "the heir holds it alone once the holder lets go")
 }
 

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package filelock
+package locktable
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package filelock
+package locktable
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ const procLocks = "/proc/locks"
 // would make a concurrent LOCK_EX|LOCK_NB fail. exists is false when there is
 // no file at path; known is false when the kernel cannot tell (no /proc, the
 // file cannot be stat'ed) or listed no holder in a table read in several
-// passes, and the caller falls back to ProbeHeld.
+// passes, and the caller falls back to filelock.ProbeHeld.
 //
 // The kernel produces /proc/locks a page at a time, a pass per read(2) with
 // the lock table held still for that pass only (fs/locks.c locks_start), and
