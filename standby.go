@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/runnerstate/runnerstate/internal/await"
+	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
@@ -65,8 +65,8 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 	if opts.Logger == nil {
 		opts.Logger = logger()
 	}
-	s := &standby{dir: dir, opts: opts, wait: await.New(dir, opts.Interval, opts.WorkIsComplete)}
-	defer s.wait.Close()
+	s := &standby{dir: dir, opts: opts, wait: newOwnerWait(dir, opts.Interval, opts.WorkIsComplete)}
+	defer s.wait.close()
 	for {
 		st := inspectRunner(dir)
 		if st.err != nil {
@@ -75,7 +75,7 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 		occ := st.occupancy()
 		free := occ == occFree
 		if free {
-			starter, waits := startingNow(dir)
+			starter, waits := admittingStarter(dir)
 			if !waits {
 				s.res.Resumed = true
 				return s.res, nil
@@ -84,22 +84,22 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 		} else {
 			s.follow(ctx, st)
 		}
-		if s.wait.Checked() {
+		if s.wait.checked() {
 			s.res.WorkCompleted = true
 			return s.res, nil
 		}
-		if err := s.wait.Wait(ctx); err != nil {
+		if err := s.wait.wait(ctx); err != nil {
 			return s.res, runnerBusy(dir, occ, err)
 		}
 	}
 }
 
-// startingNow returns a Takeover starter that waits in dir's gate and is
+// admittingStarter returns a Takeover starter that waits in dir's gate and is
 // verified alive (not this process): the directory is about to be its, and a
 // standby yields to it rather than take the directory in the instant between
 // the old runner's exit and the starter's admission (the newest starter
 // wins). A starter whose liveness cannot be verified is not waited for.
-func startingNow(dir string) (Identity, bool) {
+func admittingStarter(dir string) (Identity, bool) {
 	g, _ := readGate(dir)
 	for _, e := range g.Waiting {
 		if v, _ := liveness.Check(e.Starter); v == liveness.Alive {
@@ -114,7 +114,7 @@ type standby struct {
 	dir  string
 	opts StandbyOptions
 	res  StandbyResult
-	wait *await.Waiter
+	wait *ownerWait
 }
 
 // follow names a new owner once, and follows a verified one to wake when
@@ -130,6 +130,73 @@ func (s *standby) follow(ctx context.Context, st lockState) {
 		s.opts.Logger.Info("runnerstate: standing by while another runner owns the directory", "dir", s.dir, "pid", st.pid, "verified", occ.verified())
 	}
 	if occ.verified() && st.verdict == liveness.Alive {
-		s.wait.Follow(ctx, liveness.Identity(st.holder))
+		s.wait.follow(ctx, liveness.Identity(st.holder))
 	}
+}
+
+// ownerWait is a standby's wait for the owner to go: it wakes when the
+// files of the directory may have changed, when the owner process it
+// follows exits, and when the caller's periodic check is due. Whether the
+// owner has gone, Standby decides each time it wakes. It is used by one
+// goroutine.
+type ownerWait struct {
+	w         *dirwatch.Watcher
+	exited    chan struct{} // signalled when the followed process exits
+	owner     *liveness.ExitWatch
+	check     func() bool
+	interval  time.Duration
+	nextCheck time.Time
+}
+
+// newOwnerWait waits on dir. check, when not nil, is asked at once and then
+// every interval (see checked).
+func newOwnerWait(dir string, interval time.Duration, check func() bool) *ownerWait {
+	return &ownerWait{w: dirwatch.New(dir), exited: make(chan struct{}, 1), check: check, interval: interval, nextCheck: time.Now()}
+}
+
+// follow wakes the wait when the process id exits: it pins id (a process
+// that cannot be pinned is not followed) unless it follows id.PID already,
+// and stops following the process it followed before.
+func (w *ownerWait) follow(ctx context.Context, id liveness.Identity) {
+	if w.owner != nil && w.owner.PID() == id.PID {
+		return
+	}
+	w.owner.Stop()
+	w.owner = nil
+	if p, _, _ := liveness.Pin(id); p != nil {
+		w.owner = liveness.WatchExit(ctx, p, w.exited)
+	}
+}
+
+// checked asks the check when it is due, and reports whether it returned
+// true.
+func (w *ownerWait) checked() bool {
+	if w.check == nil || time.Now().Before(w.nextCheck) {
+		return false
+	}
+	if w.check() {
+		return true
+	}
+	w.nextCheck = time.Now().Add(w.interval)
+	return false
+}
+
+// wait returns nil when the directory may have changed, the followed
+// process exited, or the check is due; ctx.Err() when ctx ends first.
+func (w *ownerWait) wait(ctx context.Context) error {
+	return w.w.Wait(ctx, w.untilCheck(), w.exited)
+}
+
+// untilCheck bounds the next wait by the next check (0: no bound).
+func (w *ownerWait) untilCheck() time.Duration {
+	if w.check == nil {
+		return 0
+	}
+	return max(time.Until(w.nextCheck), time.Millisecond)
+}
+
+// close stops following and watching.
+func (w *ownerWait) close() {
+	w.owner.Stop()
+	w.w.Close()
 }
