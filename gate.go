@@ -16,9 +16,9 @@ import (
 // atomically but without fsync: it describes live processes, and after a
 // power loss none of them is left.
 type (
-	gateState   = gate.State
-	gateEntry   = gate.Entry
-	gateAttempt = gate.Attempt
+	gateState      = gate.State
+	gateEntry      = gate.Entry
+	gateEscalation = gate.Escalation
 )
 
 // readGate reads gate.json; a missing or unreadable one is an empty gate (the

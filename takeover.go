@@ -7,14 +7,16 @@ import (
 	"log/slog"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/bridge"
+	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/gate"
-	"github.com/runnerstate/runnerstate/internal/handoff"
 	"github.com/runnerstate/runnerstate/internal/hold"
+	"github.com/runnerstate/runnerstate/internal/holder"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
 
@@ -68,19 +70,11 @@ const (
 	DefaultKillAfter = 5 * time.Second
 )
 
-// drainGrace is the Grace of a drain asked with no Grace: it never ends, so
-// the runner is never signalled and the wait ends with ctx.
-const drainGrace = gate.Unending
-
+// withDefaults fills in Mode, KillAfter and Logger. Grace is left as given:
+// the grace of each step is graceFor's decision.
 func (o TakeoverOptions) withDefaults() TakeoverOptions {
 	if o.Mode == "" {
 		o.Mode = RestartNow
-	}
-	if o.Grace <= 0 {
-		o.Grace = DefaultGrace
-		if o.Mode == RestartDrain {
-			o.Grace = drainGrace
-		}
 	}
 	if o.KillAfter <= 0 {
 		o.KillAfter = DefaultKillAfter
@@ -185,8 +179,7 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 		}
 		return nil, err // gate.json could not be written: that is the answer, whatever ctx says
 	}
-	t.wait = &handoff.Wait[pair, *hold.Hold]{Dir: t.dir, Seq: t.seq, KillAfter: t.opts.KillAfter, Protocol: t}
-	h, err := t.wait.Run(ctx)
+	h, err := t.run(ctx)
 	if err != nil {
 		t.withdraw()
 		return nil, err
@@ -194,10 +187,9 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	return h.Release, nil
 }
 
-// takeover is one starter's attempt. It is the runner directory's side of
-// the starter's wait (handoff.Protocol): what holds the directory, what a
-// step is against, the restart request, and this package's words for each
-// step.
+// takeover is one Takeover call, from joining the gate to admission or
+// giving up: its place in the gate, the restart request it left, and the
+// holder it pinned to signal.
 type takeover struct {
 	dir, lockPath string
 	opts          TakeoverOptions
@@ -205,11 +197,11 @@ type takeover struct {
 	self          Identity
 	log           *slog.Logger
 	seq           uint64
-	live          bool            // ctx had not ended when it began (keepIfLive)
-	request       *restartRequest // the restart request this starter wrote, if any
-	wait          *handoff.Wait[pair, *hold.Hold]
-	starter       bridge.Starter // what package daemon said of this starter
-	yielded       error          // the step-aside answer, once the gate decided it
+	live          bool              // ctx had not ended when it began (keepIfLive)
+	request       *restartRequest   // the restart request this starter wrote, if any
+	pinned        *liveness.Process // the verified holder being taken over (pin)
+	starter       bridge.Starter    // what package daemon said of this starter
+	yielded       error             // the step-aside answer, once the gate decided it
 }
 
 // register takes the next sequence number and enters the waiting list; a
@@ -229,9 +221,7 @@ func (t *takeover) register(ctx context.Context) error {
 // withdraw leaves the waiting list and takes back this starter's restart
 // request if it is still pending as written and no other starter waits.
 func (t *takeover) withdraw() {
-	if t.wait != nil {
-		t.wait.Close()
-	}
+	t.unpin()
 	// Withdrawing must happen even when the caller's context has ended; the
 	// state lock's own bound keeps it finite.
 	err := updateGate(context.Background(), t.dir, func(g *gateState) error {
@@ -239,7 +229,7 @@ func (t *takeover) withdraw() {
 		if len(g.Waiting) > 0 || t.request == nil {
 			return nil
 		}
-		g.Attempt = nil
+		g.Escalation = nil
 		if req, ok := readRestart(t.dir); ok && sameRequest(req, *t.request) && req.By.Instance == t.self.Instance {
 			if err := durable.Remove(t.dir, RestartName); err != nil {
 				return public(err)
@@ -256,32 +246,126 @@ func (t *takeover) withdraw() {
 	}
 }
 
-// Lost is the answer when the pair was lost in admission n times.
-func (t *takeover) Lost(n int) error {
-	return fmt.Errorf("runnerstate: %s: its lock files were deleted or replaced %d times while being taken; stop whatever removes them", t.dir, n)
+// errNotNewest says a newer starter came (or was admitted): this one steps
+// aside with ErrSuperseded.
+var errNotNewest = errors.New("not the newest starter")
+
+// errLost is admit's answer when a lock file of the pair was deleted or
+// replaced before the admission completed: that pair guards nothing, and
+// run takes the files at their paths again.
+var errLost = errors.New("a lock file was lost during admission")
+
+// maxLost bounds how often run takes the pair again after admission lost
+// it: each time means somebody deletes lock files as fast as they are
+// taken.
+const maxLost = 16
+
+// run waits until the pair is this starter's (takePair), waits for the
+// previous runner's process to exit (awaitPrevious), and enters; it takes
+// the pair again when admission lost it, at most maxLost times.
+func (t *takeover) run(ctx context.Context) (*hold.Hold, error) {
+	supCtx, stop := t.newer(ctx)
+	defer stop()
+	for lost := 0; ; lost++ {
+		p, err := t.takePair(ctx, supCtx)
+		if err != nil {
+			return nil, err
+		}
+		t.awaitPrevious(ctx)
+		h, err := t.enter(ctx, p)
+		if err == errLost && lost < maxLost {
+			continue
+		}
+		if err == errLost {
+			return nil, fmt.Errorf("runnerstate: %s: its lock files were deleted or replaced %d times while being taken; stop whatever removes them", t.dir, lost+1)
+		}
+		return h, err
+	}
 }
 
-// Try takes the pair of locks without waiting (tryPair): held is what it
+// newer returns a context that ends with ctx or as soon as a newer starter
+// registers, so that a wait for the lock ends at once then; stop ends the
+// watch.
+func (t *takeover) newer(ctx context.Context) (context.Context, func()) {
+	return dirwatch.Until(ctx, t.dir, func() bool {
+		g, _ := readGate(t.dir)
+		return g.NewerThan(t.seq)
+	})
+}
+
+// heldLock is what a try of the pair found held.
+type heldLock uint8
+
+const (
+	pairFree       heldLock = iota // both locks were taken
+	runnerLockHeld                 // runner.lock is held
+	treeLockHeld                   // runner.lock was free, tree.lock held
+)
+
+// takePair tries the pair of locks and, while it is busy, takes the next
+// step against whoever holds it (step) and waits until that step is due,
+// the lock is free, a newer starter comes (supCtx, from newer, ends), or
+// ctx ends. An ended ctx gets its one try, never a request or a signal.
+func (t *takeover) takePair(ctx, supCtx context.Context) (pair, error) {
+	for {
+		if g, _ := readGate(t.dir); g.NewerThan(t.seq) {
+			return pair{}, t.superseded()
+		}
+		p, held, err := t.try()
+		switch {
+		case err != nil:
+			return pair{}, err
+		case held == pairFree:
+			return p, nil
+		case ctx.Err() != nil:
+			return pair{}, t.busy(ctx.Err())
+		}
+		next, err := t.step(ctx, held)
+		switch {
+		case ctx.Err() != nil:
+			return pair{}, t.busy(ctx.Err())
+		case err == errNotNewest:
+			return pair{}, t.superseded()
+		case err != nil:
+			return pair{}, err
+		}
+		waitCtx, cancel := context.WithDeadline(supCtx, next)
+		free, err := t.awaitFree(waitCtx, held)
+		cancel()
+		switch {
+		case free:
+			// Free now (let go again): take the pair in its order.
+		case err != nil:
+			return pair{}, err
+		case ctx.Err() != nil:
+			return pair{}, t.busy(ctx.Err())
+		}
+		// A step is due, the lock was free, or a newer starter came: look
+		// again.
+	}
+}
+
+// try takes the pair of locks without waiting (tryPair): held is what it
 // found busy, runner.lock or only tree.lock.
-func (t *takeover) Try() (pair, handoff.Held, error) {
+func (t *takeover) try() (pair, heldLock, error) {
 	p, err := tryPair(t.dir)
 	var be *BusyError
 	switch {
 	case err == nil:
-		return p, handoff.Free, nil
+		return p, pairFree, nil
 	case err == errTreeBusy:
-		return p, handoff.TreeHeld, nil
+		return p, treeLockHeld, nil
 	case errors.As(err, &be):
-		return p, handoff.LockHeld, nil
+		return p, runnerLockHeld, nil
 	}
-	return p, handoff.Free, err
+	return p, pairFree, err
 }
 
-// AwaitFree waits for runner.lock, or for tree.lock when only that is
-// held, and lets it go at once.
-func (t *takeover) AwaitFree(ctx context.Context, held handoff.Held) (bool, error) {
+// awaitFree waits for runner.lock, or for tree.lock when only that is
+// held, and lets it go at once: free, or ctx ended (not free, no error).
+func (t *takeover) awaitFree(ctx context.Context, held heldLock) (bool, error) {
 	path, inspect := t.lockPath, inspector(inspectRunnerLock)
-	if held == handoff.TreeHeld {
+	if held == treeLockHeld {
 		path, inspect = filepath.Join(t.dir, treeLockName), inspectLock
 	}
 	l, err := waitLock(ctx, path, filelock.Exclusive, 0o600, inspect)
@@ -295,25 +379,248 @@ func (t *takeover) AwaitFree(ctx context.Context, held handoff.Held) (bool, erro
 	return false, err
 }
 
-func (t *takeover) ReadGate() gateState {
-	g, _ := readGate(t.dir)
-	return g
+// step takes the step against what held names: the escalation is recorded,
+// the request left, the due signal sent; it returns when the wait looks
+// again (nextLook).
+func (t *takeover) step(ctx context.Context, held heldLock) (time.Time, error) {
+	now := time.Now()
+	at, ok, err := t.target(held)
+	if err != nil || !ok {
+		// Released, or changed, since the try: try again at once.
+		return now, err
+	}
+	canSignal := at.signal == treeHolders || at.signal == pinnedHolder && t.pin(at.holder)
+	due, next, err := t.decide(ctx, now, at, canSignal)
+	if err != nil {
+		return now, err
+	}
+	switch {
+	case due == 0:
+	case at.signal == pinnedHolder:
+		t.signal(due, at.lock)
+	case at.signal == treeHolders:
+		t.signalOrphans(due, at.lock)
+	}
+	return nextLook(now, next), nil
 }
 
-func (t *takeover) UpdateGate(ctx context.Context, fn func(g *gateState) error) error {
-	return updateGate(ctx, t.dir, fn)
+// whom is who a due signal goes to.
+type whom uint8
+
+const (
+	askOnly      whom = iota // never signalled: the step only asks
+	pinnedHolder             // stepTarget.holder, pinned, while it holds stepTarget.lock
+	treeHolders              // every process that holds stepTarget.lock now (orphans), each pinned and checked
+)
+
+// stepTarget is what one step is against, as target reads the directory.
+type stepTarget struct {
+	key    string            // names the escalation in the gate: the holder's instance, or "tree:orphans"
+	pid    int               // the holder's pid, when one is named
+	grace  time.Duration     // before SIGTERM, from the escalation's first request (graceFor)
+	ask    bool              // leave or upgrade a restart request (ask), under the state lock
+	signal whom              // who a due signal goes to
+	holder liveness.Identity // for pinnedHolder: the process to pin
+	lock   string            // the lock file the signalled process must still hold
 }
 
-func (t *takeover) Orphans() ([]int, bool) { return orphans(t.dir, 0) }
+// target is what a step against held is against; ok is false when it
+// changed since the try (try again at once). While runner.lock is held: its
+// holder, which is asked to restart, and signalled only when it is verified
+// alive and signals are allowed (a holder that cannot be verified, or any
+// with NoSignal, is told once that it is only asked). While only tree.lock
+// is held: a runner whose runner.lock was lost (tree.lock names it, and it
+// holds tree.lock through the descriptor it recorded), signalled as a
+// verified runner is, without a request; otherwise the orphans of a runner
+// that is gone, each pinned and checked to still hold tree.lock before each
+// signal. With NoSignal nothing is signalled. Each one's grace is
+// graceFor's.
+func (t *takeover) target(held heldLock) (at stepTarget, ok bool, err error) {
+	st := inspectRunner(t.dir)
+	occ := st.occupancy()
+	if st.err != nil {
+		return stepTarget{}, false, st.err
+	}
+	treePath := filepath.Join(t.dir, treeLockName)
+	at = stepTarget{key: st.holder.Instance, pid: st.pid, grace: graceFor(t.opts, held, occ), lock: t.lockPath}
+	switch {
+	case held == runnerLockHeld && !occ.held(), held == treeLockHeld && occ != occLostFile && occ != occOrphans:
+		return stepTarget{}, false, nil // it changed since the try: try again at once
+	case held == runnerLockHeld:
+		at.ask = true
+		if !t.opts.NoSignal && occ.verified() && st.verdict == liveness.Alive {
+			at.signal, at.holder = pinnedHolder, liveness.Identity(st.holder)
+		} else if t.opts.NoSignal || !occ.verified() {
+			warnOnceTo(t.log, fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
+				"runnerstate: takeover will not signal the holder; it leaves a restart request and waits", "dir", t.dir, "pid", st.pid, "why", st.reason, "no_signal", t.opts.NoSignal)
+		}
+	case occ == occLostFile:
+		at.lock = treePath
+		if !t.opts.NoSignal && st.verdict == liveness.Alive {
+			at.signal, at.holder = pinnedHolder, liveness.Identity(st.holder)
+		}
+	default: // orphans
+		at = stepTarget{key: "tree:orphans", grace: at.grace, lock: treePath}
+		if !t.opts.NoSignal {
+			at.signal = treeHolders
+		}
+	}
+	return at, true, nil
+}
 
-func (t *takeover) Busy(cause error) error { return t.busy(cause) }
+// decide records this step in the gate, under the state lock: the
+// escalation (a new one when the holder changed), the restart request it
+// asks for, and, when the holder may be signalled, the signal due now
+// (escalate; recorded as sent) and when the next step is due. Admissions
+// happen under this same lock, so a starter that is no longer the newest
+// never asks or signals the holder just admitted: errNotNewest.
+func (t *takeover) decide(ctx context.Context, now time.Time, at stepTarget, canSignal bool) (due liveness.Signal, next time.Time, err error) {
+	err = updateGate(ctx, t.dir, func(g *gateState) error {
+		if g.NewerThan(t.seq) {
+			return errNotNewest
+		}
+		g.Against(at.key, at.pid, now)
+		if at.ask {
+			if err := t.ask(g, at.pid); err != nil {
+				return err
+			}
+		}
+		if !canSignal {
+			return nil
+		}
+		due, next = escalate(*g.Escalation, now, at.grace, t.opts.KillAfter)
+		g.Escalation.Sent(due, now)
+		return nil
+	})
+	return due, next, err
+}
 
-func (t *takeover) Superseded() error { return t.superseded() }
+// ask leaves the restart request of the current escalation (in the gate),
+// or upgrades its mode. Called under the state lock.
+func (t *takeover) ask(g *gateState, pid int) error {
+	e := g.Escalation
+	if strength(t.opts.Mode) <= strength(e.Mode) {
+		return nil // asked already, as strongly
+	}
+	e.Mode = t.opts.Mode
+	req, wrote, err := requestRestartLocked(t.dir, e.Mode, t.self, true)
+	if err != nil {
+		return err
+	}
+	if wrote {
+		t.request = &req
+		t.log.Info("runnerstate: takeover asked the runner to restart", "dir", t.dir, "pid", pid, "mode", e.Mode)
+	}
+	return nil
+}
 
-// Enter makes this starter the runner, holding p, once the previous
+// pin pins the holder id to signal it, keeping a pin already taken of the
+// same process, and reports whether it is pinned.
+func (t *takeover) pin(id liveness.Identity) bool {
+	if t.pinned != nil && t.pinned.PID() == id.PID {
+		return true
+	}
+	t.unpin()
+	p, v, why := liveness.Pin(id)
+	t.pinned = p
+	if p == nil {
+		t.log.Debug("runnerstate: takeover could not pin the holder", "dir", t.dir, "pid", id.PID, "verdict", v.String(), "why", why)
+	}
+	return p != nil
+}
+
+// unpin lets go of the pin on the holder, if any.
+func (t *takeover) unpin() {
+	if t.pinned != nil {
+		t.pinned.Close()
+		t.pinned = nil
+	}
+}
+
+// signal sends sig to the pinned holder, which re-verifies it first, when it
+// still holds the lock of lockPath.
+func (t *takeover) signal(sig liveness.Signal, lockPath string) {
+	if t.pinned == nil {
+		return
+	}
+	pid := t.pinned.PID()
+	// The step was decided from a look taken before the gate update, which
+	// may have waited for the state lock: the holder may have let go since.
+	// Where the kernel lists lock holders, signal only a pinned process it
+	// still names as the holder. (The kernel has no "signal if it holds the
+	// lock"; what is left is the microseconds between this look and the
+	// signal, against a process that is verified and pinned.)
+	if !filelock.StillHolds(lockPath, pid) {
+		t.log.Info("runnerstate: takeover did not signal the runner: it released the directory", "dir", t.dir, "pid", pid, "signal", sig.String())
+		return
+	}
+	err := t.pinned.Signal(sig)
+	why := "the grace period ended"
+	if sig == liveness.SIGKILL {
+		why = "it outlived SIGTERM by the kill-after period"
+	}
+	t.logSignal(pid, sig, err, why, "runnerstate: takeover signalled the runner", "runnerstate: takeover did not signal the runner")
+}
+
+// signalOrphans sends sig to every process that holds the tree lock at
+// treePath now: each one found by a scan, pinned, and checked through the
+// pin to hold it; a process that does not (a plain child, one that closed
+// its copy, one with the file open but not locked) is never signalled.
+func (t *takeover) signalOrphans(sig liveness.Signal, treePath string) {
+	pids, complete := orphans(t.dir, 0)
+	if !complete {
+		t.log.Warn("runnerstate: takeover could not read every process's descriptors; an orphan may be missed", "dir", t.dir)
+	}
+	for _, pid := range pids {
+		p := holder.Pinned(pid, treePath)
+		if p == nil {
+			continue
+		}
+		err := p.Signal(sig)
+		t.logSignal(pid, sig, err, "the runner is gone and its tree still holds the directory", "runnerstate: takeover signalled an orphan", "runnerstate: takeover did not signal an orphan")
+		p.Close()
+	}
+}
+
+// logSignal says, with why, that pid was sent sig (sent), or that it was
+// not (failed, with err). SIGTERM after the grace period is the takeover's
+// plan, and Info; a process that had to be killed, or could not be
+// signalled, is a warning: its shutdown is cut short, or the takeover waits
+// on it until ctx ends.
+func (t *takeover) logSignal(pid int, sig liveness.Signal, err error, why, sent, failed string) {
+	args := []any{"dir", t.dir, "pid", pid, "signal", sig.String(), "why", why}
+	switch {
+	case err != nil:
+		t.log.Warn(failed, append(args, "err", err)...)
+	case sig == liveness.SIGKILL:
+		t.log.Warn(sent, args...)
+	default:
+		t.log.Info(sent, args...)
+	}
+}
+
+// awaitPrevious waits, at most KillAfter and never past ctx, for the
+// pinned holder's process to exit: it released the lock, but may still be
+// finishing its exit. The starter goes on either way.
+func (t *takeover) awaitPrevious(ctx context.Context) {
+	p := t.pinned
+	if p == nil {
+		return
+	}
+	t.pinned = nil
+	defer p.Close()
+	wctx, cancel := context.WithTimeout(ctx, t.opts.KillAfter)
+	defer cancel()
+	if err := p.Wait(wctx); err != nil && ctx.Err() == nil {
+		t.log.Warn("runnerstate: the previous runner released the directory but has not exited", "dir", t.dir, "pid", p.PID(), "waited", t.opts.KillAfter)
+	}
+}
+
+// enter makes this starter the runner, holding p, once the previous
 // runner's process has exited (until then no other starter can verify, and
-// so signal, this one; a newer starter that comes meanwhile supersedes it).
-func (t *takeover) Enter(ctx context.Context, p pair) (*hold.Hold, error) {
+// so signal, this one; a newer starter that comes meanwhile supersedes it);
+// errLost when a lock file of p was lost meanwhile.
+func (t *takeover) enter(ctx context.Context, p pair) (*hold.Hold, error) {
 	if err := keepIfLive(ctx, t.live, t.lockPath, p.release); err != nil {
 		return nil, err
 	}
@@ -323,7 +630,7 @@ func (t *takeover) Enter(ctx context.Context, p pair) (*hold.Hold, error) {
 	}
 	h, err := t.admit(ctx, p)
 	switch {
-	case err == handoff.ErrNotNewest:
+	case err == errNotNewest:
 		return nil, t.superseded()
 	case err != nil && ctx.Err() != nil:
 		return nil, t.busy(ctx.Err())
@@ -366,115 +673,11 @@ func runnerBusy(dir string, occ occupancy, cause error) error {
 	return busyError(filepath.Join(dir, LockName), cause, inspectRunnerLock)
 }
 
-// Target is what a step is against. While runner.lock is held: its holder,
-// which is asked to restart, and signalled only when it is verified alive
-// and signals are allowed (a holder that cannot be verified, or any with
-// NoSignal, is told once that it is only asked). While only tree.lock is
-// held: a runner whose runner.lock was lost (tree.lock names it, and it
-// holds tree.lock through the descriptor it recorded) has been told
-// RestartLost by its own WatchRestart: it gets Grace, then SIGTERM, then
-// SIGKILL, as a verified runner does, without a request. Otherwise the
-// holders are orphans of a runner that is gone: SIGTERM at once, SIGKILL
-// KillAfter later, each one pinned and checked to still hold tree.lock
-// before each signal. With NoSignal nothing is signalled.
-func (t *takeover) Target(held handoff.Held) (handoff.Target, bool, error) {
-	st := inspectRunner(t.dir)
-	occ := st.occupancy()
-	if st.err != nil {
-		return handoff.Target{}, false, st.err
-	}
-	treePath := filepath.Join(t.dir, treeLockName)
-	at := handoff.Target{Key: st.holder.Instance, PID: st.pid, Grace: t.opts.Grace, Lock: t.lockPath}
-	switch {
-	case held == handoff.LockHeld && !occ.held(), held == handoff.TreeHeld && occ != occLostFile && occ != occOrphans:
-		return handoff.Target{}, false, nil // it changed since the try: try again at once
-	case held == handoff.LockHeld:
-		at.Ask = true
-		if !t.opts.NoSignal && occ.verified() && st.verdict == liveness.Alive {
-			at.Signal, at.Holder = handoff.Holder, liveness.Identity(st.holder)
-		} else if t.opts.NoSignal || !occ.verified() {
-			warnOnceTo(t.log, fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
-				"runnerstate: takeover will not signal the holder; it leaves a restart request and waits", "dir", t.dir, "pid", st.pid, "why", st.reason, "no_signal", t.opts.NoSignal)
-		}
-	case occ == occLostFile:
-		at.Lock = treePath
-		if at.Grace == drainGrace {
-			at.Grace = DefaultGrace // told RestartLost, it is not draining
-		}
-		if !t.opts.NoSignal && st.verdict == liveness.Alive {
-			at.Signal, at.Holder = handoff.Holder, liveness.Identity(st.holder)
-		}
-	default: // orphans
-		at = handoff.Target{Key: "tree:orphans", Lock: treePath}
-		if !t.opts.NoSignal {
-			at.Signal = handoff.Orphans
-		}
-	}
-	return at, true, nil
-}
-
-// Ask leaves the restart request of the current attempt (in the gate), or
-// upgrades its mode. Called under the state lock.
-func (t *takeover) Ask(g *gateState, pid int) error {
-	a := g.Attempt
-	if strength(t.opts.Mode) <= strength(a.Mode) {
-		return nil // asked already, as strongly
-	}
-	a.Mode = t.opts.Mode
-	req, wrote, err := requestRestartLocked(t.dir, g.Attempt.Mode, t.self, true)
-	if err != nil {
-		return err
-	}
-	if wrote {
-		t.request = &req
-		t.log.Info("runnerstate: takeover asked the runner to restart", "dir", t.dir, "pid", pid, "mode", g.Attempt.Mode)
-	}
-	return nil
-}
-
-// Report says what a step did.
-func (t *takeover) Report(e handoff.Event) {
-	switch e.What {
-	case handoff.NotPinned:
-		t.log.Debug("runnerstate: takeover could not pin the holder", "dir", t.dir, "pid", e.PID, "verdict", e.Verdict.String(), "why", e.Why)
-	case handoff.HolderReleased:
-		t.log.Info("runnerstate: takeover did not signal the runner: it released the directory", "dir", t.dir, "pid", e.PID, "signal", e.Signal.String())
-	case handoff.Signalled:
-		why := "the grace period ended"
-		if e.Signal == liveness.SIGKILL {
-			why = "it outlived SIGTERM by the kill-after period"
-		}
-		t.reportSignal(e, why, "runnerstate: takeover signalled the runner", "runnerstate: takeover did not signal the runner")
-	case handoff.OrphansMissed:
-		t.log.Warn("runnerstate: takeover could not read every process's descriptors; an orphan may be missed", "dir", t.dir)
-	case handoff.OrphanSignalled:
-		t.reportSignal(e, "the runner is gone and its tree still holds the directory", "runnerstate: takeover signalled an orphan", "runnerstate: takeover did not signal an orphan")
-	case handoff.PreviousRunning:
-		t.log.Warn("runnerstate: the previous runner released the directory but has not exited", "dir", t.dir, "pid", e.PID, "waited", e.Waited)
-	}
-}
-
-// reportSignal says, with why, that e's process was signalled (sent), or
-// that it was not (failed, with the error). SIGTERM after the grace period
-// is the takeover's plan, and Info; a process that had to be killed, or
-// could not be signalled, is a warning: its shutdown is cut short, or the
-// takeover waits on it until ctx ends.
-func (t *takeover) reportSignal(e handoff.Event, why, sent, failed string) {
-	args := []any{"dir", t.dir, "pid", e.PID, "signal", e.Signal.String(), "why", why}
-	switch {
-	case e.Err != nil:
-		t.log.Warn(failed, append(args, "err", e.Err)...)
-	case e.Signal == liveness.SIGKILL:
-		t.log.Warn(sent, args...)
-	default:
-		t.log.Info(sent, args...)
-	}
-}
-
 // admit makes this starter the runner, holding p: if it is still the newest
 // starter, it leaves the gate, writes its identity, clears what the previous
 // runner left and publishes its record. Otherwise it lets p go and returns
-// handoff.ErrNotNewest.
+// errNotNewest; errLost when a lock file of p was lost before its record was
+// published.
 func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 	h, err := newHold(t.dir, p, t.self)
 	if err != nil {
@@ -490,7 +693,7 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 			}
 			g.Remove(t.seq)
 			g.Admitted = t.seq
-			g.Attempt = nil
+			g.Escalation = nil
 			g.Handover = t.starter.Rendezvous
 			if err := stamp(h); err != nil {
 				return err
@@ -502,13 +705,16 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 	if err != nil || !newest {
 		p.release()
 		if err == nil {
-			err = handoff.ErrNotNewest
+			err = errNotNewest
 		}
 		return nil, err
 	}
 	t.request = nil // retired with the previous runner
 	h.Describe(t.opts.Program, t.opts.Version)
 	holds.Add(h)
+	if fn := testHookAdmitting.Load(); fn != nil {
+		(*fn)(t.dir)
+	}
 	if err := publish(t.dir, Record{}); errors.Is(err, ErrNotDurable) {
 		// Published: the record is in place, and describes a live process.
 		t.log.Info("runnerstate: takeover published its record, but its directory could not be synced", "dir", t.dir, "err", err)
@@ -516,12 +722,17 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 		lost, _ := h.Lost()
 		h.Release()
 		if lost {
-			return nil, handoff.ErrLost
+			return nil, errLost
 		}
 		return nil, err
 	}
 	return h, nil
 }
+
+// testHookAdmitting, when set, is called by admit once the starter is
+// recorded admitted and before its record is published: a test deletes a
+// lock file there, a fault the kernel does not give on demand.
+var testHookAdmitting atomic.Pointer[func(dir string)]
 
 // warnOnceTo is warnOnce for the caller's logger, at info level: a standby
 // says once what it waits for.
