@@ -86,70 +86,36 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 }
 
 // Takeover admits this process as the one runner of dir on this machine,
-// taking the directory over from a live runner when there is one, and returns
-// the release func of its hold (as Acquire's).
+// taking the directory over from a live runner when there is one, and
+// returns the release func of its hold (as Acquire's). The sequence is
+// docs/protocol.md#takeover; the promises are in docs/guarantees.md.
 //
-//   - No live runner: admitted at once. A stale record and restart request are
-//     cleared and logged.
-//   - A verified local runner holds the lock: a restart request (opts.Mode) is
-//     left for it; after Grace, counted from the first request of this
-//     takeover (so a stream of newer starters cannot postpone it), it gets
-//     SIGTERM, and after KillAfter more, SIGKILL. A drain (opts.Mode
-//     RestartDrain) with no Grace is never escalated: it waits for the
-//     runner to finish its jobs and exit, until ctx ends. Each signal goes through a
-//     pidfd that pins the process, after its identity is verified again, and
-//     each step is taken once however many starters come. The starter is
-//     admitted only once the kernel lock is its own and its record published
-//     (Publish may be called again to fill it in), so two runners never
-//     overlap. Once the lock is its own, and before it writes its identity
-//     into runner.lock, it waits, at most KillAfter, for the previous
-//     runner's process to exit.
-//   - A holder that cannot be verified (another machine or PID namespace, a
-//     record with no start identity, no record at all), or any holder when
-//     opts.NoSignal is set: never signalled. The request is left, and the wait
-//     ends with ctx.
-//   - Concurrent starters: exactly one is admitted, the newest (by a sequence
-//     number the starters share, not the wall clock); the others return
-//     ErrSuperseded. A waiting starter shows in Status's Waiting. A starter
-//     that died is pruned and never blocks the others.
-//   - A starter is signalled only once it is admitted. While it holds the
-//     kernel lock but is still being admitted (waiting for the previous
-//     runner's process to exit), its identity is not yet in runner.lock, so
-//     no other starter can verify it, and none signals it; a newer starter
-//     that comes meanwhile leaves its request and waits, and the admitting
-//     starter, no longer the newest, lets go and returns ErrSuperseded.
+//   - No live runner: admitted at once; a stale record and restart request
+//     are cleared and logged.
+//   - A verified local runner: a restart request (opts.Mode) is left for
+//     it, then SIGTERM after Grace and SIGKILL after KillAfter (see
+//     TakeoverOptions), each through a pidfd after its identity is verified
+//     again, and each once however many starters come. A holder that
+//     cannot be verified, or any with opts.NoSignal, is only asked.
+//   - Concurrent starters: exactly one is admitted, the newest; the others
+//     return ErrSuperseded. A starter that died never blocks the others.
+//   - Admitted only once the kernel lock is its own, the previous runner's
+//     process has exited (or KillAfter passed), and its record is published
+//     with Ready false (Publish fills it in); a starter is never signalled
+//     before it is admitted.
 //
-// When ctx ends first, Takeover returns promptly with a *BusyError naming the
-// holder and wrapping ctx's error; it withdraws its waiting mark, and its own
-// restart request when the runner has not acted on it and no other starter
-// waits. The context works as for Lock: a ctx already ended gets one attempt
-// (admitted only when no runner holds dir, and nothing is asked or
-// signalled), and a ctx that ends while Takeover works never ends in an
-// admission: a hold taken at that instant is released at once, and the
-// answer is the *BusyError wrapping ctx.Err(). ctx can still end the instant
-// after Takeover returns, so a runner that cancels ctx on SIGTERM looks at
-// its own stop cause after a successful return too (examples/runner does).
+// ctx works as for Lock: one that has ended gets one try (nothing is asked
+// or signalled), and one that ends while Takeover works never ends in an
+// admission. A runner that cancels ctx on SIGTERM looks at its own stop
+// cause after a successful return too (examples/runner does).
 //
-// The gate (gate.json) is how starters agree on who is newest and on what was
-// already asked and sent. When it cannot be written (a full disk, a
-// read-only filesystem, no descriptor left): a starter that cannot register
-// returns that error before it asks or signals anything; one that cannot
-// record its admission lets the directory go and returns the error, so no
-// runner is ever admitted outside the gate; one that cannot withdraw (its
-// context ended, or it was refused) returns its own answer all the same and
-// logs it at Info: its entry stays, and counts as a waiting starter (in
-// Status too) while its process lives. It never holds back a newer starter
-// (only older ones yield to it, as they did while it waited), and it is void
-// once its process exits.
-//
-// Errors: ErrBadMode for a bad opts.Mode; ErrOtherProgram (which matches
-// ErrBusy too) when opts.Program is set and the verified holder's record
-// names another, before anything is asked or written; ErrSuperseded, wrapped with the
-// directory and the newer starter's pid (match it with errors.Is); a *BusyError when ctx
-// ends; otherwise the errors of Acquire, or of gate.json, naming it;
-// ErrNewerProtocol (wrapped, naming the file and both protocol numbers) when one of dir's files says a protocol newer than this build's, before the gate is joined, or at admission, when the lock is
-// let go again. Touches runner.lock, runner.json, restart.json and
-// gate.json.
+// Errors: ErrBadMode; ErrOtherProgram (matching ErrBusy too), before
+// anything is asked or written; ErrSuperseded, wrapped with dir and the
+// newer starter's pid; when ctx ends, a *BusyError naming the holder and
+// wrapping ctx's error, once it has withdrawn from the gate; ErrNewerProtocol
+// (wrapped); otherwise the errors of Acquire, or of gate.json, naming it
+// (docs/testing.md#when-the-kernel-says-no-the-fault-injection-matrix).
+// Touches runner.lock, runner.json, restart.json and gate.json.
 func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release func(), err error) {
 	if err := checkDir("Takeover", dir); err != nil {
 		return nil, err
