@@ -184,34 +184,6 @@ func (t *takeover) register(ctx context.Context) error {
 	})
 }
 
-// withdraw leaves the waiting list and takes back this starter's restart
-// request if it is still pending as written and no other starter waits.
-func (t *takeover) withdraw() {
-	t.unpin()
-	// Withdrawing must happen even when the caller's context has ended; the
-	// state lock's own bound keeps it finite.
-	err := updateGate(context.Background(), t.dir, func(g *gateState) error {
-		g.Remove(t.seq)
-		if len(g.Waiting) > 0 || t.request == nil {
-			return nil
-		}
-		g.Escalation = nil
-		if req, ok := readRestart(t.dir); ok && sameRequest(req, *t.request) && req.By.Instance == t.self.Instance {
-			if err := durable.Remove(t.dir, RestartName); err != nil {
-				return public(err)
-			}
-			// A runner that WatchRestart has told already goes on:
-			// withdrawing cannot call a drain or a stop back.
-			t.log.Info("runnerstate: takeover withdrew its restart request (a runner already acting on it still drains or stops, and nothing takes its place)", "dir", t.dir, "mode", req.Mode)
-		}
-		return nil
-	})
-	if err != nil {
-		t.log.Info("runnerstate: takeover could not withdraw from the gate; it counts as a waiting starter until this process exits",
-			"dir", t.dir, "path", filepath.Join(t.dir, gateName), "err", err)
-	}
-}
-
 // errNotNewest says a newer starter came (or was admitted): this one steps
 // aside with ErrSuperseded.
 var errNotNewest = errors.New("not the newest starter")
@@ -609,36 +581,6 @@ func (t *takeover) enter(ctx context.Context, p pair) (*hold.Hold, error) {
 	return h, nil
 }
 
-// superseded is this starter's ErrSuperseded: it names the directory and,
-// when the gate still lists it, the newest starter.
-func (t *takeover) superseded() error {
-	if t.yielded != nil {
-		return t.yielded
-	}
-	g, _ := readGate(t.dir)
-	if newest := g.Newest(t.seq); newest.Starter.PID > 0 {
-		return fmt.Errorf("%w %s: pid %d started after this one", ErrSuperseded, t.dir, newest.Starter.PID)
-	}
-	return fmt.Errorf("%w %s", ErrSuperseded, t.dir)
-}
-
-// busy describes the holder for a starter whose context ended: the runner,
-// or, when only tree.lock is held, an orphan or a runner whose runner.lock
-// was lost.
-func (t *takeover) busy(cause error) error {
-	return runnerBusy(t.dir, inspectRunner(t.dir).occupancy(), cause)
-}
-
-// runnerBusy is the *BusyError of a wait on dir that ended (cause) while
-// occ held it: the tree's holder when only tree.lock was held, else the
-// runner.
-func runnerBusy(dir string, occ occupancy, cause error) error {
-	if occ == occOrphans || occ == occLostFile {
-		return treeBusyError(dir, cause)
-	}
-	return busyError(filepath.Join(dir, LockName), cause, inspectRunnerLock)
-}
-
 // admit makes this starter the runner, holding p: if it is still the newest
 // starter, it leaves the gate, writes its identity, clears what the previous
 // runner left and publishes its record. Otherwise it lets p go and returns
@@ -699,6 +641,64 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 // recorded admitted and before its record is published: a test deletes a
 // lock file there, a fault the kernel does not give on demand.
 var testHookAdmitting atomic.Pointer[func(dir string)]
+
+// withdraw leaves the waiting list and takes back this starter's restart
+// request if it is still pending as written and no other starter waits.
+func (t *takeover) withdraw() {
+	t.unpin()
+	// Withdrawing must happen even when the caller's context has ended; the
+	// state lock's own bound keeps it finite.
+	err := updateGate(context.Background(), t.dir, func(g *gateState) error {
+		g.Remove(t.seq)
+		if len(g.Waiting) > 0 || t.request == nil {
+			return nil
+		}
+		g.Escalation = nil
+		if req, ok := readRestart(t.dir); ok && sameRequest(req, *t.request) && req.By.Instance == t.self.Instance {
+			if err := durable.Remove(t.dir, RestartName); err != nil {
+				return public(err)
+			}
+			// A runner that WatchRestart has told already goes on:
+			// withdrawing cannot call a drain or a stop back.
+			t.log.Info("runnerstate: takeover withdrew its restart request (a runner already acting on it still drains or stops, and nothing takes its place)", "dir", t.dir, "mode", req.Mode)
+		}
+		return nil
+	})
+	if err != nil {
+		t.log.Info("runnerstate: takeover could not withdraw from the gate; it counts as a waiting starter until this process exits",
+			"dir", t.dir, "path", filepath.Join(t.dir, gateName), "err", err)
+	}
+}
+
+// superseded is this starter's ErrSuperseded: it names the directory and,
+// when the gate still lists it, the newest starter.
+func (t *takeover) superseded() error {
+	if t.yielded != nil {
+		return t.yielded
+	}
+	g, _ := readGate(t.dir)
+	if newest := g.Newest(t.seq); newest.Starter.PID > 0 {
+		return fmt.Errorf("%w %s: pid %d started after this one", ErrSuperseded, t.dir, newest.Starter.PID)
+	}
+	return fmt.Errorf("%w %s", ErrSuperseded, t.dir)
+}
+
+// busy describes the holder for a starter whose context ended: the runner,
+// or, when only tree.lock is held, an orphan or a runner whose runner.lock
+// was lost.
+func (t *takeover) busy(cause error) error {
+	return runnerBusy(t.dir, inspectRunner(t.dir).occupancy(), cause)
+}
+
+// runnerBusy is the *BusyError of a wait on dir that ended (cause) while
+// occ held it: the tree's holder when only tree.lock was held, else the
+// runner.
+func runnerBusy(dir string, occ occupancy, cause error) error {
+	if occ == occOrphans || occ == occLostFile {
+		return treeBusyError(dir, cause)
+	}
+	return busyError(filepath.Join(dir, LockName), cause, inspectRunnerLock)
+}
 
 // warnOnceTo is warnOnce for the caller's logger, at info level: a standby
 // says once what it waits for.
