@@ -921,9 +921,9 @@ func TestTakeoverNeverSignalsAfterRelease(t *testing.T) {
 	// come): the SIGTERM is due at the new starter's first look.
 	now := time.Now()
 	writeJSON(t, filepath.Join(dir, gateName), gateState{
-		Seq:     1,
-		Waiting: []gateEntry{{Seq: 1, Starter: liveness.Identity(Self()), Since: now}},
-		Attempt: &gateAttempt{For: id.Instance, PID: id.PID, Mode: RestartNow, FirstRequestAt: now.Add(-time.Hour)},
+		Seq:        1,
+		Waiting:    []gateEntry{{Seq: 1, Starter: liveness.Identity(Self()), Since: now}},
+		Escalation: &gateEscalation{For: id.Instance, PID: id.PID, Mode: RestartNow, FirstRequestAt: now.Add(-time.Hour)},
 	})
 
 	var mu sync.Mutex

@@ -7,17 +7,18 @@ import (
 	"log/slog"
 	"os/exec"
 	"path/filepath"
-	"slices"
+	"sync/atomic"
 	"time"
 
-	"github.com/runnerstate/runnerstate/internal/await"
 	"github.com/runnerstate/runnerstate/internal/bridge"
+	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/gate"
-	"github.com/runnerstate/runnerstate/internal/handoff"
 	"github.com/runnerstate/runnerstate/internal/hold"
+	"github.com/runnerstate/runnerstate/internal/holder"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/locktable"
 )
 
 // ErrSuperseded is Takeover's answer to a starter when a newer starter came
@@ -64,31 +65,17 @@ type TakeoverOptions struct {
 	Version string
 }
 
-// ErrOtherProgram reports a directory held by a runner of another program:
-// the verified holder's record names a Program other than the caller's
-// (both non-empty). It is returned wrapped in an error that also matches
-// ErrBusy and names both programs; nothing was asked, signalled or written.
-var ErrOtherProgram = errors.New("runnerstate: the directory is held by a runner of another program")
-
 // Default TakeoverOptions.
 const (
 	DefaultGrace     = 5 * time.Second
 	DefaultKillAfter = 5 * time.Second
 )
 
-// drainGrace is the Grace of a drain asked with no Grace: it never ends, so
-// the runner is never signalled and the wait ends with ctx.
-const drainGrace = gate.Unending
-
+// withDefaults fills in Mode, KillAfter and Logger. Grace is left as given:
+// the grace of each step is graceFor's decision.
 func (o TakeoverOptions) withDefaults() TakeoverOptions {
 	if o.Mode == "" {
 		o.Mode = RestartNow
-	}
-	if o.Grace <= 0 {
-		o.Grace = DefaultGrace
-		if o.Mode == RestartDrain {
-			o.Grace = drainGrace
-		}
 	}
 	if o.KillAfter <= 0 {
 		o.KillAfter = DefaultKillAfter
@@ -100,70 +87,36 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 }
 
 // Takeover admits this process as the one runner of dir on this machine,
-// taking the directory over from a live runner when there is one, and returns
-// the release func of its hold (as Acquire's).
+// taking the directory over from a live runner when there is one, and
+// returns the release func of its hold (as Acquire's). The sequence is
+// docs/protocol.md#takeover; the promises are in docs/guarantees.md.
 //
-//   - No live runner: admitted at once. A stale record and restart request are
-//     cleared and logged.
-//   - A verified local runner holds the lock: a restart request (opts.Mode) is
-//     left for it; after Grace, counted from the first request of this
-//     takeover (so a stream of newer starters cannot postpone it), it gets
-//     SIGTERM, and after KillAfter more, SIGKILL. A drain (opts.Mode
-//     RestartDrain) with no Grace is never escalated: it waits for the
-//     runner to finish its jobs and exit, until ctx ends. Each signal goes through a
-//     pidfd that pins the process, after its identity is verified again, and
-//     each step is taken once however many starters come. The starter is
-//     admitted only once the kernel lock is its own and its record published
-//     (Publish may be called again to fill it in), so two runners never
-//     overlap. Once the lock is its own, and before it writes its identity
-//     into runner.lock, it waits, at most KillAfter, for the previous
-//     runner's process to exit.
-//   - A holder that cannot be verified (another machine or PID namespace, a
-//     record with no start identity, no record at all), or any holder when
-//     opts.NoSignal is set: never signalled. The request is left, and the wait
-//     ends with ctx.
-//   - Concurrent starters: exactly one is admitted, the newest (by a sequence
-//     number the starters share, not the wall clock); the others return
-//     ErrSuperseded. A waiting starter shows in Status's Waiting. A starter
-//     that died is pruned and never blocks the others.
-//   - A starter is signalled only once it is admitted. While it holds the
-//     kernel lock but is still being admitted (waiting for the previous
-//     runner's process to exit), its identity is not yet in runner.lock, so
-//     no other starter can verify it, and none signals it; a newer starter
-//     that comes meanwhile leaves its request and waits, and the admitting
-//     starter, no longer the newest, lets go and returns ErrSuperseded.
+//   - No live runner: admitted at once; a stale record and restart request
+//     are cleared and logged.
+//   - A verified local runner: a restart request (opts.Mode) is left for
+//     it, then SIGTERM after Grace and SIGKILL after KillAfter (see
+//     TakeoverOptions), each through a pidfd after its identity is verified
+//     again, and each once however many starters come. A holder that
+//     cannot be verified, or any with opts.NoSignal, is only asked.
+//   - Concurrent starters: exactly one is admitted, the newest; the others
+//     return ErrSuperseded. A starter that died never blocks the others.
+//   - Admitted only once the kernel lock is its own, the previous runner's
+//     process has exited (or KillAfter passed), and its record is published
+//     with Ready false (Publish fills it in); a starter is never signalled
+//     before it is admitted.
 //
-// When ctx ends first, Takeover returns promptly with a *BusyError naming the
-// holder and wrapping ctx's error; it withdraws its waiting mark, and its own
-// restart request when the runner has not acted on it and no other starter
-// waits. The context works as for Lock: a ctx already ended gets one attempt
-// (admitted only when no runner holds dir, and nothing is asked or
-// signalled), and a ctx that ends while Takeover works never ends in an
-// admission: a hold taken at that instant is released at once, and the
-// answer is the *BusyError wrapping ctx.Err(). ctx can still end the instant
-// after Takeover returns, so a runner that cancels ctx on SIGTERM looks at
-// its own stop cause after a successful return too (examples/runner does).
+// ctx works as for Lock: one that has ended gets one try (nothing is asked
+// or signalled), and one that ends while Takeover works never ends in an
+// admission. A runner that cancels ctx on SIGTERM looks at its own stop
+// cause after a successful return too (examples/runner does).
 //
-// The gate (gate.json) is how starters agree on who is newest and on what was
-// already asked and sent. When it cannot be written (a full disk, a
-// read-only filesystem, no descriptor left): a starter that cannot register
-// returns that error before it asks or signals anything; one that cannot
-// record its admission lets the directory go and returns the error, so no
-// runner is ever admitted outside the gate; one that cannot withdraw (its
-// context ended, or it was refused) returns its own answer all the same and
-// logs it at Info: its entry stays, and counts as a waiting starter (in
-// Status too) while its process lives. It never holds back a newer starter
-// (only older ones yield to it, as they did while it waited), and it is void
-// once its process exits.
-//
-// Errors: ErrBadMode for a bad opts.Mode; ErrOtherProgram (which matches
-// ErrBusy too) when opts.Program is set and the verified holder's record
-// names another, before anything is asked or written; ErrSuperseded, wrapped with the
-// directory and the newer starter's pid (match it with errors.Is); a *BusyError when ctx
-// ends; otherwise the errors of Acquire, or of gate.json, naming it;
-// ErrNewerProtocol (wrapped, naming the file and both protocol numbers) when one of dir's files says a protocol newer than this build's, before the gate is joined, or at admission, when the lock is
-// let go again. Touches runner.lock, runner.json, restart.json and
-// gate.json.
+// Errors: ErrBadMode; ErrOtherProgram (matching ErrBusy too), before
+// anything is asked or written; ErrSuperseded, wrapped with dir and the
+// newer starter's pid; when ctx ends, a *BusyError naming the holder and
+// wrapping ctx's error, once it has withdrawn from the gate; ErrNewerProtocol
+// (wrapped); otherwise the errors of Acquire, or of gate.json, naming it
+// (docs/testing.md#when-the-kernel-says-no-the-fault-injection-matrix).
+// Touches runner.lock, runner.json, restart.json and gate.json.
 func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release func(), err error) {
 	if err := checkDir("Takeover", dir); err != nil {
 		return nil, err
@@ -193,8 +146,7 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 		}
 		return nil, err // gate.json could not be written: that is the answer, whatever ctx says
 	}
-	t.wait = &handoff.Wait[pair, *hold.Hold]{Dir: t.dir, Seq: t.seq, KillAfter: t.opts.KillAfter, Protocol: t}
-	h, err := t.wait.Run(ctx)
+	h, err := t.run(ctx)
 	if err != nil {
 		t.withdraw()
 		return nil, err
@@ -202,10 +154,9 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	return h.Release, nil
 }
 
-// takeover is one starter's attempt. It is the runner directory's side of
-// the starter's wait (handoff.Protocol): what holds the directory, what a
-// step is against, the restart request, and this package's words for each
-// step.
+// takeover is one Takeover call, from joining the gate to admission or
+// giving up: its place in the gate, the restart request it left, and the
+// holder it pinned to signal.
 type takeover struct {
 	dir, lockPath string
 	opts          TakeoverOptions
@@ -213,11 +164,11 @@ type takeover struct {
 	self          Identity
 	log           *slog.Logger
 	seq           uint64
-	live          bool            // ctx had not ended when it began (keepIfLive)
-	request       *restartRequest // the restart request this starter wrote, if any
-	wait          *handoff.Wait[pair, *hold.Hold]
-	starter       bridge.Starter // what package daemon said of this starter
-	yielded       error          // the step-aside answer, once the gate decided it
+	live          bool              // ctx had not ended when it began (keepIfLive)
+	request       *restartRequest   // the restart request this starter wrote, if any
+	pinned        *liveness.Process // the verified holder being taken over (pin)
+	starter       bridge.Starter    // what package daemon said of this starter
+	yielded       error             // the step-aside answer, once the gate decided it
 }
 
 // register takes the next sequence number and enters the waiting list; a
@@ -234,88 +185,468 @@ func (t *takeover) register(ctx context.Context) error {
 	})
 }
 
-// yieldTo is the step-aside answer of a starter that yields (package
-// daemon's, for a server a client started) when the holder of dir (one
-// that is not leaving), or a live starter waiting for it, runs the same
-// Program at the same or a newer Version: a client's copy never bounces a
-// deploy, of its own version or a newer one. nil otherwise, and always when
-// either version cannot be compared. Called under the state lock, with g
-// the gate.
-func (t *takeover) yieldTo(g *gateState) error {
-	compare := bridge.CompareVersions
-	if !t.starter.Yield || compare == nil || t.opts.Program == "" || t.opts.Version == "" {
-		return nil
-	}
-	notOlder := func(program, version string) bool {
-		cmp, ok := compare(version, t.opts.Version)
-		return program == t.opts.Program && ok && cmp >= 0
-	}
-	// The holder as the kernel names it: a record whose process is dying
-	// (killed, its lock already dropped) is no server to yield to.
-	if rec, held, _ := Running(t.dir); held && rec.Process.PID != 0 && rec.Leaving == "" && notOlder(rec.Program, rec.Version) {
-		t.yielded = &yieldError{dir: t.dir, program: rec.Program, version: rec.Version, pid: rec.PID, holds: true}
-		return t.yielded
-	}
-	for _, e := range g.Waiting {
-		if e.Seq != t.seq && notOlder(e.Program, e.Version) && e.Live() {
-			t.yielded = &yieldError{dir: t.dir, program: e.Program, version: e.Version, pid: e.Starter.PID}
-			return t.yielded
+// errNotNewest says a newer starter came (or was admitted): this one steps
+// aside with ErrSuperseded.
+var errNotNewest = errors.New("not the newest starter")
+
+// errLost is admit's answer when a lock file of the pair was deleted or
+// replaced before the admission completed: that pair guards nothing, and
+// run takes the files at their paths again.
+var errLost = errors.New("a lock file was lost during admission")
+
+// maxLost bounds how often run takes the pair again after admission lost
+// it: each time means somebody deletes lock files as fast as they are
+// taken.
+const maxLost = 16
+
+// run waits until the pair is this starter's (takePair), waits for the
+// previous runner's process to exit (awaitPrevious), and enters; it takes
+// the pair again when admission lost it, at most maxLost times.
+func (t *takeover) run(ctx context.Context) (*hold.Hold, error) {
+	supCtx, stop := t.newer(ctx)
+	defer stop()
+	for lost := 0; ; lost++ {
+		p, err := t.takePair(ctx, supCtx)
+		if err != nil {
+			return nil, err
 		}
+		t.awaitPrevious(ctx)
+		h, err := t.enter(ctx, p)
+		if err == errLost && lost < maxLost {
+			continue
+		}
+		if err == errLost {
+			return nil, fmt.Errorf("runnerstate: %s: its lock files were deleted or replaced %d times while being taken; stop whatever removes them", t.dir, lost+1)
+		}
+		return h, err
+	}
+}
+
+// newer returns a context that ends with ctx or as soon as a newer starter
+// registers, so that a wait for the lock ends at once then; stop ends the
+// watch.
+func (t *takeover) newer(ctx context.Context) (context.Context, func()) {
+	return dirwatch.Until(ctx, t.dir, func() bool {
+		g, _ := readGate(t.dir)
+		return g.NewerThan(t.seq)
+	})
+}
+
+// heldLock is what a try of the pair found held.
+type heldLock uint8
+
+const (
+	pairFree       heldLock = iota // both locks were taken
+	runnerLockHeld                 // runner.lock is held
+	treeLockHeld                   // runner.lock was free, tree.lock held
+)
+
+// takePair tries the pair of locks and, while it is busy, takes the next
+// step against whoever holds it (step) and waits until that step is due,
+// the lock is free, a newer starter comes (supCtx, from newer, ends), or
+// ctx ends. An ended ctx gets its one try, never a request or a signal.
+func (t *takeover) takePair(ctx, supCtx context.Context) (pair, error) {
+	for {
+		if g, _ := readGate(t.dir); g.NewerThan(t.seq) {
+			return pair{}, t.superseded()
+		}
+		p, held, err := t.try()
+		switch {
+		case err != nil:
+			return pair{}, err
+		case held == pairFree:
+			return p, nil
+		case ctx.Err() != nil:
+			return pair{}, t.busy(ctx.Err())
+		}
+		next, err := t.step(ctx, held)
+		switch {
+		case ctx.Err() != nil:
+			return pair{}, t.busy(ctx.Err())
+		case err == errNotNewest:
+			return pair{}, t.superseded()
+		case err != nil:
+			return pair{}, err
+		}
+		waitCtx, cancel := context.WithDeadline(supCtx, next)
+		free, err := t.awaitFree(waitCtx, held)
+		cancel()
+		switch {
+		case free:
+			// Free now (let go again): take the pair in its order.
+		case err != nil:
+			return pair{}, err
+		case ctx.Err() != nil:
+			return pair{}, t.busy(ctx.Err())
+		}
+		// A step is due, the lock was free, or a newer starter came: look
+		// again.
+	}
+}
+
+// try takes the pair of locks without waiting (tryPair): held is what it
+// found busy, runner.lock or only tree.lock.
+func (t *takeover) try() (pair, heldLock, error) {
+	p, err := tryPair(t.dir)
+	var be *BusyError
+	switch {
+	case err == nil:
+		return p, pairFree, nil
+	case err == errTreeBusy:
+		return p, treeLockHeld, nil
+	case errors.As(err, &be):
+		return p, runnerLockHeld, nil
+	}
+	return p, pairFree, err
+}
+
+// awaitFree waits for runner.lock, or for tree.lock when only that is
+// held, and lets it go at once: free, or ctx ended (not free, no error).
+func (t *takeover) awaitFree(ctx context.Context, held heldLock) (bool, error) {
+	path, inspect := t.lockPath, inspector(inspectRunnerLock)
+	if held == treeLockHeld {
+		path, inspect = filepath.Join(t.dir, treeLockName), inspectLock
+	}
+	l, err := waitLock(ctx, path, filelock.Exclusive, 0o600, inspect)
+	switch {
+	case err == nil:
+		l.Release()
+		return true, nil
+	case errors.Is(err, ErrBusy):
+		return false, nil
+	}
+	return false, err
+}
+
+// step takes the step against what held names: the escalation is recorded,
+// the request left, the due signal sent; it returns when the wait looks
+// again (nextLook).
+func (t *takeover) step(ctx context.Context, held heldLock) (time.Time, error) {
+	now := time.Now()
+	at, ok, err := t.target(held)
+	if err != nil || !ok {
+		// Released, or changed, since the try: try again at once.
+		return now, err
+	}
+	canSignal := at.signal == treeHolders || at.signal == pinnedHolder && t.pin(at.holder)
+	due, next, err := t.decide(ctx, now, at, canSignal)
+	if err != nil {
+		return now, err
+	}
+	switch {
+	case due == 0:
+	case at.signal == pinnedHolder:
+		t.signal(due, at.lock)
+	case at.signal == treeHolders:
+		t.signalOrphans(due, at.lock)
+	}
+	return nextLook(now, next), nil
+}
+
+// whom is who a due signal goes to.
+type whom uint8
+
+const (
+	askOnly      whom = iota // never signalled: the step only asks
+	pinnedHolder             // stepTarget.holder, pinned, while it holds stepTarget.lock
+	treeHolders              // every process that holds stepTarget.lock now (orphans), each pinned and checked
+)
+
+// stepTarget is what one step is against, as target reads the directory.
+type stepTarget struct {
+	key    string            // names the escalation in the gate: the holder's instance, or "tree:orphans"
+	pid    int               // the holder's pid, when one is named
+	grace  time.Duration     // before SIGTERM, from the escalation's first request (graceFor)
+	ask    bool              // leave or upgrade a restart request (ask), under the state lock
+	signal whom              // who a due signal goes to
+	holder liveness.Identity // for pinnedHolder: the process to pin
+	lock   string            // the lock file the signalled process must still hold
+}
+
+// target is what a step against held is against; ok is false when it
+// changed since the try (try again at once). While runner.lock is held: its
+// holder, which is asked to restart, and signalled only when it is verified
+// alive and signals are allowed (a holder that cannot be verified, or any
+// with NoSignal, is told once that it is only asked). While only tree.lock
+// is held: a runner whose runner.lock was lost (tree.lock names it, and it
+// holds tree.lock through the descriptor it recorded), signalled as a
+// verified runner is, without a request; otherwise the orphans of a runner
+// that is gone, each pinned and checked to still hold tree.lock before each
+// signal. With NoSignal nothing is signalled. Each one's grace is
+// graceFor's.
+func (t *takeover) target(held heldLock) (at stepTarget, ok bool, err error) {
+	st := inspectRunner(t.dir)
+	occ := st.occupancy()
+	if st.err != nil {
+		return stepTarget{}, false, st.err
+	}
+	treePath := filepath.Join(t.dir, treeLockName)
+	at = stepTarget{key: st.holder.Instance, pid: st.pid, grace: graceFor(t.opts, held, occ), lock: t.lockPath}
+	switch {
+	case held == runnerLockHeld && !occ.held(), held == treeLockHeld && occ != occLostFile && occ != occOrphans:
+		return stepTarget{}, false, nil // it changed since the try: try again at once
+	case held == runnerLockHeld:
+		at.ask = true
+		if !t.opts.NoSignal && occ.verified() && st.verdict == liveness.Alive {
+			at.signal, at.holder = pinnedHolder, liveness.Identity(st.holder)
+		} else if t.opts.NoSignal || !occ.verified() {
+			warnOnceTo(t.log, fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
+				"runnerstate: takeover will not signal the holder; it leaves a restart request and waits", "dir", t.dir, "pid", st.pid, "why", st.reason, "no_signal", t.opts.NoSignal)
+		}
+	case occ == occLostFile:
+		at.lock = treePath
+		if !t.opts.NoSignal && st.verdict == liveness.Alive {
+			at.signal, at.holder = pinnedHolder, liveness.Identity(st.holder)
+		}
+	default: // orphans
+		at = stepTarget{key: "tree:orphans", grace: at.grace, lock: treePath}
+		if !t.opts.NoSignal {
+			at.signal = treeHolders
+		}
+	}
+	return at, true, nil
+}
+
+// decide records this step in the gate, under the state lock: the
+// escalation (a new one when the holder changed), the restart request it
+// asks for, and, when the holder may be signalled, the signal due now
+// (escalate; recorded as sent) and when the next step is due. Admissions
+// happen under this same lock, so a starter that is no longer the newest
+// never asks or signals the holder just admitted: errNotNewest.
+func (t *takeover) decide(ctx context.Context, now time.Time, at stepTarget, canSignal bool) (due liveness.Signal, next time.Time, err error) {
+	err = updateGate(ctx, t.dir, func(g *gateState) error {
+		if g.NewerThan(t.seq) {
+			return errNotNewest
+		}
+		g.Against(at.key, at.pid, now)
+		if at.ask {
+			if err := t.ask(g, at.pid); err != nil {
+				return err
+			}
+		}
+		if !canSignal {
+			return nil
+		}
+		due, next = escalate(*g.Escalation, now, at.grace, t.opts.KillAfter)
+		g.Escalation.Sent(due, now)
+		return nil
+	})
+	return due, next, err
+}
+
+// ask leaves the restart request of the current escalation (in the gate),
+// or upgrades its mode. Called under the state lock.
+func (t *takeover) ask(g *gateState, pid int) error {
+	e := g.Escalation
+	if strength(t.opts.Mode) <= strength(e.Mode) {
+		return nil // asked already, as strongly
+	}
+	e.Mode = t.opts.Mode
+	req, wrote, err := requestRestartLocked(t.dir, e.Mode, t.self, true)
+	if err != nil {
+		return err
+	}
+	if wrote {
+		t.request = &req
+		t.log.Info("runnerstate: takeover asked the runner to restart", "dir", t.dir, "pid", pid, "mode", e.Mode)
 	}
 	return nil
 }
 
-// yieldError is the answer of a starter that stepped aside for a newer
-// server of its program (or one of its own version): it matches
-// ErrSuperseded.
-type yieldError struct {
-	dir, program, version string
-	pid                   int
-	holds                 bool // the newer server holds dir (else it waits for it)
+// pin pins the holder id to signal it, keeping a pin already taken of the
+// same process, and reports whether it is pinned.
+func (t *takeover) pin(id liveness.Identity) bool {
+	if t.pinned != nil && t.pinned.PID() == id.PID {
+		return true
+	}
+	t.unpin()
+	p, v, why := liveness.Pin(id)
+	t.pinned = p
+	if p == nil {
+		t.log.Debug("runnerstate: takeover could not pin the holder", "dir", t.dir, "pid", id.PID, "verdict", v.String(), "why", why)
+	}
+	return p != nil
 }
 
-func (e *yieldError) Error() string {
-	where := "is taking it over"
-	if e.holds {
-		where = "holds it"
+// unpin lets go of the pin on the holder, if any.
+func (t *takeover) unpin() {
+	if t.pinned != nil {
+		t.pinned.Close()
+		t.pinned = nil
 	}
-	return fmt.Sprintf("runnerstate: %s: stepped aside for a newer server (or a deploy of its own version): %s %s (pid %d) %s", e.dir, e.program, e.version, e.pid, where)
 }
 
-// Is reports true for ErrSuperseded.
-func (e *yieldError) Is(target error) bool { return target == ErrSuperseded }
-
-// checkProgram refuses dir when its verified holder's record names another
-// program than program (both non-empty), with an error matching both
-// ErrOtherProgram and ErrBusy; nil when either is empty or the holder has
-// no record yet.
-func checkProgram(dir, program string) error {
-	if program == "" {
-		return nil
+// signal sends sig to the pinned holder, which re-verifies it first, when it
+// still holds the lock of lockPath.
+func (t *takeover) signal(sig liveness.Signal, lockPath string) {
+	if t.pinned == nil {
+		return
 	}
-	rec, held, err := Running(dir)
-	if err != nil || !held {
-		return nil // Running's own errors are the caller's next step's to report
+	pid := t.pinned.PID()
+	// The step was decided from a look taken before the gate update, which
+	// may have waited for the state lock: the holder may have let go since.
+	// Where the kernel lists lock holders, signal only a pinned process it
+	// still names as the holder. (The kernel has no "signal if it holds the
+	// lock"; what is left is the microseconds between this look and the
+	// signal, against a process that is verified and pinned.)
+	if !locktable.StillHolds(lockPath, pid) {
+		t.log.Info("runnerstate: takeover did not signal the runner: it released the directory", "dir", t.dir, "pid", pid, "signal", sig.String())
+		return
 	}
-	return otherProgram(dir, rec, program)
+	err := t.pinned.Signal(sig)
+	why := "the grace period ended"
+	if sig == liveness.SIGKILL {
+		why = "it outlived SIGTERM by the kill-after period"
+	}
+	t.logSignal(pid, sig, err, why, "runnerstate: takeover signalled the runner", "runnerstate: takeover did not signal the runner")
 }
 
-// otherProgram is checkProgram's refusal for rec, the record of dir's
-// verified holder.
-func otherProgram(dir string, rec Record, program string) error {
-	if program == "" || rec.Program == "" || rec.Program == program {
-		return nil
+// signalOrphans sends sig to every process that holds the tree lock at
+// treePath now: each one found by a scan, pinned, and checked through the
+// pin to hold it; a process that does not (a plain child, one that closed
+// its copy, one with the file open but not locked) is never signalled.
+func (t *takeover) signalOrphans(sig liveness.Signal, treePath string) {
+	pids, complete := orphans(t.dir, 0)
+	if !complete {
+		t.log.Warn("runnerstate: takeover could not read every process's descriptors; an orphan may be missed", "dir", t.dir)
 	}
-	be := &BusyError{Path: filepath.Join(dir, LockName), PID: rec.PID, Verified: true}
-	return fmt.Errorf("%w: %s is held by %q (pid %d), not %q: %w", ErrOtherProgram, dir, rec.Program, rec.PID, program, be)
+	for _, pid := range pids {
+		p := holder.Pinned(pid, treePath)
+		if p == nil {
+			continue
+		}
+		err := p.Signal(sig)
+		t.logSignal(pid, sig, err, "the runner is gone and its tree still holds the directory", "runnerstate: takeover signalled an orphan", "runnerstate: takeover did not signal an orphan")
+		p.Close()
+	}
 }
+
+// logSignal says, with why, that pid was sent sig (sent), or that it was
+// not (failed, with err). SIGTERM after the grace period is the takeover's
+// plan, and Info; a process that had to be killed, or could not be
+// signalled, is a warning: its shutdown is cut short, or the takeover waits
+// on it until ctx ends.
+func (t *takeover) logSignal(pid int, sig liveness.Signal, err error, why, sent, failed string) {
+	args := []any{"dir", t.dir, "pid", pid, "signal", sig.String(), "why", why}
+	switch {
+	case err != nil:
+		t.log.Warn(failed, append(args, "err", err)...)
+	case sig == liveness.SIGKILL:
+		t.log.Warn(sent, args...)
+	default:
+		t.log.Info(sent, args...)
+	}
+}
+
+// awaitPrevious waits, at most KillAfter and never past ctx, for the
+// pinned holder's process to exit: it released the lock, but may still be
+// finishing its exit. The starter goes on either way.
+func (t *takeover) awaitPrevious(ctx context.Context) {
+	p := t.pinned
+	if p == nil {
+		return
+	}
+	t.pinned = nil
+	defer p.Close()
+	wctx, cancel := context.WithTimeout(ctx, t.opts.KillAfter)
+	defer cancel()
+	if err := p.Wait(wctx); err != nil && ctx.Err() == nil {
+		t.log.Warn("runnerstate: the previous runner released the directory but has not exited", "dir", t.dir, "pid", p.PID(), "waited", t.opts.KillAfter)
+	}
+}
+
+// enter makes this starter the runner, holding p, once the previous
+// runner's process has exited (until then no other starter can verify, and
+// so signal, this one; a newer starter that comes meanwhile supersedes it);
+// errLost when a lock file of p was lost meanwhile.
+func (t *takeover) enter(ctx context.Context, p pair) (*hold.Hold, error) {
+	if err := keepIfLive(ctx, t.live, t.lockPath, p.release); err != nil {
+		return nil, err
+	}
+	if err := checkProtocol(t.dir, true); err != nil {
+		p.release() // a newer build came meanwhile (or its runner, killed, left its line)
+		return nil, err
+	}
+	h, err := t.admit(ctx, p)
+	switch {
+	case err == errNotNewest:
+		return nil, t.superseded()
+	case err != nil && ctx.Err() != nil:
+		return nil, t.busy(ctx.Err())
+	case err != nil:
+		return nil, err
+	}
+	if err := keepIfLive(ctx, t.live, t.lockPath, h.Release); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// admit makes this starter the runner, holding p: if it is still the newest
+// starter, it leaves the gate, writes its identity, clears what the previous
+// runner left and publishes its record. Otherwise it lets p go and returns
+// errNotNewest; errLost when a lock file of p was lost before its record was
+// published.
+func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
+	h, err := newHold(t.dir, p, t.self)
+	if err != nil {
+		p.release()
+		return nil, err
+	}
+	newest := true
+	err = withStateLockCtx(ctx, t.dir, func() error {
+		return updateGateLocked(t.dir, func(g *gateState) error {
+			if g.NewerThan(t.seq) || t.yieldTo(g) != nil {
+				newest = false
+				return nil
+			}
+			g.Remove(t.seq)
+			g.Admitted = t.seq
+			g.Escalation = nil
+			g.Handover = t.starter.Rendezvous
+			if err := stamp(h); err != nil {
+				return err
+			}
+			settleIn(t.dir, t.self, t.start)
+			return nil
+		})
+	})
+	if err != nil || !newest {
+		p.release()
+		if err == nil {
+			err = errNotNewest
+		}
+		return nil, err
+	}
+	t.request = nil // retired with the previous runner
+	h.Describe(t.opts.Program, t.opts.Version)
+	holds.Add(h)
+	if fn := testHookAdmitting.Load(); fn != nil {
+		(*fn)(t.dir)
+	}
+	if err := publish(t.dir, Record{}); errors.Is(err, ErrNotDurable) {
+		// Published: the record is in place, and describes a live process.
+		t.log.Info("runnerstate: takeover published its record, but its directory could not be synced", "dir", t.dir, "err", err)
+	} else if err != nil {
+		lost, _ := h.Lost()
+		h.Release()
+		if lost {
+			return nil, errLost
+		}
+		return nil, err
+	}
+	return h, nil
+}
+
+// testHookAdmitting, when set, is called by admit once the starter is
+// recorded admitted and before its record is published: a test deletes a
+// lock file there, a fault the kernel does not give on demand.
+var testHookAdmitting atomic.Pointer[func(dir string)]
 
 // withdraw leaves the waiting list and takes back this starter's restart
 // request if it is still pending as written and no other starter waits.
 func (t *takeover) withdraw() {
-	if t.wait != nil {
-		t.wait.Close()
-	}
+	t.unpin()
 	// Withdrawing must happen even when the caller's context has ended; the
 	// state lock's own bound keeps it finite.
 	err := updateGate(context.Background(), t.dir, func(g *gateState) error {
@@ -323,7 +654,7 @@ func (t *takeover) withdraw() {
 		if len(g.Waiting) > 0 || t.request == nil {
 			return nil
 		}
-		g.Attempt = nil
+		g.Escalation = nil
 		if req, ok := readRestart(t.dir); ok && sameRequest(req, *t.request) && req.By.Instance == t.self.Instance {
 			if err := durable.Remove(t.dir, RestartName); err != nil {
 				return public(err)
@@ -338,86 +669,6 @@ func (t *takeover) withdraw() {
 		t.log.Info("runnerstate: takeover could not withdraw from the gate; it counts as a waiting starter until this process exits",
 			"dir", t.dir, "path", filepath.Join(t.dir, gateName), "err", err)
 	}
-}
-
-// Lost is the answer when the pair was lost in admission n times.
-func (t *takeover) Lost(n int) error {
-	return fmt.Errorf("runnerstate: %s: its lock files were deleted or replaced %d times while being taken; stop whatever removes them", t.dir, n)
-}
-
-// Try takes the pair of locks without waiting (tryPair): held is what it
-// found busy, runner.lock or only tree.lock.
-func (t *takeover) Try() (pair, handoff.Held, error) {
-	p, err := tryPair(t.dir)
-	var be *BusyError
-	switch {
-	case err == nil:
-		return p, handoff.Free, nil
-	case err == errTreeBusy:
-		return p, handoff.TreeHeld, nil
-	case errors.As(err, &be):
-		return p, handoff.LockHeld, nil
-	}
-	return p, handoff.Free, err
-}
-
-// AwaitFree waits for runner.lock, or for tree.lock when only that is
-// held, and lets it go at once.
-func (t *takeover) AwaitFree(ctx context.Context, held handoff.Held) (bool, error) {
-	path, inspect := t.lockPath, inspector(inspectRunnerLock)
-	if held == handoff.TreeHeld {
-		path, inspect = filepath.Join(t.dir, treeLockName), inspectLock
-	}
-	l, err := waitLock(ctx, path, filelock.Exclusive, 0o600, inspect)
-	switch {
-	case err == nil:
-		l.Release()
-		return true, nil
-	case errors.Is(err, ErrBusy):
-		return false, nil
-	}
-	return false, err
-}
-
-func (t *takeover) ReadGate() gateState {
-	g, _ := readGate(t.dir)
-	return g
-}
-
-func (t *takeover) UpdateGate(ctx context.Context, fn func(g *gateState) error) error {
-	return updateGate(ctx, t.dir, fn)
-}
-
-func (t *takeover) Orphans() ([]int, bool) { return orphans(t.dir, 0) }
-
-func (t *takeover) Busy(cause error) error { return t.busy(cause) }
-
-func (t *takeover) Superseded() error { return t.superseded() }
-
-// Enter makes this starter the runner, holding p, once the previous
-// runner's process has exited (until then no other starter can verify, and
-// so signal, this one; a newer starter that comes meanwhile supersedes it).
-func (t *takeover) Enter(ctx context.Context, p pair) (*hold.Hold, error) {
-	if err := keepIfLive(ctx, t.live, t.lockPath, p.release); err != nil {
-		return nil, err
-	}
-	if err := checkProtocol(t.dir, true); err != nil {
-		p.release() // a newer build came meanwhile (or its runner, killed, left its line)
-		return nil, err
-	}
-	h, err := t.admit(ctx, p)
-	switch {
-	case err == handoff.ErrNotNewest:
-		return nil, t.superseded()
-	case err != nil && ctx.Err() != nil:
-		return nil, t.busy(ctx.Err())
-	case err != nil:
-		return nil, err
-	}
-	if err := keepIfLive(ctx, t.live, t.lockPath, h.Release); err != nil {
-		return nil, err
-	}
-	return h, nil
 }
 
 // superseded is this starter's ErrSuperseded: it names the directory and,
@@ -448,163 +699,6 @@ func runnerBusy(dir string, occ occupancy, cause error) error {
 		return treeBusyError(dir, cause)
 	}
 	return busyError(filepath.Join(dir, LockName), cause, inspectRunnerLock)
-}
-
-// Target is what a step is against. While runner.lock is held: its holder,
-// which is asked to restart, and signalled only when it is verified alive
-// and signals are allowed (a holder that cannot be verified, or any with
-// NoSignal, is told once that it is only asked). While only tree.lock is
-// held: a runner whose runner.lock was lost (tree.lock names it, and it
-// holds tree.lock through the descriptor it recorded) has been told
-// RestartLost by its own WatchRestart: it gets Grace, then SIGTERM, then
-// SIGKILL, as a verified runner does, without a request. Otherwise the
-// holders are orphans of a runner that is gone: SIGTERM at once, SIGKILL
-// KillAfter later, each one pinned and checked to still hold tree.lock
-// before each signal. With NoSignal nothing is signalled.
-func (t *takeover) Target(held handoff.Held) (handoff.Target, bool, error) {
-	st := inspectRunner(t.dir)
-	occ := st.occupancy()
-	if st.err != nil {
-		return handoff.Target{}, false, st.err
-	}
-	treePath := filepath.Join(t.dir, treeLockName)
-	at := handoff.Target{Key: st.holder.Instance, PID: st.pid, Grace: t.opts.Grace, Lock: t.lockPath}
-	switch {
-	case held == handoff.LockHeld && !occ.held(), held == handoff.TreeHeld && occ != occLostFile && occ != occOrphans:
-		return handoff.Target{}, false, nil // it changed since the try: try again at once
-	case held == handoff.LockHeld:
-		at.Ask = true
-		if !t.opts.NoSignal && occ.verified() && st.verdict == liveness.Alive {
-			at.Signal, at.Holder = handoff.Holder, liveness.Identity(st.holder)
-		} else if t.opts.NoSignal || !occ.verified() {
-			warnOnceTo(t.log, fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
-				"runnerstate: takeover will not signal the holder; it leaves a restart request and waits", "dir", t.dir, "pid", st.pid, "why", st.reason, "no_signal", t.opts.NoSignal)
-		}
-	case occ == occLostFile:
-		at.Lock = treePath
-		if at.Grace == drainGrace {
-			at.Grace = DefaultGrace // told RestartLost, it is not draining
-		}
-		if !t.opts.NoSignal && st.verdict == liveness.Alive {
-			at.Signal, at.Holder = handoff.Holder, liveness.Identity(st.holder)
-		}
-	default: // orphans
-		at = handoff.Target{Key: "tree:orphans", Lock: treePath}
-		if !t.opts.NoSignal {
-			at.Signal = handoff.Orphans
-		}
-	}
-	return at, true, nil
-}
-
-// Ask leaves the restart request of the current attempt (in the gate), or
-// upgrades its mode. Called under the state lock.
-func (t *takeover) Ask(g *gateState, pid int) error {
-	a := g.Attempt
-	if strength(t.opts.Mode) <= strength(a.Mode) {
-		return nil // asked already, as strongly
-	}
-	a.Mode = t.opts.Mode
-	req, wrote, err := requestRestartLocked(t.dir, g.Attempt.Mode, t.self, true)
-	if err != nil {
-		return err
-	}
-	if wrote {
-		t.request = &req
-		t.log.Info("runnerstate: takeover asked the runner to restart", "dir", t.dir, "pid", pid, "mode", g.Attempt.Mode)
-	}
-	return nil
-}
-
-// Report says what a step did.
-func (t *takeover) Report(e handoff.Event) {
-	switch e.What {
-	case handoff.NotPinned:
-		t.log.Debug("runnerstate: takeover could not pin the holder", "dir", t.dir, "pid", e.PID, "verdict", e.Verdict.String(), "why", e.Why)
-	case handoff.HolderReleased:
-		t.log.Info("runnerstate: takeover did not signal the runner: it released the directory", "dir", t.dir, "pid", e.PID, "signal", e.Signal.String())
-	case handoff.Signalled:
-		why := "the grace period ended"
-		if e.Signal == liveness.SIGKILL {
-			why = "it outlived SIGTERM by the kill-after period"
-		}
-		t.reportSignal(e, why, "runnerstate: takeover signalled the runner", "runnerstate: takeover did not signal the runner")
-	case handoff.OrphansMissed:
-		t.log.Warn("runnerstate: takeover could not read every process's descriptors; an orphan may be missed", "dir", t.dir)
-	case handoff.OrphanSignalled:
-		t.reportSignal(e, "the runner is gone and its tree still holds the directory", "runnerstate: takeover signalled an orphan", "runnerstate: takeover did not signal an orphan")
-	case handoff.PreviousRunning:
-		t.log.Warn("runnerstate: the previous runner released the directory but has not exited", "dir", t.dir, "pid", e.PID, "waited", e.Waited)
-	}
-}
-
-// reportSignal says, with why, that e's process was signalled (sent), or
-// that it was not (failed, with the error). SIGTERM after the grace period
-// is the takeover's plan, and Info; a process that had to be killed, or
-// could not be signalled, is a warning: its shutdown is cut short, or the
-// takeover waits on it until ctx ends.
-func (t *takeover) reportSignal(e handoff.Event, why, sent, failed string) {
-	args := []any{"dir", t.dir, "pid", e.PID, "signal", e.Signal.String(), "why", why}
-	switch {
-	case e.Err != nil:
-		t.log.Warn(failed, append(args, "err", e.Err)...)
-	case e.Signal == liveness.SIGKILL:
-		t.log.Warn(sent, args...)
-	default:
-		t.log.Info(sent, args...)
-	}
-}
-
-// admit makes this starter the runner, holding p: if it is still the newest
-// starter, it leaves the gate, writes its identity, clears what the previous
-// runner left and publishes its record. Otherwise it lets p go and returns
-// handoff.ErrNotNewest.
-func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
-	h, err := newHold(t.dir, p, t.self)
-	if err != nil {
-		p.release()
-		return nil, err
-	}
-	newest := true
-	err = withStateLockCtx(ctx, t.dir, func() error {
-		return updateGateLocked(t.dir, func(g *gateState) error {
-			if g.NewerThan(t.seq) || t.yieldTo(g) != nil {
-				newest = false
-				return nil
-			}
-			g.Remove(t.seq)
-			g.Admitted = t.seq
-			g.Attempt = nil
-			g.Handover = t.starter.Rendezvous
-			if err := stamp(h); err != nil {
-				return err
-			}
-			settleIn(t.dir, t.self, t.start)
-			return nil
-		})
-	})
-	if err != nil || !newest {
-		p.release()
-		if err == nil {
-			err = handoff.ErrNotNewest
-		}
-		return nil, err
-	}
-	t.request = nil // retired with the previous runner
-	h.Describe(t.opts.Program, t.opts.Version)
-	holds.Add(h)
-	if err := publish(t.dir, Record{}); errors.Is(err, ErrNotDurable) {
-		// Published: the record is in place, and describes a live process.
-		t.log.Info("runnerstate: takeover published its record, but its directory could not be synced", "dir", t.dir, "err", err)
-	} else if err != nil {
-		lost, _ := h.Lost()
-		h.Release()
-		if lost {
-			return nil, handoff.ErrLost
-		}
-		return nil, err
-	}
-	return h, nil
 }
 
 // warnOnceTo is warnOnce for the caller's logger, at info level: a standby
@@ -655,217 +749,4 @@ func Inherit(dir string, cmd *exec.Cmd) error {
 	}
 	cmd.ExtraFiles = append(cmd.ExtraFiles, f)
 	return nil
-}
-
-// StandbyOptions configures Standby. The zero value is the defaults.
-type StandbyOptions struct {
-	// Interval is how often WorkIsComplete is asked. Default 1s. The owner's
-	// exit is noticed at once whatever the interval.
-	Interval time.Duration
-	// WorkIsComplete, when set, ends the standby with WorkCompleted as soon as
-	// it returns true (the owner did the work this process stood by for).
-	WorkIsComplete func() bool
-	// Logger receives the one line naming the owner (Info); nil means the
-	// package's logger (SetLogger), which by default does not print it.
-	Logger *slog.Logger
-}
-
-// StandbyResult is how a standby ended. Its owner is the runner process
-// that held the directory (not a data dir, as BusyError.Owner is).
-type StandbyResult struct {
-	Resumed          bool // the owner is gone: this process may take the directory
-	PreviousOwnerPID int  // the pid of the runner that held the directory, when one was seen
-	WorkCompleted    bool // WorkIsComplete returned true
-}
-
-// Standby waits while another live runner owns dir, for a process that may
-// borrow the runner's work (a CLI that would run a job itself when no runner
-// does). It logs once which pid owns dir, then returns Resumed, with that pid,
-// as soon as the owner is gone (the kernel lock is free: it released, or it
-// died) and so is its tree (no orphans of it hold tree.lock; see Inherit), or
-// WorkCompleted when opts.WorkIsComplete says so. While a Takeover starter
-// verified alive waits to be admitted, the directory is about to be its:
-// Standby waits for it too (and then for the runner it becomes), rather than
-// let its caller take the directory in the instant between the old runner's
-// exit and that starter's admission. With no owner and no such starter it
-// returns Resumed at once. It never takes the lock: take it with Acquire or
-// Takeover after a Resumed.
-//
-// It wakes within milliseconds of the owner's exit: through the owner's pidfd
-// and inotify on Linux, elsewhere by polling every 20 ms.
-//
-// Errors: when ctx ends first, a *BusyError naming the owner and wrapping
-// ctx's error; an error naming the path when runner.lock is a symlink or a
-// directory; ErrLockingUnsupported, at once, on a filesystem whose locks do
-// not exclude (see ErrLockingUnsupported), where a free lock proves nothing.
-func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResult, error) {
-	if err := checkDir("Standby", dir); err != nil {
-		return StandbyResult{}, err
-	}
-	if err := filelock.Judge(filepath.Join(dir, LockName)); err != nil {
-		return StandbyResult{}, public(err) // a lock that cannot exclude never says the owner is gone
-	}
-	if opts.Interval <= 0 {
-		opts.Interval = time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = logger()
-	}
-	s := &standby{dir: dir, opts: opts, wait: await.New(dir, opts.Interval, opts.WorkIsComplete)}
-	defer s.wait.Close()
-	for {
-		st := inspectRunner(dir)
-		if st.err != nil {
-			return s.res, st.err
-		}
-		occ := st.occupancy()
-		free := occ == occFree
-		if free {
-			starter, waits := startingNow(dir)
-			if !waits {
-				s.res.Resumed = true
-				return s.res, nil
-			}
-			warnOnceTo(s.opts.Logger, "standby-starter:"+dir, "runnerstate: standing by while a takeover starter is being admitted", "dir", dir, "starter", starter.PID)
-		} else {
-			s.follow(ctx, st)
-		}
-		if s.wait.Checked() {
-			s.res.WorkCompleted = true
-			return s.res, nil
-		}
-		if err := s.wait.Wait(ctx); err != nil {
-			return s.res, runnerBusy(dir, occ, err)
-		}
-	}
-}
-
-// startingNow returns a Takeover starter that waits in dir's gate and is
-// verified alive (not this process): the directory is about to be its, and a
-// standby yields to it rather than take the directory in the instant between
-// the old runner's exit and the starter's admission (the newest starter
-// wins). A starter whose liveness cannot be verified is not waited for.
-func startingNow(dir string) (Identity, bool) {
-	g, _ := readGate(dir)
-	for _, e := range g.Waiting {
-		if v, _ := liveness.Check(e.Starter); v == liveness.Alive {
-			return Identity(e.Starter), true
-		}
-	}
-	return Identity{}, false
-}
-
-// standby is one Standby's state: the owner it names, and its wait.
-type standby struct {
-	dir  string
-	opts StandbyOptions
-	res  StandbyResult
-	wait *await.Waiter
-}
-
-// follow names a new owner once, and follows a verified one to wake when
-// it exits.
-func (s *standby) follow(ctx context.Context, st lockState) {
-	occ := st.occupancy()
-	if !occ.held() {
-		warnOnceTo(s.opts.Logger, "standby-tree:"+s.dir, "runnerstate: standing by while processes of a previous runner's tree hold the directory", "dir", s.dir)
-		return
-	}
-	if st.pid != s.res.PreviousOwnerPID {
-		s.res.PreviousOwnerPID = st.pid
-		s.opts.Logger.Info("runnerstate: standing by while another runner owns the directory", "dir", s.dir, "pid", st.pid, "verified", occ.verified())
-	}
-	if occ.verified() && st.verdict == liveness.Alive {
-		s.wait.Follow(ctx, liveness.Identity(st.holder))
-	}
-}
-
-// The takeover gate: gate.json holds a gate.State (internal/gate). It is
-// read and written only under the directory's state lock, and written
-// atomically but without fsync: it describes live processes, and after a
-// power loss none of them is left.
-type (
-	gateState   = gate.State
-	gateEntry   = gate.Entry
-	gateAttempt = gate.Attempt
-)
-
-// readGate reads gate.json; a missing or unreadable one is an empty gate (the
-// problem is logged once, and the next writer replaces it), with a warning
-// for Status.
-func readGate(dir string) (gateState, string) {
-	path := filepath.Join(dir, gateName)
-	g, state, err := readState(path, gate.Parse)
-	if state != fileCorrupt {
-		return g, ""
-	}
-	infoOnce("gate:"+err.Error(), "runnerstate: ignoring a takeover gate that cannot be read", "path", path, "err", err)
-	if unusablePath(err) {
-		// Not a file a writer may replace: Takeover refuses it.
-		return gateState{}, fmt.Sprintf("%v; Takeover refuses the directory until it is moved away", err)
-	}
-	return gateState{}, fmt.Sprintf("%v; it is ignored, and the next Takeover replaces it", err)
-}
-
-// updateGate runs fn on the gate under dir's state lock and writes the result
-// back. fn runs with the lock held and may touch other state files with the
-// *Locked helpers; it must not take the state lock itself (a call that does
-// fails at once, see withStateLockCtx).
-func updateGate(ctx context.Context, dir string, fn func(g *gateState) error) error {
-	return withStateLockCtx(ctx, dir, func() error { return updateGateLocked(dir, fn) })
-}
-
-func updateGateLocked(dir string, fn func(g *gateState) error) error {
-	g, _ := readGate(dir)
-	g.Prune()
-	if err := fn(&g); err != nil {
-		return err
-	}
-	data, err := protocolLine(g)
-	if err != nil {
-		return err
-	}
-	return public(durable.WriteVolatile(dir, gateName, data))
-}
-
-func init() {
-	bridge.Logger = logger
-	bridge.OtherProgram = func(dir string, pid int, holderProgram, program string) error {
-		return otherProgram(dir, Record{PID: pid, Program: holderProgram}, program)
-	}
-	bridge.Successors = successors
-	bridge.Waiting = func(dir string) int {
-		ids, _ := waitingStarters(dir)
-		return len(ids)
-	}
-}
-
-// successors lists the live starters waiting for dir that have a
-// rendezvous, newest first, then the one admitted last, when it had one
-// (bridge.Successors).
-func successors(dir string) []bridge.Successor {
-	g, _ := readGate(dir)
-	var out []bridge.Successor
-	for _, e := range slices.Backward(g.Waiting) {
-		if e.Rendezvous != "" && e.Live() {
-			out = append(out, bridge.Successor{PID: e.Starter.PID, Instance: e.Starter.Instance, Rendezvous: e.Rendezvous})
-		}
-	}
-	if g.Handover != "" {
-		out = append(out, bridge.Successor{Rendezvous: g.Handover, Admitted: true})
-	}
-	return out
-}
-
-// waitingStarters lists the live starters waiting in Takeover for dir, oldest
-// first, and a warning when the gate file cannot be read.
-func waitingStarters(dir string) ([]Identity, string) {
-	g, warn := readGate(dir)
-	var ids []Identity
-	for _, e := range g.Waiting {
-		if e.Live() {
-			ids = append(ids, Identity(e.Starter))
-		}
-	}
-	return ids, warn
 }

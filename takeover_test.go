@@ -5,6 +5,7 @@ package runnerstate
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/filelock"
-	"github.com/runnerstate/runnerstate/internal/gate"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
@@ -531,14 +531,15 @@ func TestDrainWithNoGraceWaitsForTheDrain(t *testing.T) {
 		{"drain, explicit grace", TakeoverOptions{Mode: RestartDrain, Grace: time.Minute}, liveness.SIGTERM},
 	} {
 		o := tc.opts.withDefaults()
-		sig, _ := gate.Escalate(gateAttempt{FirstRequestAt: t0}, hourLater, o.Grace, o.KillAfter)
+		grace := graceFor(o, runnerLockHeld, occVerified)
+		sig, _ := escalate(gateEscalation{FirstRequestAt: t0}, hourLater, grace, o.KillAfter)
 		assert.Equal(t, tc.wantSig, sig, tc.name)
 		if tc.wantSig != 0 {
-			sig, _ = gate.Escalate(gateAttempt{FirstRequestAt: t0}, t0.Add(time.Second), o.Grace, o.KillAfter)
+			sig, _ = escalate(gateEscalation{FirstRequestAt: t0}, t0.Add(time.Second), grace, o.KillAfter)
 			assert.Zero(t, sig, "%s: not before its grace", tc.name)
 		}
 	}
-	assert.Equal(t, DefaultGrace, TakeoverOptions{}.withDefaults().Grace)
+	assert.Equal(t, DefaultGrace, graceFor(TakeoverOptions{}.withDefaults(), runnerLockHeld, occVerified))
 }
 
 // Case: a superseded starter's error names the directory and the newer
@@ -605,4 +606,85 @@ func TestStandbyYieldsToAWaitingStarter(t *testing.T) {
 	case <-time.After(childWait):
 		t.Fatalf("Standby did not resume within %v of the waiting starter's exit", childWait)
 	}
+}
+
+// registered is a takeover of dir as Takeover makes one, with the defaults,
+// registered in the gate.
+func registered(t *testing.T, dir string, live bool) *takeover {
+	t.Helper()
+	opts := TakeoverOptions{}.withDefaults()
+	tk := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger, live: live}
+	require.NoError(t, tk.register(context.Background()))
+	t.Cleanup(tk.unpin)
+	return tk
+}
+
+// Case: a pair lost in admission (a lock file deleted after the starter
+// was recorded admitted, before its record was published) is taken again,
+// maxLost times at most; after that run answers with the count.
+func TestRunTakesThePairAgainWhenAdmissionLostIt(t *testing.T) {
+	if !removeOpenFiles {
+		t.Skip("a held lock file cannot be removed here")
+	}
+	dir := tempDir(t)
+	lose, admitted := 0, 0
+	hook := func(d string) {
+		if d != dir {
+			return
+		}
+		admitted++
+		if lose > 0 {
+			lose--
+			require.NoError(t, os.Remove(filepath.Join(dir, LockName)))
+		}
+	}
+	testHookAdmitting.Store(&hook)
+	t.Cleanup(func() { testHookAdmitting.Store(nil) })
+
+	lose = maxLost
+	h, err := registered(t, dir, true).run(background(t))
+	require.NoError(t, err)
+	assert.Equal(t, maxLost+1, admitted)
+	h.Release()
+
+	lose, admitted = maxLost+1, 0
+	_, err = registered(t, dir, true).run(background(t))
+	require.ErrorContains(t, err, fmt.Sprintf("its lock files were deleted or replaced %d times while being taken", maxLost+1))
+	assert.Equal(t, maxLost+1, admitted)
+}
+
+// Case: with ctx already ended and the pair held, run answers a *BusyError
+// wrapping ctx's error, and takes no step: no escalation in the gate, no
+// request left.
+func TestAnEndedContextGetsOneTryAndNoStep(t *testing.T) {
+	dir := tempDir(t)
+	tk := registered(t, dir, false)
+	l, err := filelock.TryLock(filepath.Join(dir, LockName), filelock.Exclusive, 0o600)
+	require.NoError(t, err)
+	defer l.Release()
+	_, err = tk.run(cancelled())
+	require.ErrorIs(t, err, ErrBusy)
+	require.ErrorIs(t, err, context.Canceled)
+	g, _ := readGate(dir)
+	assert.Nil(t, g.Escalation, "no step")
+	assert.NoFileExists(t, filepath.Join(dir, RestartName))
+}
+
+// Case: a starter admitted after this one ends the wait with ErrSuperseded,
+// before any step.
+func TestANewerStarterSupersedesBeforeAnyStep(t *testing.T) {
+	dir := tempDir(t)
+	tk := registered(t, dir, true)
+	require.NoError(t, updateGate(context.Background(), dir, func(g *gateState) error {
+		g.Admitted = tk.seq + 1
+		return nil
+	}))
+	l, err := filelock.TryLock(filepath.Join(dir, LockName), filelock.Exclusive, 0o600)
+	require.NoError(t, err)
+	defer l.Release()
+	_, err = tk.run(background(t))
+	require.ErrorIs(t, err, ErrSuperseded)
+	g, _ := readGate(dir)
+	assert.Nil(t, g.Escalation, "no step")
+	assert.NoFileExists(t, filepath.Join(dir, RestartName))
 }

@@ -1,12 +1,14 @@
 // Package gate is the content of a takeover gate: the starters waiting to
 // take one directory over, in the order they came (a sequence number they
-// share, never the wall clock), and the escalation of the current attempt
-// against its holder, so that the newest starter wins and the holder is
-// signalled at most once per step however many starters come and go.
+// share, never the wall clock), and the escalation against the current
+// holder as recorded (the grace clock, the signals sent), so that the
+// newest starter wins and the holder is signalled at most once per step
+// however many starters come and go.
 //
-// It knows neither where the gate is kept nor what serialises its writers:
-// the caller reads a State, changes it and writes it back under a lock of
-// its own.
+// It records and never decides: when a signal is due is the caller's
+// decision. It knows neither where the gate is kept nor what serialises its
+// writers: the caller reads a State, changes it and writes it back under a
+// lock of its own.
 package gate
 
 import (
@@ -32,8 +34,10 @@ type Entry struct {
 	Rendezvous string `json:"rendezvous,omitempty"`
 }
 
-// Attempt is the current takeover attempt against one holder.
-type Attempt struct {
+// Escalation is the takeover's escalation against one holder: what was
+// asked, since when, and which signals were sent. gate.json keeps it under
+// the member name "attempt", which the protocol fixes.
+type Escalation struct {
 	For            string    `json:"for"` // the holder's instance ("" when it names none)
 	PID            int       `json:"pid"`
 	Mode           string    `json:"mode"`             // the restart mode requested
@@ -44,10 +48,10 @@ type Attempt struct {
 
 // State is the whole gate.
 type State struct {
-	Seq      uint64   `json:"seq"`      // the last sequence number handed out
-	Admitted uint64   `json:"admitted"` // the sequence number of the last starter admitted
-	Waiting  []Entry  `json:"waiting"`
-	Attempt  *Attempt `json:"attempt,omitempty"`
+	Seq        uint64      `json:"seq"`      // the last sequence number handed out
+	Admitted   uint64      `json:"admitted"` // the sequence number of the last starter admitted
+	Waiting    []Entry     `json:"waiting"`
+	Escalation *Escalation `json:"attempt,omitempty"`
 	// Handover is the rendezvous of the starter admitted last, which it
 	// keeps open while it binds its listeners ("" when it has none).
 	Handover string `json:"handover,omitempty"`
@@ -80,7 +84,7 @@ func (e Entry) Live() bool {
 }
 
 // Prune drops the entries of starters that are gone (a kill -9ed starter
-// never blocks the others) and ends an attempt nobody waits for any more.
+// never blocks the others) and ends an escalation nobody waits for any more.
 func (g *State) Prune() {
 	live := g.Waiting[:0]
 	for _, e := range g.Waiting {
@@ -91,7 +95,7 @@ func (g *State) Prune() {
 	clear(g.Waiting[len(live):])
 	g.Waiting = live
 	if len(g.Waiting) == 0 {
-		g.Attempt = nil
+		g.Escalation = nil
 	}
 }
 
@@ -171,25 +175,23 @@ func (g *State) Newest(seq uint64) Entry {
 	return newest
 }
 
-// Against makes the current attempt the one against the holder named by
-// its instance (holder) and pid: the current one when it is against that
+// Against makes the current escalation the one against the holder named
+// by its instance (holder) and pid: the current one when it is against that
 // holder, else a new one whose grace clock starts now.
 func (g *State) Against(holder string, pid int, now time.Time) {
-	if a := g.Attempt; a == nil || a.For != holder || a.PID != pid {
-		g.Attempt = &Attempt{For: holder, PID: pid, FirstRequestAt: now}
+	if e := g.Escalation; e == nil || e.For != holder || e.PID != pid {
+		g.Escalation = &Escalation{For: holder, PID: pid, FirstRequestAt: now}
 	}
 }
 
-// Step is Escalate for the current attempt, which records the signal due
-// now as sent (TermAt or KillAt is now), so that every starter of the
-// attempt sees it was sent and none sends it again.
-func (g *State) Step(now time.Time, grace, killAfter time.Duration) (due liveness.Signal, next time.Time) {
-	due, next = Escalate(*g.Attempt, now, grace, killAfter)
-	switch due {
+// Sent records sig as sent at now (TermAt or KillAt; nothing for 0), so
+// that every starter of the escalation sees it was sent and none sends it
+// again.
+func (e *Escalation) Sent(sig liveness.Signal, now time.Time) {
+	switch sig {
 	case liveness.SIGTERM:
-		g.Attempt.TermAt = now
+		e.TermAt = now
 	case liveness.SIGKILL:
-		g.Attempt.KillAt = now
+		e.KillAt = now
 	}
-	return due, next
 }

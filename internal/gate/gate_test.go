@@ -11,7 +11,8 @@ import (
 
 // TestOrder: sequence numbers rise above everything the gate knows and
 // never wrap; a live starter after seq, or an admission after it, is newer;
-// Remove and Prune drop entries, and Prune ends an attempt nobody waits for.
+// Remove and Prune drop entries, and Prune ends an escalation nobody waits
+// for.
 func TestOrder(t *testing.T) {
 	self := liveness.Current()
 	g := State{Admitted: 7}
@@ -30,11 +31,11 @@ func TestOrder(t *testing.T) {
 
 	dead := self
 	dead.StartTicks++ // another process instance: never alive, and long unverifiable where that is all it can be
-	g = State{Waiting: []Entry{{Seq: 1, Starter: dead, Since: time.Now().Add(-2 * UnverifiableTTL)}}, Attempt: &Attempt{PID: 1}}
+	g = State{Waiting: []Entry{{Seq: 1, Starter: dead, Since: time.Now().Add(-2 * UnverifiableTTL)}}, Escalation: &Escalation{PID: 1}}
 	assert.False(t, g.Waiting[0].Live())
 	g.Prune()
 	assert.Empty(t, g.Waiting)
-	assert.Nil(t, g.Attempt)
+	assert.Nil(t, g.Escalation)
 }
 
 // TestParse: a gate written as JSON parses back; anything else is an error.
@@ -44,45 +45,16 @@ func TestParse(t *testing.T) {
 	assert.Equal(t, uint64(5), g.Seq)
 	require.Len(t, g.Waiting, 1)
 	assert.Equal(t, 10, g.Waiting[0].Starter.PID)
-	assert.Equal(t, "now", g.Attempt.Mode)
+	assert.Equal(t, "now", g.Escalation.Mode)
 	_, err = Parse([]byte(`[1]`))
 	assert.Error(t, err)
 }
 
-// The escalation decision, as data: SIGTERM once Grace has passed since the
-// attempt's first request, SIGKILL once KillAfter has passed since the
-// SIGTERM, each once, and when to look again.
-func TestEscalate(t *testing.T) {
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	grace, killAfter := 5*time.Second, 3*time.Second
-	sec := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Second))) }
-	for _, tc := range []struct {
-		name     string
-		attempt  Attempt
-		now      time.Time
-		wantSig  liveness.Signal
-		wantNext time.Time
-	}{
-		{"just asked", Attempt{FirstRequestAt: t0}, t0, 0, sec(5)},
-		{"within grace", Attempt{FirstRequestAt: t0}, sec(4.9), 0, sec(5)},
-		{"grace ended", Attempt{FirstRequestAt: t0}, sec(5), liveness.SIGTERM, sec(8)},
-		{"long after grace", Attempt{FirstRequestAt: t0}, sec(60), liveness.SIGTERM, sec(63)},
-		{"terminated, within kill-after", Attempt{FirstRequestAt: t0, TermAt: sec(5)}, sec(7), 0, sec(8)},
-		{"kill-after ended", Attempt{FirstRequestAt: t0, TermAt: sec(5)}, sec(8), liveness.SIGKILL, time.Time{}},
-		{"killed already", Attempt{FirstRequestAt: t0, TermAt: sec(5), KillAt: sec(8)}, sec(30), 0, time.Time{}},
-		{"a clock that went back", Attempt{FirstRequestAt: t0, TermAt: sec(5)}, sec(1), 0, sec(8)},
-	} {
-		sig, next := Escalate(tc.attempt, tc.now, grace, killAfter)
-		assert.Equal(t, tc.wantSig, sig, tc.name)
-		assert.Equal(t, tc.wantNext, next, tc.name)
-	}
-}
-
-// TestJoinNewestAgainstStep: a starter joins under the next number; the
-// newest live starter after a number is found; an attempt is kept against
-// the same holder and begun afresh against another; a step records the
-// signal it decides as sent, so the next step does not send it again.
-func TestJoinNewestAgainstStep(t *testing.T) {
+// TestJoinNewestAgainstSent: a starter joins under the next number; the
+// newest live starter after a number is found; an escalation is kept
+// against the same holder and begun afresh against another; Sent records a
+// signal as sent, and nothing for none.
+func TestJoinNewestAgainstSent(t *testing.T) {
 	self := liveness.Current()
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	var g State
@@ -94,17 +66,16 @@ func TestJoinNewestAgainstStep(t *testing.T) {
 
 	g.Against("a", 10, t0)
 	g.Against("a", 10, t0.Add(time.Minute))
-	assert.Equal(t, t0, g.Attempt.FirstRequestAt, "the same holder keeps its attempt")
+	assert.Equal(t, t0, g.Escalation.FirstRequestAt, "the same holder keeps its escalation")
 	g.Against("b", 11, t0.Add(time.Minute))
-	assert.Equal(t, Attempt{For: "b", PID: 11, FirstRequestAt: t0.Add(time.Minute)}, *g.Attempt, "another holder begins a new one")
+	assert.Equal(t, Escalation{For: "b", PID: 11, FirstRequestAt: t0.Add(time.Minute)}, *g.Escalation, "another holder begins a new one")
 
-	start := g.Attempt.FirstRequestAt
-	sig, _ := g.Step(start.Add(5*time.Second), 5*time.Second, 3*time.Second)
-	assert.Equal(t, liveness.SIGTERM, sig)
-	assert.Equal(t, start.Add(5*time.Second), g.Attempt.TermAt)
-	sig, _ = g.Step(start.Add(6*time.Second), 5*time.Second, 3*time.Second)
-	assert.Zero(t, sig, "SIGTERM is sent once")
-	sig, _ = g.Step(start.Add(8*time.Second), 5*time.Second, 3*time.Second)
-	assert.Equal(t, liveness.SIGKILL, sig)
-	assert.Equal(t, start.Add(8*time.Second), g.Attempt.KillAt)
+	start := g.Escalation.FirstRequestAt
+	g.Escalation.Sent(0, start.Add(time.Second))
+	assert.Equal(t, Escalation{For: "b", PID: 11, FirstRequestAt: start}, *g.Escalation, "nothing sent, nothing recorded")
+	g.Escalation.Sent(liveness.SIGTERM, start.Add(5*time.Second))
+	assert.Equal(t, start.Add(5*time.Second), g.Escalation.TermAt)
+	g.Escalation.Sent(liveness.SIGKILL, start.Add(8*time.Second))
+	assert.Equal(t, start.Add(8*time.Second), g.Escalation.KillAt)
+	assert.Equal(t, start.Add(5*time.Second), g.Escalation.TermAt, "SIGKILL leaves SIGTERM's time")
 }

@@ -1,0 +1,102 @@
+package runnerstate
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	"github.com/runnerstate/runnerstate/internal/bridge"
+	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/gate"
+)
+
+// The takeover gate: gate.json holds a gate.State (internal/gate). It is
+// read and written only under the directory's state lock, and written
+// atomically but without fsync: it describes live processes, and after a
+// power loss none of them is left.
+type (
+	gateState      = gate.State
+	gateEntry      = gate.Entry
+	gateEscalation = gate.Escalation
+)
+
+// readGate reads gate.json; a missing or unreadable one is an empty gate (the
+// problem is logged once, and the next writer replaces it), with a warning
+// for Status.
+func readGate(dir string) (gateState, string) {
+	path := filepath.Join(dir, gateName)
+	g, state, err := readState(path, gate.Parse)
+	if state != fileCorrupt {
+		return g, ""
+	}
+	infoOnce("gate:"+err.Error(), "runnerstate: ignoring a takeover gate that cannot be read", "path", path, "err", err)
+	if unusablePath(err) {
+		// Not a file a writer may replace: Takeover refuses it.
+		return gateState{}, fmt.Sprintf("%v; Takeover refuses the directory until it is moved away", err)
+	}
+	return gateState{}, fmt.Sprintf("%v; it is ignored, and the next Takeover replaces it", err)
+}
+
+// updateGate runs fn on the gate under dir's state lock and writes the result
+// back. fn runs with the lock held and may touch other state files with the
+// *Locked helpers; it must not take the state lock itself (a call that does
+// fails at once, see withStateLockCtx).
+func updateGate(ctx context.Context, dir string, fn func(g *gateState) error) error {
+	return withStateLockCtx(ctx, dir, func() error { return updateGateLocked(dir, fn) })
+}
+
+func updateGateLocked(dir string, fn func(g *gateState) error) error {
+	g, _ := readGate(dir)
+	g.Prune()
+	if err := fn(&g); err != nil {
+		return err
+	}
+	data, err := protocolLine(g)
+	if err != nil {
+		return err
+	}
+	return public(durable.WriteVolatile(dir, gateName, data))
+}
+
+func init() {
+	bridge.Logger = logger
+	bridge.OtherProgram = func(dir string, pid int, holderProgram, program string) error {
+		return otherProgram(dir, Record{PID: pid, Program: holderProgram}, program)
+	}
+	bridge.Successors = successors
+	bridge.Waiting = func(dir string) int {
+		ids, _ := waitingStarters(dir)
+		return len(ids)
+	}
+}
+
+// successors lists the live starters waiting for dir that have a
+// rendezvous, newest first, then the one admitted last, when it had one
+// (bridge.Successors).
+func successors(dir string) []bridge.Successor {
+	g, _ := readGate(dir)
+	var out []bridge.Successor
+	for _, e := range slices.Backward(g.Waiting) {
+		if e.Rendezvous != "" && e.Live() {
+			out = append(out, bridge.Successor{PID: e.Starter.PID, Instance: e.Starter.Instance, Rendezvous: e.Rendezvous})
+		}
+	}
+	if g.Handover != "" {
+		out = append(out, bridge.Successor{Rendezvous: g.Handover, Admitted: true})
+	}
+	return out
+}
+
+// waitingStarters lists the live starters waiting in Takeover for dir, oldest
+// first, and a warning when the gate file cannot be read.
+func waitingStarters(dir string) ([]Identity, string) {
+	g, warn := readGate(dir)
+	var ids []Identity
+	for _, e := range g.Waiting {
+		if e.Live() {
+			ids = append(ids, Identity(e.Starter))
+		}
+	}
+	return ids, warn
+}
