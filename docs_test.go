@@ -47,7 +47,7 @@ func TestDocsListTheDirectorysFiles(t *testing.T) {
 	for _, r := range rows {
 		got = append(got, fmt.Sprintf("%s | %s | %s", r[0], r[1], r[2]))
 	}
-	assert.Equal(t, want, got, "the files table of %s (file | directory | mode) must list dirFiles (record.go): add a file to both", filesDoc)
+	assert.Equal(t, want, got, "the files table of %s (file | directory | mode) must list dirFiles (files.go): add a file to both", filesDoc)
 }
 
 // filesTable returns the cells of the rows of the table under the heading
