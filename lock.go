@@ -25,13 +25,11 @@ func TrustFilesystem(types ...string) (restore func()) { return fsinfo.Trust(typ
 // Lock takes an exclusive lock on the file at path, creating it (0644) if it
 // does not exist, and waits until it is free or ctx ends. The returned unlock
 // func releases the lock; it is idempotent and safe to call from any
-// goroutine.
-//
-// The file is opened close-on-exec (children never inherit the lock), never
-// through a symlink, never truncated and never unlinked; after locking, the
-// locked descriptor is checked to still be the file at path, and the attempt
-// is retried when the file was replaced. Two Lock calls on one path exclude
-// each other inside one process just as they do across processes.
+// goroutine. Two Lock calls on one path exclude each other inside one process
+// just as they do across processes. The file is opened and checked as
+// docs/protocol.md's conventions say: close-on-exec (children never inherit
+// the lock), never through a symlink, never truncated nor unlinked, and taken
+// again when it was replaced while Lock locked it.
 //
 // Errors: when ctx ends first, a *BusyError that satisfies errors.Is for both
 // ErrBusy and ctx.Err(); a filesystem without locks gives ErrLockingUnsupported;
@@ -48,12 +46,9 @@ func TrustFilesystem(types ...string) (restore func()) { return fsinfo.Trust(typ
 // cancels ctx to stop (on SIGTERM, say) looks at its own stop cause after a
 // successful return too.
 //
-// A wait that ends early may leave one goroutine per path and lock mode per
-// process blocked in flock(2) until the holder releases (a blocked flock cannot
-// be interrupted); it then releases the lock at once, and never recreates the
-// file. In-process waiters queue behind that goroutine, first come first
-// served, and a waiter in another process is woken by the kernel itself the
-// moment the holder releases.
+// A wait that ends early may leave a goroutine blocked in flock(2) until the
+// holder releases: docs/guarantees.md ("What is not promised") says what it
+// does then.
 func Lock(ctx context.Context, path string) (unlock func(), err error) {
 	l, err := waitLock(ctx, path, filelock.Exclusive, 0o644, inspectByName)
 	if err != nil {

@@ -18,35 +18,9 @@ var loggerPtr atomic.Pointer[slog.Logger]
 // Warn is logged unless a logger is set here or in the call's options
 // (TakeoverOptions, StartOptions, StandbyOptions). Safe for concurrent use.
 //
-// The warnings are kept for what an operator must act on:
-//   - a corrupt state file set aside as <name>.corrupt-<time>, or one that
-//     could not be set aside; a directory where runner.json belongs;
-//   - a runner lock other users can read, whose mode this process may not
-//     change (chown it to the runner's user, or chmod it 0600);
-//   - a record left by a runner of another machine or PID namespace, cleared
-//     without signalling it;
-//   - this runner lost its lock file (something deletes or replaces files in
-//     the directory);
-//   - a takeover that could not signal the runner or an orphan, or had to
-//     send SIGKILL (it outlived SIGTERM by KillAfter); a previous runner that
-//     released the directory but has not exited; descriptors of other
-//     processes that could not be read (an orphan may be missed);
-//   - a sync mark that cannot be taken (the sync runs unmarked, and resets
-//     are refused until it is fixed);
-//   - a service manager that could not be told READY=1;
-//   - a runner told to go whose record could not be marked leaving (Start
-//     may hand it out as ready until it goes: see why the state lock or
-//     runner.json cannot be written);
-//   - WatchRestart given an empty directory name.
-//
-// Everything else is Info, or Debug (a holder a takeover could not pin).
-// What a caller can act on is in the error or in
-// Status's Report; what a client meets in passing and cannot act on (an
-// unreadable restart request, gate or scope owner record, which the next
-// writer replaces), and a file the protocol does without when it cannot be
-// written, removed or synced (start.json, a withdrawal from gate.json, a
-// release's clean-up, which the next holder does), is said only to a logger
-// the caller set.
+// The warnings are kept for what an operator must act on; everything else
+// is Info, or Debug. Which warnings there are, and what is said only to a
+// logger the caller set, is in docs/operations.md ("What the library logs").
 func SetLogger(l *slog.Logger) { loggerPtr.Store(l) }
 
 // logger is the package's logger: the one SetLogger set, else

@@ -127,14 +127,11 @@ var ErrNotHolder = errors.New("runnerstate: this process does not hold the runne
 // 0644: every local user can read it, Meta included, so never put a secret
 // there.
 //
-// A Publish that fails changes nothing but runner.json, and not even that:
-// this process still holds dir (the kernel lock is the authority, and no
-// other runner is admitted), and runner.json keeps what it had (the previous
-// record of this runner, or nothing after Acquire), so Running and Status go
-// on naming this runner, from runner.lock, with its previous record or none.
-// The runner decides: go on and call Publish again once the cause is fixed
-// (a full disk, say), or release and exit if its record matters to others.
-// The error says so.
+// A Publish that fails changes nothing: this process still holds dir, and
+// runner.json keeps what it had (its previous record, or none), which
+// Running and Status go on reporting. The runner decides, and the error says
+// so: Publish again once the cause is fixed (a full disk, say), or release
+// and exit if its record matters to others.
 //
 // Errors: ErrNotHolder (wrapped, naming dir) unless this process holds dir's
 // runner lock through Acquire or Takeover and the lock file is still the one it

@@ -4,46 +4,10 @@
 // takes over hand the directory between them without ever overlapping,
 // without signalling the wrong process, and without losing or tearing state.
 //
-// # Index by concern
-//
-//   - The runner directory: Acquire, Running, ClearStale, StalePIDs, Status
-//     and Report; LockName, RecordName, RestartName; ExitBusy; SetLogger.
-//   - Takeover and standby: Takeover with TakeoverOptions (DefaultGrace,
-//     DefaultKillAfter), ErrSuperseded; Standby with StandbyOptions and
-//     StandbyResult.
-//   - Starting a runner from a client: Start with StartOptions; StartError,
-//     ErrStartFailed; Record.Ready and Report.Starting.
-//   - Restart requests: RequestRestart, RestartRequested, ClearRestart,
-//     WatchRestart; RestartDrain, RestartNow; ErrBadMode.
-//   - Records and state files: Identity and Self, Record and Publish,
-//     ErrNotHolder; SaveLines, LoadLines, AppendLine, MigrateFile.
-//   - Kernel locks on any file: Lock, TryLock, RLock, TryRLock; BusyError,
-//     ErrBusy, ErrLockingUnsupported.
-//   - One server per scope, and the sync mark: AcquireScope, ScopeOwner,
-//     ReadScopeOwner; SyncRunning, NoSyncRunning; ErrSyncRunning,
-//     ErrSyncUnknown.
-//
-// # Authority and hints
-//
 // The kernel lock (flock(2) on runner.lock) is the only authority: held while
-// the runner lives, dropped by the kernel the instant it dies, however it
-// died. Everything else in the directory is a hint that names the holder. A
-// pid read from a file is never proof of life: a process is "verified" only
-// when its pid, start ticks, boot id, PID namespace and machine all match a
-// live one, and only a verified process is ever signalled, through a pidfd
-// that pins it. A hold is two kernel locks, runner.lock and tree.lock, which
-// Inherit lends to the runner's jobs so that they keep the directory busy;
-// what each promise rests on, and what is not promised, is in
-// [docs/guarantees.md].
-//
-// The files runnerstate keeps in a runner directory, a scope directory
-// (AcquireScope) and a data root (SyncRunning), each with its purpose, mode
-// and writer, are listed once, in [docs/protocol.md], the specification of
-// a runner directory: the format of each file, the protocol number it
-// carries, and the order in which it is written. State files are written
-// atomically, and no path is followed through a symlink.
-//
-// # Waits and errors
+// the runner lives, dropped by the kernel the instant it dies. Everything
+// else in the directory is a hint that names the holder, and only a process
+// verified alive is ever signalled.
 //
 // Every wait takes a context.Context, and a call that waits never succeeds
 // once its context has ended (see Lock). Every busy answer is a *BusyError
@@ -54,9 +18,11 @@
 // directory); those without an error answer (StalePIDs, RestartRequested,
 // WatchRestart) treat it as a directory with nothing in it.
 //
-// Linux is first-class; macOS and Windows degrade as [docs/guarantees.md]
-// says, and a system without file locks (js, wasip1, plan9) builds and
-// answers ErrLockingUnsupported at run time.
+// Which call to use is in the README and the calls by concern in
+// docs/architecture.md; what each promise rests on, what is not promised,
+// and how macOS, Windows and systems without file locks degrade, in
+// [docs/guarantees.md]; every file runnerstate keeps, its format and the
+// order it is written in, in [docs/protocol.md].
 //
 // [docs/protocol.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/protocol.md
 // [docs/guarantees.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/guarantees.md
@@ -162,11 +128,8 @@ func (runnerFiles) Tidy(h *hold.Hold, runnerHere bool) {
 // retired when it was addressed to another runner or made before this call; a
 // request made while this call ran is kept for this runner.
 //
-// A hold is two kernel locks: runner.lock and tree.lock, which Inherit hands
-// on to the runner's children. The directory is free only when both are: a
-// previous runner's children that still hold tree.lock (orphans, once that
-// runner is gone) keep it busy, and so does a runner whose runner.lock was
-// deleted or replaced while it held it.
+// A hold is two kernel locks, runner.lock and tree.lock (see Inherit): the
+// directory is free only when both are (docs/guarantees.md).
 //
 // release removes runner.json, clears the identity in both lock files,
 // retires a restart request addressed to this runner, closes the descriptors
@@ -183,7 +146,8 @@ func (runnerFiles) Tidy(h *hold.Hold, runnerHere bool) {
 // error naming the path when dir is not a directory, or a lock file
 // (runner.lock, tree.lock, or .state.lock, which serialises state writes)
 // is a symlink, a directory, another non-regular file or not writable.
-// ErrNewerProtocol (wrapped, naming the file and both protocol numbers) when one of dir's files says a protocol newer than this build's (docs/protocol.md): nothing is taken or written.
+// ErrNewerProtocol (wrapped, naming the file and both protocol numbers) when
+// one of dir's files says a newer protocol: nothing is taken or written.
 func Acquire(dir string) (release func(), err error) {
 	if err := checkDir("Acquire", dir); err != nil {
 		return nil, err

@@ -65,46 +65,34 @@ type ScopeOwner struct {
 
 // AcquireScope makes this process the one server of scopeDir, serving
 // dataDir. It creates scopeDir (0755, with its parents) when it does not
-// exist, takes the exclusive kernel lock on scopeDir/scope.lock (created 0644
-// when absent, never truncated before it is held, never removed), waiting
+// exist, takes the exclusive kernel lock on scopeDir/scope.lock, waiting
 // until it is free or ctx ends, writes this process's Identity into the lock
 // file (except on Windows, where a locked file cannot be read), and then
 // writes scope.owner.json (a ScopeOwner with dataDir made absolute)
-// atomically: a temporary file beside it, fsynced, renamed over any sidecar a
-// previous holder left, and the directory fsynced (a failure of that last
-// sync is only logged: the sidecar is in place, and it is a hint). dataDir
-// itself is neither created nor touched.
+// atomically, as docs/protocol.md says. dataDir is neither created nor
+// touched.
 //
 // release removes scope.owner.json first, then clears the lock file's content
 // and frees the lock, so a successor never finds the lock free while the
 // sidecar still names this process. It is idempotent. A process that dies
-// without calling release loses the lock at once all the same (the kernel
-// drops it); the sidecar it leaves is replaced by the next holder, which
-// takes the scope without waiting.
+// without calling release loses the lock at once all the same; the next
+// holder replaces the sidecar it left, and takes the scope without waiting.
 //
 // Errors:
 //   - The scope is held and ctx ends first: a *BusyError naming scope.lock
 //     and the holder's pid as far as it is known, with Owner set to the data
-//     dir the holder serves when scope.owner.json can be read (and names
-//     the holder's pid, where that is known, and not a process that is
-//     provably gone). It satisfies errors.Is for
-//     ErrBusy and for ctx.Err(), as Lock's does. A ctx that is already done
-//     still gets one attempt without waiting; a ctx that ends while
-//     AcquireScope works never gets the scope (as for Lock: what was taken
-//     is let go, and the answer is the *BusyError wrapping ctx.Err()).
-//   - A filesystem without working locks (ENOLCK, EOPNOTSUPP):
-//     ErrLockingUnsupported, in a message naming scope.lock in scopeDir.
+//     dir the holder serves when scope.owner.json can be read and names the
+//     holder's pid, where that is known, and not a process provably gone.
+//     ctx is as for Lock: errors.Is for ErrBusy and ctx.Err(), one attempt
+//     when already done, never the scope once it ends.
+//   - A filesystem without working locks: ErrLockingUnsupported, naming
+//     scope.lock in scopeDir.
 //   - An empty scopeDir or dataDir, a scopeDir that is not a directory, a
 //     symlink, a directory or another non-regular file at scope.lock or
 //     scope.owner.json: an error naming the path. Nothing is held then.
 //
-// A wait that ends early may leave one goroutine blocked in flock(2) until
-// the holder releases, as Lock documents.
-//
-// A server usually owns its data dir alone too: a plain
-// Lock(ctx, filepath.Join(dataDir, "server.lock")), taken after the scope,
-// released before it, and only after the teardown. The example shows the
-// order and why; examples/scope is a server built on it.
+// docs/scope.md says how a server also owns its data dir, and in which
+// order; examples/scope is a server built on it.
 func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func(), err error) {
 	if scopeDir == "" {
 		return nil, errorf("AcquireScope: the scope dir is empty")
