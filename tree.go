@@ -32,9 +32,9 @@ func (p pair) release() {
 // lost still holds its pair's other lock.
 var errTreeBusy = errors.New("tree lock is held")
 
-// withoutTreeLock makes a hold one lock, runner.lock alone, without
+// testWithoutTreeLock makes a hold one lock, runner.lock alone, without
 // tree.lock: set only by BenchmarkAcquire, to price the second lock.
-var withoutTreeLock bool
+var testWithoutTreeLock bool
 
 // tryPair takes both locks of dir without waiting, runner.lock first, then
 // tree.lock: a *BusyError naming the holder when runner.lock is held, and
@@ -48,7 +48,7 @@ func tryPair(dir string) (pair, error) {
 		runner.Release()
 		return pair{}, err
 	}
-	if withoutTreeLock {
+	if testWithoutTreeLock {
 		return pair{runner: runner}, nil
 	}
 	tree, err := tryOwnLock(filepath.Join(dir, treeLockName))
