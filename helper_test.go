@@ -79,8 +79,8 @@ func captureLog(t *testing.T) *testharness.LogBuffer {
 // platforms meet is guarded by one of these, named for the property, so that
 // the rest of the test still runs everywhere. What needs Linux itself
 // (injected flock errors, the kernel's list of blocked waiters, FIFOs) is in
-// platform_linux_test.go, with its answers elsewhere in
-// platform_other_test.go.
+// helper_linux_test.go, with its answers elsewhere in
+// helper_other_test.go.
 var (
 	// kernelNamesHolders: the kernel lists every lock's holders (Linux's
 	// /proc/locks), so a busy answer names the holder of any lock file.

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The helper of the fault-injection matrix (faults_linux_test.go): one
+// The helper of the fault-injection matrix (stress_faults_linux_test.go): one
 // process, one operation, one injected fault.
 
 func init() { roles["fault"] = roleFault }
