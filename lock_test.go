@@ -461,7 +461,7 @@ func TestTrustFilesystemFromEnvironment(t *testing.T) {
 }
 
 func init() {
-	roles["acquire-on-nfs4"] = roleAcquireOnNFS
+	registerRole("acquire-on-nfs4", roleAcquireOnNFS)
 }
 
 // acquire-on-nfs4: with dir judged nfs4, Acquire it and say "acquired" or
@@ -498,4 +498,19 @@ func TestRefusedLocksNameTheFilesystem(t *testing.T) {
 	_, err = TryLock(path)
 	require.ErrorIs(t, err, ErrLockingUnsupported)
 	assert.ErrorIs(t, err, syscall.ENOLCK)
+}
+
+func init() { registerRole("wait", roleWait) }
+
+// wait: block in Lock until it is ours, say "locked", hold until stdin
+// closes.
+func roleWait(path string) int {
+	say("waiting")
+	unlock, err := Lock(context.Background(), path)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	say("locked")
+	return holdUntilClosed(unlock)
 }

@@ -289,3 +289,53 @@ func TestRestartLostIsNoRequest(t *testing.T) {
 	assert.False(t, ok, "a file that names it is not a request")
 	assert.False(t, strings.Contains(RestartLost, " "))
 }
+
+func init() { registerRole("lost-runner", roleLostRunner) }
+
+// lost-runner: Acquire dir, Publish, watch for restart requests, say
+// "acquired". Each delivery is said as "got <mode>". Commands: "publish"
+// (says "publish <error or ok>"), "watch" (a second WatchRestart, whose first
+// delivery is said as "watch2 <mode>"). It runs until stdin closes.
+func roleLostRunner(dir string) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var early <-chan string
+	if os.Getenv(envBehaviour) == "watch-first" {
+		early = WatchRestart(ctx, dir) // before the hold exists
+	}
+	release, err := Acquire(dir)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	defer release()
+	if err := Publish(dir, Record{Specs: []string{"lost"}}); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	restarts := WatchRestart(ctx, dir)
+	if early != nil {
+		restarts = early
+	}
+	say("acquired")
+	cmds := commands()
+	var second <-chan string
+	for {
+		select {
+		case mode := <-restarts:
+			say("got %s", mode)
+		case mode := <-second:
+			say("watch2 %s", mode)
+			second = nil
+		case cmd, ok := <-cmds:
+			switch {
+			case !ok:
+				return 0
+			case cmd == "publish":
+				say("publish %s", strings.ReplaceAll(errText(Publish(dir, Record{})), "\n", " "))
+			case cmd == "watch":
+				second = WatchRestart(ctx, dir)
+			}
+		}
+	}
+}

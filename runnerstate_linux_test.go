@@ -126,7 +126,7 @@ func TestAcquireBusyAtOnceWhenHeld(t *testing.T) {
 	require.NoError(t, holder.Stop())
 }
 
-func init() { roles["probe-once"] = roleProbeOnce }
+func init() { registerRole("probe-once", roleProbeOnce) }
 
 // probe-once: Running and Status of dir, once each; says what they found.
 func roleProbeOnce(dir string) int {
@@ -181,4 +181,39 @@ func TestProbeTouchesNoLockedFile(t *testing.T) {
 		// (runner.lock, tree.lock, .state.lock).
 		assert.NotContains(t, line, `.lock"`, "a probe opened a file that carries a lock")
 	}
+}
+
+func init() { registerRole("mmap-pin", roleMmapPin) }
+
+// mmap-pin: take an exclusive flock on dir's runner.lock, map the file and
+// close the descriptor, so that the lock stays held by an open file that no
+// descriptor names (as a /proc/<pid>/fdinfo reader holds a file the holder
+// has just closed), and say "pinned"; command "unpin" unmaps it, which
+// frees the lock, and says "unpinned".
+func roleMmapPin(dir string) int {
+	path := filepath.Join(dir, LockName)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	mem, err := unix.Mmap(fd, 0, os.Getpagesize(), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	unix.Close(fd)
+	say("pinned")
+	for cmd := range commands() {
+		if cmd == "unpin" && mem != nil {
+			unix.Munmap(mem)
+			mem = nil
+			say("unpinned")
+		}
+	}
+	return 0
 }

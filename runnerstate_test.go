@@ -5,6 +5,7 @@ package runnerstate
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -499,4 +500,56 @@ func TestAcquireRetiresOnlyOthersRestartRequests(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, RestartDrain, mode)
 	h.Release()
+}
+
+func init() { registerRole("try-acquire", roleTryAcquire) }
+
+// try-acquire: one Acquire; says "acquired" (and releases) or "busy <pid>".
+func roleTryAcquire(dir string) int {
+	release, err := Acquire(dir)
+	if err != nil {
+		var be *BusyError
+		if errors.As(err, &be) {
+			say("busy %d", be.PID)
+			return 0
+		}
+		say("error %v", err)
+		return 1
+	}
+	release()
+	say("acquired")
+	return 0
+}
+
+func init() { registerRole("acquire-loop", roleAcquireLoop) }
+
+// acquire-loop: Acquire, Publish, release, over and over, until told
+// "stop"; then says "done <admitted> <refused>".
+func roleAcquireLoop(dir string) int {
+	cmds := commands()
+	say("looping")
+	ok, busy := 0, 0
+	for {
+		select {
+		case <-cmds:
+			say("done %d %d", ok, busy)
+			return 0
+		default:
+		}
+		release, err := Acquire(dir)
+		if err != nil {
+			if errors.Is(err, ErrBusy) {
+				busy++
+				continue
+			}
+			say("error %v", err)
+			return 1
+		}
+		if err := Publish(dir, Record{}); err != nil {
+			say("error %v", err)
+			return 1
+		}
+		ok++
+		release()
+	}
 }

@@ -669,3 +669,21 @@ func TestScopeRefusalIgnoresAnotherPidsSidecar(t *testing.T) {
 		assert.NotContains(t, err.Error(), "/forged")
 	}
 }
+
+func init() { registerRole("scope-raw", roleScopeRaw) }
+
+// scope-raw: wait for the scope's bare lock file with Lock, as a process
+// that does not go through AcquireScope, and say whether a scope owner
+// record was there at the moment the lock became ours.
+func roleScopeRaw(scopeDir string) int {
+	say("waiting")
+	unlock, err := Lock(context.Background(), filepath.Join(scopeDir, scopeLockName))
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	_, ok := ReadScopeOwner(scopeDir)
+	say("locked owner=%t", ok)
+	unlock()
+	return 0
+}

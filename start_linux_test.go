@@ -43,11 +43,11 @@ const (
 )
 
 func init() {
-	roles["started-runner"] = roleStartedRunner
-	roles["start-caller"] = roleStartCaller
-	roles["notify-runner"] = roleNotifyRunner
-	roles["unpublished-holder"] = roleUnpublishedHolder
-	roles["chaos-start-caller"] = roleChaosStartCaller
+	registerRole("started-runner", roleStartedRunner)
+	registerRole("start-caller", roleStartCaller)
+	registerRole("notify-runner", roleNotifyRunner)
+	registerRole("unpublished-holder", roleUnpublishedHolder)
+	registerRole("chaos-start-caller", roleChaosStartCaller)
 }
 
 // unpublished-holder: Acquire dir and never Publish; say "acquired", hold

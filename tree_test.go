@@ -299,3 +299,64 @@ func TestCrossCheckNeverRefusesLocal(t *testing.T) {
 	runner.CloseStdin()
 	require.NoError(t, runner.Wait())
 }
+
+func init() { registerRole("tree-runner", roleTreeRunner) }
+
+// tree-runner: Takeover dir and Publish, then start three children and say
+// each one's pid: "child <pid>", a sleep that Inherits the tree lock
+// (trapping SIGTERM when $RUNNERSTATE_TEST_BEHAVIOUR is "stubborn"), "plain
+// <pid>", a sleep started without Inherit, and "opener <pid>", a sleep given
+// tree.lock opened on a descriptor of its own (open, but not locked). Then
+// "ready". Command "release" releases the directory ("released"); it runs
+// until stdin closes. The children are the test's to kill.
+func roleTreeRunner(dir string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), childWait)
+	defer cancel()
+	release, err := Takeover(ctx, dir, TakeoverOptions{})
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	if err := Publish(dir, Record{Specs: []string{"tree"}}); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	script := "exec sleep 600"
+	if os.Getenv(envBehaviour) == "stubborn" {
+		script = "trap '' TERM; exec sleep 600"
+	}
+	inherited := exec.Command("sh", "-c", script)
+	if err := Inherit(dir, inherited); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	plain := exec.Command("sleep", "600")
+	opened, err := os.Open(filepath.Join(dir, treeLockName))
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	opener := exec.Command("sleep", "600")
+	opener.ExtraFiles = []*os.File{opened}
+	for _, c := range []struct {
+		name string
+		cmd  *exec.Cmd
+	}{{"child", inherited}, {"plain", plain}, {"opener", opener}} {
+		c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // outside the test's process group
+		if err := c.cmd.Start(); err != nil {
+			say("error %v", err)
+			return 1
+		}
+		say("%s %d", c.name, c.cmd.Process.Pid)
+	}
+	opened.Close()
+	say("ready")
+	for cmd := range commands() {
+		if cmd == "release" {
+			release()
+			say("released")
+		}
+	}
+	release()
+	return 0
+}
