@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// Locks on FUSE views (bindfs), refused by default whatever the type says.
+
 // bindfsViews is testharness.BindfsViews: two bindfs views of one real
 // directory, unmounted when the test ends; it skips where FUSE cannot be
 // mounted.

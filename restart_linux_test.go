@@ -21,6 +21,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// WatchRestart's RestartLost (a lock file of the hold deleted or replaced)
+// and a dead starter's void request: each tried here with real processes.
+
 // startLostRunner starts a lost-runner on dir.
 func startLostRunner(t *testing.T, dir string) *child {
 	t.Helper()

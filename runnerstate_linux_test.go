@@ -20,8 +20,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Runner-protocol tests that need Linux itself: zombies seen through waitid
-// and /proc.
+// Tests of runnerstate.go that need Linux itself: zombies seen through
+// waitid and /proc, a lock on its way to free, a probe that touches no
+// locked file.
 
 // Case: a child runner holds the lock, is killed with SIGKILL and not yet
 // reaped. Liveness says Dead; Acquire in another process succeeds at once.

@@ -21,8 +21,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The runner's process tree, a lost lock file, a dead starter's request:
-// each tried here with real processes.
+// The runner's process tree (tree.lock, Inherit, orphans) and the
+// cross-check of runner.lock seen through another mount: each tried here
+// with real processes.
 
 // treeRunner is a tree-runner child and the pids of its three children.
 type treeRunner struct {
