@@ -241,3 +241,14 @@ func (e *BusyError) Unwrap() error { return e.cause }
 // Running and Status report it. Upgrade this program, or let the newer
 // build's runner go first.
 var ErrNewerProtocol = errors.New("runnerstate: the runner directory was written under a newer protocol than this build knows")
+
+func pidList(pids []int) string {
+	s := make([]string, len(pids))
+	for i, p := range pids {
+		s[i] = strconv.Itoa(p)
+	}
+	if len(pids) == 1 {
+		return "pid " + s[0]
+	}
+	return "pids " + strings.Join(s, ", ")
+}

@@ -26,6 +26,13 @@ const (
 	corruptSuffix = ".corrupt"    // an unreadable state file set aside by a fresh holder: <name>.corrupt-<time>, the 10 newest kept
 )
 
+// The files of a scope directory and of a data root.
+const (
+	scopeLockName  = "scope.lock"       // the scope's kernel lock; the holder's identity in it
+	scopeOwnerName = "scope.owner.json" // the holder's ScopeOwner, a hint for refusal messages
+	syncLockName   = "sync.lock"        // the sync mark in a data root
+)
+
 // dirFiles are the files runnerstate keeps in the directories it owns: a
 // runner directory, a scope directory (AcquireScope) and a data root
 // (SyncRunning). It is the one list of them: the reserved names of the
