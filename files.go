@@ -1,7 +1,6 @@
 package runnerstate
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -178,15 +177,6 @@ func setAside(dir, name, what string, why error) error {
 	}
 	logger().Warn("runnerstate: set aside an unreadable "+what, "path", path, "aside", aside, "err", why)
 	return nil
-}
-
-// jsonLine marshals v as one line of JSON ended by "\n".
-func jsonLine(v any) ([]byte, error) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	return append(data, '\n'), nil
 }
 
 // ErrNotDurable reports a change to a file in the directory that was made,
