@@ -34,8 +34,8 @@ func BenchmarkAcquire(b *testing.B) {
 			name = "pair=runner"
 		}
 		b.Run(name, func(b *testing.B) {
-			withoutTreeLock = sole
-			defer func() { withoutTreeLock = false }()
+			testWithoutTreeLock = sole
+			defer func() { testWithoutTreeLock = false }()
 			dir := b.TempDir()
 			release, err := Acquire(dir) // the files exist, as on every Acquire but a directory's first
 			if err != nil {
@@ -67,11 +67,11 @@ func BenchmarkAcquireTreeRatio(b *testing.B) {
 			name = "cycle=publish"
 		}
 		b.Run(name, func(b *testing.B) {
-			defer func() { withoutTreeLock = false }()
+			defer func() { testWithoutTreeLock = false }()
 			dirs := [2]string{b.TempDir(), b.TempDir()}
 			var took [2][]time.Duration
 			cycle := func(sole int) time.Duration {
-				withoutTreeLock = sole == 1
+				testWithoutTreeLock = sole == 1
 				start := time.Now()
 				release, err := Acquire(dirs[sole])
 				if err != nil {

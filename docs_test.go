@@ -3,20 +3,16 @@
 package runnerstate
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -47,7 +43,7 @@ func TestDocsListTheDirectorysFiles(t *testing.T) {
 	for _, r := range rows {
 		got = append(got, fmt.Sprintf("%s | %s | %s", r[0], r[1], r[2]))
 	}
-	assert.Equal(t, want, got, "the files table of %s (file | directory | mode) must list dirFiles (record.go): add a file to both", filesDoc)
+	assert.Equal(t, want, got, "the files table of %s (file | directory | mode) must list dirFiles (files.go): add a file to both", filesDoc)
 }
 
 // filesTable returns the cells of the rows of the table under the heading
@@ -79,92 +75,6 @@ func filesTable(t *testing.T, doc string) [][]string {
 	}
 	require.NotEmpty(t, rows, "the files table of %s has rows", filesDoc)
 	return rows
-}
-
-// TestReservedNamesAreTheDirectorysFiles: the state-file calls refuse
-// exactly the files of dirFiles: each single file, a set-aside copy of each
-// state file that has them, and a temporary file; a name beside them is a
-// state file of the caller's.
-func TestReservedNamesAreTheDirectorysFiles(t *testing.T) {
-	var reserved []string
-	for _, f := range dirFiles {
-		switch f.kind {
-		case kindSetAside:
-			require.NotEmpty(t, f.of, "%s names the files it sets aside", f.name)
-			for _, of := range f.of {
-				reserved = append(reserved, of+corruptSuffix, of+corruptSuffix+"-20260102T030405.000000000Z")
-			}
-		case kindTemp:
-			reserved = append(reserved, durable.TempPrefix("state")+durable.WriterTag()+"-1")
-		default:
-			assert.Equal(t, filepath.Base(f.name), f.name, "a plain file name")
-			reserved = append(reserved, f.name)
-		}
-		assert.NotZero(t, f.mode&fs.ModePerm, "%s has a mode", f.name)
-		assert.NotEmpty(t, f.writer, "%s has a writer", f.name)
-		assert.NotEmpty(t, f.purpose, "%s has a purpose", f.name)
-	}
-	for _, name := range reserved {
-		assert.True(t, reservedName(name), "%s is reserved", name)
-	}
-	for _, name := range []string{"state", "runner.json.bak", "corrupt", "gate", "runner.lock2", "x.corrupt-1", "tmp-1"} {
-		assert.False(t, reservedName(name), "%s is the caller's", name)
-	}
-	dir := tempDir(t)
-	for _, name := range reserved {
-		assert.ErrorContains(t, SaveLines(dir, name, []string{"x"}), "managed by runnerstate itself", "name %q", name)
-	}
-}
-
-// TestDirFilesHaveTheirModes: the files a runner, a scope and a sync make
-// have the modes dirFiles gives them, less the umask's bits.
-func TestDirFilesHaveTheirModes(t *testing.T) {
-	if runtime.GOOS == "windows" {
-		t.Skip("no mode bits on Windows")
-	}
-	ctx := context.Background()
-	root := tempDir(t)
-	dir, scope, data := filepath.Join(root, "runner"), filepath.Join(root, "scope"), filepath.Join(root, "data")
-	release, err := Takeover(ctx, dir, TakeoverOptions{})
-	require.NoError(t, err)
-	require.NoError(t, Publish(dir, Record{Specs: []string{"modes"}}))
-	require.NoError(t, RequestRestart(dir, RestartDrain))
-	releaseScope, err := AcquireScope(ctx, scope, data)
-	require.NoError(t, err)
-	releaseSync, err := SyncRunning(ctx, data)
-	require.NoError(t, err)
-	umask := currentUmask(t, root)
-	seen := 0
-	for _, f := range dirFiles {
-		if f.family() {
-			continue
-		}
-		for _, d := range map[dirHome][]string{homeRunner: {dir}, homeScope: {scope}, homeDataRoot: {data}}[f.home] {
-			fi, err := os.Lstat(filepath.Join(d, f.name))
-			if err != nil {
-				continue // not made by these calls (Start's files)
-			}
-			seen++
-			assert.Equal(t, f.mode.Perm()&^umask, fi.Mode().Perm(), "%s's mode", f.name)
-		}
-	}
-	assert.GreaterOrEqual(t, seen, 9, "the calls made most of the files")
-	releaseSync()
-	releaseScope()
-	release()
-}
-
-// currentUmask is the process's umask, read as the mode a file created
-// 0777 in dir gets.
-func currentUmask(t *testing.T, dir string) fs.FileMode {
-	p := filepath.Join(dir, "umask-probe")
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o777)
-	require.NoError(t, err)
-	fi, err := f.Stat()
-	require.NoError(t, f.Close())
-	require.NoError(t, err)
-	require.NoError(t, os.Remove(p))
-	return 0o777 &^ fi.Mode().Perm()
 }
 
 // mdLinkRE is a relative markdown link: [text](target), target not a URL.

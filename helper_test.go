@@ -3,6 +3,7 @@
 package runnerstate
 
 import (
+	"fmt"
 	"log/slog"
 	"os/exec"
 	"path/filepath"
@@ -17,12 +18,28 @@ import (
 	"go.uber.org/goleak"
 )
 
-// Multi-process tests re-execute the test binary to play one of roles
-// (roles_test.go), through internal/testharness; TestMain runs the role
-// instead of the tests in a child.
+// Multi-process tests re-execute the test binary to play one of roles,
+// through internal/testharness; TestMain runs the role instead of the tests
+// in a child.
 func TestMain(m *testing.M) {
 	testharness.RunRole(roles)
 	goleak.VerifyTestMain(m)
+}
+
+// roles are the roles a child can play, by name. Each test file registers
+// the roles its tests start (registerRole, in an init beside the role), as
+// os/exec's exec_test.go registers its helper commands; roles_test.go
+// registers those that tests of several files start.
+// TestEveryRoleIsStarted holds each to a test that starts it.
+var roles = testharness.Roles{}
+
+// registerRole adds role to roles under name; a name registered twice
+// panics, so that two files cannot each believe a name plays their role.
+func registerRole(name string, role testharness.Role) {
+	if _, dup := roles[name]; dup {
+		panic(fmt.Sprintf("runnerstate tests: role %q registered twice", name))
+	}
+	roles[name] = role
 }
 
 // The harness, in this package's words.
@@ -80,8 +97,8 @@ func captureLog(t *testing.T) *testharness.LogBuffer {
 // platforms meet is guarded by one of these, named for the property, so that
 // the rest of the test still runs everywhere. What needs Linux itself
 // (injected flock errors, the kernel's list of blocked waiters, FIFOs) is in
-// platform_linux_test.go, with its answers elsewhere in
-// platform_other_test.go.
+// helper_linux_test.go, with its answers elsewhere in
+// helper_other_test.go.
 var (
 	// kernelNamesHolders: the kernel lists every lock's holders (Linux's
 	// /proc/locks), so a busy answer names the holder of any lock file.

@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	roles["runner-lock-only"] = roleRunnerLockOnly
+	registerRole("runner-lock-only", roleRunnerLockOnly)
 }
 
 // runner-lock-only: a runner of a build before v0.2, which knows no

@@ -313,21 +313,18 @@ func retireOnClear(dir string) (bool, error) {
 // undone; once read, it stands, through later Publish calls, even when the
 // request is withdrawn after (the runner has acted on it).
 //
-// In the process that holds dir, it also delivers
-// RestartLost, once, as soon as a lock file of the hold is deleted, renamed
-// or replaced, or dir itself is gone, whenever the watch started, before or
-// after the loss: the runner must stop at once, since a next runner may be
-// admitted beside it. There it also writes the holder's identity back into a
-// lock file that another program erased (an O_TRUNC open), so the holder
-// stays verifiable.
+// In the process that holds dir, it also delivers RestartLost, once, as soon
+// as a lock file of the hold is deleted, renamed or replaced, or dir itself
+// is gone, whenever the watch started, before or after the loss: the runner
+// must stop at once, since a next runner may be admitted beside it. There it also writes the holder's
+// identity back into a lock file another program erased (an O_TRUNC open),
+// so the holder stays verifiable.
 //
-// It wakes promptly on a change: on Linux through inotify on dir, elsewhere by
-// polling restart.json every 20 ms. (A process's directory watches, this
-// one's, Takeover's and Standby's, share one inotify instance, opened on
-// first use and kept open: closing one costs the kernel an SRCU grace period,
-// 10 to 25 ms.) Delivery waits for the receiver; what is
-// offered is what is on disk at each moment, so requests that came and went
-// while the receiver was busy are not replayed.
+// It wakes promptly on a change: on Linux through inotify on dir (one
+// instance per process, docs/benchmarks.md says why), elsewhere by polling
+// restart.json every 20 ms. Delivery waits for the receiver; what is offered
+// is what is on disk at each moment, so requests that came and went while
+// the receiver was busy are not replayed.
 func WatchRestart(ctx context.Context, dir string) <-chan string {
 	ch := make(chan string)
 	if dir == "" {

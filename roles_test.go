@@ -7,55 +7,42 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
-	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/runnerstate/runnerstate/internal/testharness"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
-// The roles of the multi-process tests, in one place: a test starts one with
-// startChild(t, name, arg); the child runs it with arg and exits with its
-// code. A role reports events on stdout, one line each (say), and takes
-// commands on stdin, one per line (commands); closing its stdin tells it to
-// let go and exit.
-var roles = testharness.Roles{
-	"hold":          roleHold,
-	"wait":          roleWait,
-	"try":           roleTry,
-	"rhold":         roleRhold,
-	"acquire":       roleAcquire,
-	"idle":          roleIdle,
-	"try-acquire":   roleTryAcquire,
-	"acquire-loop":  roleAcquireLoop,
-	"append":        roleAppend,
-	"runner":        roleRunner,
-	"starter":       roleStarter,
-	"scope":         roleScope,
-	"scope-raw":     roleScopeRaw,
-	"sync":          roleSync,
-	"reset":         roleReset,
-	"chaos-starter": roleChaosStarter,
-	"bare-holder":   roleBareHolder,
-	"crash-writer":  roleCrashWriter,
-	"ops":           roleOps,
-	"ns-runner":     roleNsRunner,
-	"observe":       roleObserve,
-	"probe-loop":    roleProbeLoop,
-	"acquire-log":   roleAcquireLog,
-	"tree-runner":   roleTreeRunner,
-	"lost-runner":   roleLostRunner,
-	"request":       roleRequest,
-	"chaos-worker":  roleChaosWorker,
-	"mmap-pin":      roleMmapPin,
+// The roles that tests of several files start; a role started by one file's
+// tests is registered in that file. A role reports events on stdout, one
+// line each (say), and takes commands on stdin, one per line (commands);
+// closing its stdin tells it to let go and exit.
+func init() {
+	registerRole("hold", roleHold)
+	registerRole("rhold", roleRhold)
+	registerRole("acquire", roleAcquire)
+	registerRole("idle", roleIdle)
+	registerRole("append", roleAppend)
+	registerRole("runner", roleRunner)
+	registerRole("starter", roleStarter)
+	registerRole("scope", roleScope)
+	registerRole("sync", roleSync)
+	registerRole("reset", roleReset)
+	registerRole("request", roleRequest)
 }
 
 // hold: take an exclusive lock on the path, say "locked", hold it until
@@ -84,36 +71,6 @@ func holdUntilClosed(release func()) int {
 	for range commands() {
 	}
 	release()
-	return 0
-}
-
-// wait: block in Lock until it is ours, say "locked", hold until stdin
-// closes.
-func roleWait(path string) int {
-	say("waiting")
-	unlock, err := Lock(context.Background(), path)
-	if err != nil {
-		say("error %v", err)
-		return 1
-	}
-	say("locked")
-	return holdUntilClosed(unlock)
-}
-
-// try: one TryLock; say "locked" or "busy <pid>".
-func roleTry(path string) int {
-	unlock, err := TryLock(path)
-	if err != nil {
-		var be *BusyError
-		if errors.As(err, &be) {
-			say("busy %d", be.PID)
-			return 0
-		}
-		say("error %v", err)
-		return 1
-	}
-	unlock()
-	say("locked")
 	return 0
 }
 
@@ -172,54 +129,6 @@ func roleAcquire(dir string) int {
 func roleIdle(string) int {
 	time.Sleep(10 * time.Minute)
 	return 0
-}
-
-// try-acquire: one Acquire; says "acquired" (and releases) or "busy <pid>".
-func roleTryAcquire(dir string) int {
-	release, err := Acquire(dir)
-	if err != nil {
-		var be *BusyError
-		if errors.As(err, &be) {
-			say("busy %d", be.PID)
-			return 0
-		}
-		say("error %v", err)
-		return 1
-	}
-	release()
-	say("acquired")
-	return 0
-}
-
-// acquire-loop: Acquire, Publish, release, over and over, until told
-// "stop"; then says "done <admitted> <refused>".
-func roleAcquireLoop(dir string) int {
-	cmds := commands()
-	say("looping")
-	ok, busy := 0, 0
-	for {
-		select {
-		case <-cmds:
-			say("done %d %d", ok, busy)
-			return 0
-		default:
-		}
-		release, err := Acquire(dir)
-		if err != nil {
-			if errors.Is(err, ErrBusy) {
-				busy++
-				continue
-			}
-			say("error %v", err)
-			return 1
-		}
-		if err := Publish(dir, Record{}); err != nil {
-			say("error %v", err)
-			return 1
-		}
-		ok++
-		release()
-	}
 }
 
 // append: AppendLine "<tag> <i>" for i in 0..n-1 (n is the role's line
@@ -377,22 +286,6 @@ func roleScope(arg string) int {
 	return 0
 }
 
-// scope-raw: wait for the scope's bare lock file with Lock, as a process
-// that does not go through AcquireScope, and say whether a scope owner
-// record was there at the moment the lock became ours.
-func roleScopeRaw(scopeDir string) int {
-	say("waiting")
-	unlock, err := Lock(context.Background(), filepath.Join(scopeDir, scopeLockName))
-	if err != nil {
-		say("error %v", err)
-		return 1
-	}
-	_, ok := ReadScopeOwner(scopeDir)
-	say("locked owner=%t", ok)
-	unlock()
-	return 0
-}
-
 // sync: say "starting", hold the sync mark of root from SyncRunning (no
 // deadline), say "marked", hold it until stdin closes.
 func roleSync(root string) int {
@@ -427,203 +320,6 @@ func roleReset(root string) int {
 	return 0
 }
 
-// bare-holder: take an exclusive flock on runner.lock in dir and write
-// this process's identity into it, as a runner does, and say "locked".
-// "unlock" drops the lock (the process lives on) and says "unlocked";
-// each SIGTERM is said as "term". It exits when stdin closes.
-func roleBareHolder(dir string) int {
-	terms := make(chan os.Signal, 4)
-	signal.Notify(terms, syscall.SIGTERM)
-	l, err := filelock.TryLock(filepath.Join(dir, LockName), filelock.Exclusive, 0o600)
-	if err != nil {
-		say("error %v", err)
-		return 1
-	}
-	line, _ := jsonLine(Self())
-	if err := l.WriteContent(line); err != nil {
-		say("error %v", err)
-		return 1
-	}
-	say("locked")
-	cmds := commands()
-	for {
-		select {
-		case cmd, ok := <-cmds:
-			if !ok {
-				return 0
-			}
-			if cmd == "unlock" {
-				l.Release()
-				say("unlocked")
-			}
-		case <-terms:
-			say("term")
-		}
-	}
-}
-
-// ns-runner: Acquire dir, Publish, leave a restart request addressed to
-// itself, say "acquired <pid as it sees itself>", hold until stdin closes.
-// Run behind `unshare --pid` it is a runner of another PID namespace.
-func roleNsRunner(dir string) int {
-	release, err := Acquire(dir)
-	if err != nil {
-		say("error %v", err)
-		return 1
-	}
-	if err := Publish(dir, Record{Specs: []string{"other-namespace"}}); err != nil {
-		say("error %v", err)
-		return 1
-	}
-	if err := RequestRestart(dir, RestartDrain); err != nil {
-		say("error %v", err)
-		return 1
-	}
-	say("acquired %d", os.Getpid())
-	return holdUntilClosed(release)
-}
-
-// observe: answer questions about dir, one per command, each as one line
-// "answer <JSON>": "status" (Status), "running" (Running), "standby <d>"
-// (Standby with a context of d), "restart <mode>" (RequestRestart), "lock"
-// (a TryLock of dir's runner.lock). It runs until stdin closes.
-func roleObserve(dir string) int {
-	for cmd := range commands() {
-		var a observation
-		switch verb, arg, _ := strings.Cut(cmd, " "); verb {
-		case "status":
-			r, err := Status(dir)
-			a.Report, a.Err = &r, errText(err)
-		case "running":
-			rec, ok, err := Running(dir)
-			a.Record, a.Running, a.Err = &rec, ok, errText(err)
-		case "standby":
-			d, _ := time.ParseDuration(arg)
-			ctx, cancel := context.WithTimeout(context.Background(), d)
-			res, err := Standby(ctx, dir, StandbyOptions{})
-			cancel()
-			a.Standby, a.Err, a.Busy = &res, errText(err), errors.Is(err, ErrBusy)
-		case "restart":
-			a.Err = errText(RequestRestart(dir, arg))
-		case "lock":
-			unlock, err := TryLock(filepath.Join(dir, LockName))
-			if err == nil {
-				unlock()
-			}
-			a.Err, a.Busy = errText(err), errors.Is(err, ErrBusy)
-		}
-		line, _ := json.Marshal(a)
-		say("answer %s", line)
-	}
-	return 0
-}
-
-// observation is one answer of the observe role.
-type observation struct {
-	Report  *Report        `json:"report,omitempty"`
-	Record  *Record        `json:"record,omitempty"`
-	Running bool           `json:"running,omitempty"`
-	Standby *StandbyResult `json:"standby,omitempty"`
-	Busy    bool           `json:"busy,omitempty"`
-	Err     string         `json:"err,omitempty"`
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
-// probe-loop: call Status on dir as fast as it can, say "probing" after the
-// first call and "probed <n> <errors>" once stdin closes.
-func roleProbeLoop(dir string) int {
-	stop := make(chan struct{})
-	go func() {
-		for range commands() {
-		}
-		close(stop)
-	}()
-	n, failed := 0, 0
-	for {
-		if _, err := Status(dir); err != nil {
-			failed++
-		}
-		if n++; n == 1 {
-			say("probing")
-		}
-		select {
-		case <-stop:
-			say("probed %d %d", n, failed)
-			return 0
-		default:
-		}
-	}
-}
-
-// acquire-log: Acquire dir with the package's log captured, say "acquired
-// <log as JSON string>", hold until stdin closes.
-func roleAcquireLog(dir string) int {
-	var log testharness.LogBuffer
-	SetLogger(slog.New(slog.NewTextHandler(&log, nil)))
-	release, err := Acquire(dir)
-	if err != nil {
-		say("error %v", err)
-		return 1
-	}
-	line, _ := json.Marshal(log.String())
-	say("acquired %s", line)
-	return holdUntilClosed(release)
-}
-
-// lost-runner: Acquire dir, Publish, watch for restart requests, say
-// "acquired". Each delivery is said as "got <mode>". Commands: "publish"
-// (says "publish <error or ok>"), "watch" (a second WatchRestart, whose first
-// delivery is said as "watch2 <mode>"). It runs until stdin closes.
-func roleLostRunner(dir string) int {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var early <-chan string
-	if os.Getenv(envBehaviour) == "watch-first" {
-		early = WatchRestart(ctx, dir) // before the hold exists
-	}
-	release, err := Acquire(dir)
-	if err != nil {
-		say("error %v", err)
-		return 1
-	}
-	defer release()
-	if err := Publish(dir, Record{Specs: []string{"lost"}}); err != nil {
-		say("error %v", err)
-		return 1
-	}
-	restarts := WatchRestart(ctx, dir)
-	if early != nil {
-		restarts = early
-	}
-	say("acquired")
-	cmds := commands()
-	var second <-chan string
-	for {
-		select {
-		case mode := <-restarts:
-			say("got %s", mode)
-		case mode := <-second:
-			say("watch2 %s", mode)
-			second = nil
-		case cmd, ok := <-cmds:
-			switch {
-			case !ok:
-				return 0
-			case cmd == "publish":
-				say("publish %s", strings.ReplaceAll(errText(Publish(dir, Record{})), "\n", " "))
-			case cmd == "watch":
-				second = WatchRestart(ctx, dir)
-			}
-		}
-	}
-}
-
 // request: RequestRestart dir with the mode in $RUNNERSTATE_TEST_BEHAVIOUR,
 // say "requested", and exit.
 func roleRequest(dir string) int {
@@ -633,4 +329,55 @@ func roleRequest(dir string) int {
 	}
 	say("requested")
 	return 0
+}
+
+// TestEveryRoleIsStarted: every registered role is started by some test: its
+// name is an argument of a call in a test file (startChild(t, "hold", …), a
+// helper that starts it), or the end of a "<RoleEnv>=<name>" setting, other
+// than its own registration. A role no test starts is dead code that
+// registration would otherwise keep compiling.
+func TestEveryRoleIsStarted(t *testing.T) {
+	files, err := filepath.Glob("*_test.go")
+	require.NoError(t, err)
+	started := map[string]bool{}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		require.NoError(t, err)
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			if id, ok := call.Fun.(*ast.Ident); ok && id.Name == "registerRole" {
+				return false
+			}
+			for _, arg := range call.Args {
+				ast.Inspect(arg, func(n ast.Node) bool {
+					if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+						if s, err := strconv.Unquote(lit.Value); err == nil {
+							started[s] = true
+							if _, after, ok := strings.Cut(s, "="); ok {
+								started[after] = true
+							}
+						}
+					}
+					return true
+				})
+			}
+			return true
+		})
+	}
+	require.NotEmpty(t, roles)
+	for name := range roles {
+		assert.True(t, started[name], "role %q is registered but no test starts it", name)
+	}
+}
+
+// TestRegisterRoleRefusesADuplicate: a second registration of a name panics,
+// and leaves the first in place.
+func TestRegisterRoleRefusesADuplicate(t *testing.T) {
+	first := reflect.ValueOf(roles["hold"]).Pointer()
+	assert.Panics(t, func() { registerRole("hold", roleAcquire) })
+	assert.Equal(t, first, reflect.ValueOf(roles["hold"]).Pointer())
 }

@@ -3,20 +3,26 @@
 package runnerstate
 
 import (
+	"bufio"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
-// Runner-protocol tests that need Linux itself: zombies seen through waitid
-// and /proc.
+// Tests of runnerstate.go that need Linux itself: zombies seen through
+// waitid and /proc, a lock on its way to free, a probe that touches no
+// locked file.
 
 // Case: a child runner holds the lock, is killed with SIGKILL and not yet
 // reaped. Liveness says Dead; Acquire in another process succeeds at once.
@@ -52,34 +58,6 @@ func TestAcquireAfterZombieHolder(t *testing.T) {
 	runner.Wait()
 }
 
-// A runner frozen with SIGSTOP holds the directory and serves nothing:
-// Status still says it is verified alive (it is), and warns that it is
-// stopped, naming its pid; continued, the warning goes.
-func TestStatusSaysAStoppedHolderIsStopped(t *testing.T) {
-	dir := tempDir(t)
-	runner := startChild(t, "runner", dir)
-	runner.Expect("acquired")
-	pid := runner.PID()
-	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
-	eventually(t, "the runner is stopped", func() bool {
-		st, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		s, err := liveness.ParseStat(st)
-		return err == nil && s.State == 'T'
-	})
-	r, err := Status(dir)
-	require.NoError(t, err)
-	assert.True(t, r.Verified)
-	want := "the runner, pid " + strconv.Itoa(pid) + ", is stopped (state T"
-	assert.True(t, hasWarning(r, want), "warnings %q lack %q", r.Warnings, want)
-
-	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
-	eventually(t, "the warning goes once it is continued", func() bool {
-		r, err := Status(dir)
-		return err == nil && !hasWarning(r, "is stopped")
-	})
-}
-
 // hasWarning reports whether one of r's warnings contains s.
 func hasWarning(r Report, s string) bool {
 	for _, w := range r.Warnings {
@@ -88,4 +66,155 @@ func hasWarning(r Report, s string) bool {
 		}
 	}
 	return false
+}
+
+// A busy answer whose lock nobody holds any more (the file was closed, but
+// a reader of the holder's /proc/<pid>/fdinfo, a probe, still has it, so
+// the kernel has not let the lock go) is tried again until the lock is
+// free: Acquire succeeds. Here a mapping stands in for the reader: it keeps
+// the closed file, and its lock, until it is unmapped. A lock that stays on
+// its way for ever is busy after a bounded wait.
+func TestAcquireWaitsOutALockOnItsWayToFree(t *testing.T) {
+	if !kernelNamesHolders {
+		t.Skip("the kernel does not list lock holders here: a busy answer is tried again only briefly")
+	}
+	dir := tempDir(t)
+	pin := startChild(t, "mmap-pin", dir)
+	pin.Expect("pinned")
+
+	_, err := Acquire(dir)
+	require.ErrorIs(t, err, ErrBusy, "still pinned after passingWait: busy")
+
+	// The hook runs before the retries: the pin goes while it runs.
+	seen := make(chan filelock.BusyAnswer, 1)
+	unpinned := make(chan struct{})
+	fn := func(state filelock.BusyAnswer) { seen <- state; <-unpinned }
+	defer filelock.SetPassingHook(fn)()
+	type result struct {
+		release func()
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		release, err := Acquire(dir)
+		done <- result{release, err}
+	}()
+	require.Equal(t, filelock.BusyPassing, <-seen, "nobody holds it through a descriptor: passing")
+	pin.Send("unpin")
+	pin.Expect("unpinned")
+	close(unpinned)
+	r := <-done
+	require.NoError(t, r.err, "admitted once the lock is free")
+	r.release()
+	require.NoError(t, pin.Stop())
+}
+
+// A lock held through a descriptor, even one a child inherited, is held:
+// the answer is busy at once, not tried again.
+func TestAcquireBusyAtOnceWhenHeld(t *testing.T) {
+	if !kernelNamesHolders {
+		t.Skip("the kernel does not list lock holders here")
+	}
+	dir := tempDir(t)
+	holder := startChild(t, "acquire", dir)
+	holder.Expect("acquired")
+	seen := make(chan filelock.BusyAnswer, 8)
+	fn := func(state filelock.BusyAnswer) { seen <- state }
+	defer filelock.SetPassingHook(fn)()
+	_, err := Acquire(dir)
+	assert.ErrorIs(t, err, ErrBusy)
+	assert.Equal(t, filelock.BusyHeld, <-seen)
+	require.NoError(t, holder.Stop())
+}
+
+func init() { registerRole("probe-once", roleProbeOnce) }
+
+// probe-once: Running and Status of dir, once each; says what they found.
+func roleProbeOnce(dir string) int {
+	rec, ok, err := Running(dir)
+	say("running %d %v %v", rec.PID, ok, err)
+	r, err := Status(dir)
+	say("status %d %v %v", r.Holder.PID, r.Verified, err)
+	return 0
+}
+
+// TestProbeTouchesNoLockedFile traces (strace -f) a process that asks Running
+// and Status about a directory whose verified runner published its record:
+// neither opens a file of the directory that carries a lock, nor makes any
+// flock call. Such an open and its close would wait behind every reader of
+// /proc/locks on the machine (see holder.InspectPair), whatever it costs.
+func TestProbeTouchesNoLockedFile(t *testing.T) {
+	straceBin, err := exec.LookPath("strace")
+	if err != nil {
+		t.Skip("strace is not installed (apt-get install strace): this test traces a probe's system calls")
+	}
+	dir := tempDir(t)
+	runner := startChild(t, "runner", dir)
+	runner.Expect("acquired")
+
+	out := filepath.Join(t.TempDir(), "trace")
+	cmd := testharness.Command(dir, straceBin, "-f", "-qq", "-o", out, "-e", "trace=openat,open,flock")
+	cmd.Env = append(os.Environ(), testharness.RoleEnv+"=probe-once")
+	said, err := cmd.Output()
+	if err != nil && strings.Contains(string(said), "ptrace") {
+		t.Skipf("strace cannot trace here: %s", said)
+	}
+	require.NoError(t, err, "%s", said)
+	assert.Contains(t, string(said), "running "+strconv.Itoa(runner.PID())+" true <nil>")
+	assert.Contains(t, string(said), "status "+strconv.Itoa(runner.PID())+" true <nil>")
+
+	f, err := os.Open(out)
+	require.NoError(t, err)
+	defer f.Close()
+	var opened []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		assert.NotContains(t, line, "flock(", "a probe made a flock call")
+		if strings.Contains(line, dir) {
+			opened = append(opened, line)
+		}
+	}
+	require.NoError(t, sc.Err())
+	require.NotEmpty(t, opened, "the trace shows no open under %s: strace traced nothing?", dir)
+	for _, line := range opened {
+		// Every file of the directory that carries a lock is named *.lock
+		// (runner.lock, tree.lock, .state.lock).
+		assert.NotContains(t, line, `.lock"`, "a probe opened a file that carries a lock")
+	}
+}
+
+func init() { registerRole("mmap-pin", roleMmapPin) }
+
+// mmap-pin: take an exclusive flock on dir's runner.lock, map the file and
+// close the descriptor, so that the lock stays held by an open file that no
+// descriptor names (as a /proc/<pid>/fdinfo reader holds a file the holder
+// has just closed), and say "pinned"; command "unpin" unmaps it, which
+// frees the lock, and says "unpinned".
+func roleMmapPin(dir string) int {
+	path := filepath.Join(dir, LockName)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	mem, err := unix.Mmap(fd, 0, os.Getpagesize(), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	unix.Close(fd)
+	say("pinned")
+	for cmd := range commands() {
+		if cmd == "unpin" && mem != nil {
+			unix.Munmap(mem)
+			mem = nil
+			say("unpinned")
+		}
+	}
+	return 0
 }

@@ -4,8 +4,8 @@ package runnerstate
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,31 +73,6 @@ func TestAcquirePublishRunning(t *testing.T) {
 	content, _ := os.ReadFile(filepath.Join(dir, LockName))
 	assert.Empty(t, content, "release clears the lock file's content")
 	assert.ErrorIs(t, Publish(dir, Record{}), ErrNotHolder)
-}
-
-func TestPublishNeedsTheLock(t *testing.T) {
-	dir := tempDir(t)
-	err := Publish(dir, Record{})
-	assert.ErrorIs(t, err, ErrNotHolder)
-	assert.Contains(t, err.Error(), dir)
-	// A lock taken with TryLock on the lock file is not a runner's hold.
-	unlock, err := TryLock(filepath.Join(dir, LockName))
-	require.NoError(t, err)
-	defer unlock()
-	assert.ErrorIs(t, Publish(dir, Record{}), ErrNotHolder)
-	assert.NoFileExists(t, filepath.Join(dir, RecordName))
-}
-
-func TestPublishAfterLockFileReplaced(t *testing.T) {
-	if !removeOpenFiles {
-		t.Skip("a held lock file cannot be removed here")
-	}
-	dir := tempDir(t)
-	release, err := Acquire(dir)
-	require.NoError(t, err)
-	defer release()
-	require.NoError(t, os.Remove(filepath.Join(dir, LockName)))
-	assert.ErrorIs(t, Publish(dir, Record{}), ErrNotHolder, "a lock on an unlinked file protects nothing")
 }
 
 // Case: runner.json names this very process's pid but a different start
@@ -479,52 +454,6 @@ func TestClearStale(t *testing.T) {
 	require.NoError(t, live.Stop())
 }
 
-func TestStatusJSON(t *testing.T) {
-	dir := tempDir(t)
-	release, err := Acquire(dir)
-	require.NoError(t, err)
-	defer release()
-	require.NoError(t, Publish(dir, Record{MaxParallel: 2}))
-	require.NoError(t, RequestRestart(dir, RestartDrain))
-	st, err := Status(dir)
-	require.NoError(t, err)
-	data, err := json.Marshal(st)
-	require.NoError(t, err)
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(data, &m))
-	for _, k := range []string{"dir", "held", "holder", "verified", "restart", "waiting", "stale", "warnings"} {
-		assert.Contains(t, m, k)
-	}
-	assert.Equal(t, true, m["held"])
-	assert.Equal(t, true, m["verified"])
-	assert.Equal(t, "drain", m["restart"])
-	assert.Equal(t, float64(os.Getpid()), m["holder"].(map[string]any)["pid"])
-	assert.Equal(t, []any{}, m["waiting"])
-	assert.Equal(t, []any{}, m["stale"])
-	assert.Equal(t, []any{}, m["warnings"])
-}
-
-func TestStatusWarnsAboutWorldWritableDir(t *testing.T) {
-	dir := tempDir(t)
-	if !unixFiles {
-		// Windows has no mode bits: Go reports every directory as 0777,
-		// and who may write is an ACL's business. Nothing is warned.
-		st, err := Status(dir)
-		require.NoError(t, err)
-		assert.Empty(t, st.Warnings)
-		return
-	}
-	require.NoError(t, os.Chmod(dir, 0o777))
-	st, err := Status(dir)
-	require.NoError(t, err)
-	require.Len(t, st.Warnings, 1)
-	assert.Contains(t, st.Warnings[0], "world-writable")
-	require.NoError(t, os.Chmod(dir, os.ModeSticky|0o777))
-	st, err = Status(dir)
-	require.NoError(t, err)
-	assert.Empty(t, st.Warnings)
-}
-
 func TestAcquireRefusesOddDirs(t *testing.T) {
 	file := filepath.Join(tempDir(t), "file")
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
@@ -573,42 +502,54 @@ func TestAcquireRetiresOnlyOthersRestartRequests(t *testing.T) {
 	h.Release()
 }
 
-// Case: the dir "" meant the current directory to Status and an error to
-// Acquire. It is the same clear error everywhere; the calls without an error
-// answer treat it as an empty directory.
-func TestEmptyDirIsAnErrorEverywhere(t *testing.T) {
-	calls := map[string]func() error{
-		"Acquire":        func() error { _, err := Acquire(""); return err },
-		"Running":        func() error { _, _, err := Running(""); return err },
-		"ClearStale":     func() error { _, _, err := ClearStale(""); return err },
-		"Status":         func() error { _, err := Status(""); return err },
-		"Publish":        func() error { return Publish("", Record{}) },
-		"SaveLines":      func() error { return SaveLines("", "x", nil) },
-		"LoadLines":      func() error { _, err := LoadLines("", "x"); return err },
-		"AppendLine":     func() error { return AppendLine("", "x", "y") },
-		"MigrateFile":    func() error { return MigrateFile("", "x", "y") },
-		"RequestRestart": func() error { return RequestRestart("", RestartNow) },
-		"ClearRestart":   func() error { return ClearRestart("") },
-		"Takeover":       func() error { _, err := Takeover(background(t), "", TakeoverOptions{}); return err },
-		"Standby":        func() error { _, err := Standby(background(t), "", StandbyOptions{}); return err },
+func init() { registerRole("try-acquire", roleTryAcquire) }
+
+// try-acquire: one Acquire; says "acquired" (and releases) or "busy <pid>".
+func roleTryAcquire(dir string) int {
+	release, err := Acquire(dir)
+	if err != nil {
+		var be *BusyError
+		if errors.As(err, &be) {
+			say("busy %d", be.PID)
+			return 0
+		}
+		say("error %v", err)
+		return 1
 	}
-	for name, call := range calls {
-		err := call()
-		require.Error(t, err, name)
-		assert.Contains(t, err.Error(), "the directory name is empty", name)
-		assert.True(t, strings.HasPrefix(err.Error(), "runnerstate: "), name)
+	release()
+	say("acquired")
+	return 0
+}
+
+func init() { registerRole("acquire-loop", roleAcquireLoop) }
+
+// acquire-loop: Acquire, Publish, release, over and over, until told
+// "stop"; then says "done <admitted> <refused>".
+func roleAcquireLoop(dir string) int {
+	cmds := commands()
+	say("looping")
+	ok, busy := 0, 0
+	for {
+		select {
+		case <-cmds:
+			say("done %d %d", ok, busy)
+			return 0
+		default:
+		}
+		release, err := Acquire(dir)
+		if err != nil {
+			if errors.Is(err, ErrBusy) {
+				busy++
+				continue
+			}
+			say("error %v", err)
+			return 1
+		}
+		if err := Publish(dir, Record{}); err != nil {
+			say("error %v", err)
+			return 1
+		}
+		ok++
+		release()
 	}
-	assert.Empty(t, StalePIDs(""))
-	_, ok := RestartRequested("")
-	assert.False(t, ok)
-	ctx, cancel := context.WithCancel(context.Background())
-	ch := WatchRestart(ctx, "")
-	cancel()
-	for range ch {
-		t.Fatal("WatchRestart of an empty directory name delivered a request")
-	}
-	st, err := Status("")
-	require.Error(t, err)
-	assert.NotNil(t, st.Waiting)
-	assert.NoFileExists(t, LockName, "nothing was created in the current directory")
 }

@@ -30,8 +30,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Start's tests, one per numbered point of its contract (TestStart1... to
-// TestStart11...), with real processes: the command Start starts is this
+// Start's tests, one or more per point of its contract, each named for what
+// it checks (TestStart...), with real processes: the command Start starts is this
 // test binary playing "started-runner", which takes the directory with
 // Takeover and publishes as a runner does; what it does besides is set by
 // its environment (envStartMode).
@@ -43,11 +43,11 @@ const (
 )
 
 func init() {
-	roles["started-runner"] = roleStartedRunner
-	roles["start-caller"] = roleStartCaller
-	roles["notify-runner"] = roleNotifyRunner
-	roles["unpublished-holder"] = roleUnpublishedHolder
-	roles["chaos-start-caller"] = roleChaosStartCaller
+	registerRole("started-runner", roleStartedRunner)
+	registerRole("start-caller", roleStartCaller)
+	registerRole("notify-runner", roleNotifyRunner)
+	registerRole("unpublished-holder", roleUnpublishedHolder)
+	registerRole("chaos-start-caller", roleChaosStartCaller)
 }
 
 // unpublished-holder: Acquire dir and never Publish; say "acquired", hold
@@ -281,7 +281,7 @@ func startDir(t *testing.T) string {
 
 // 1. Ready is a verified holder whose record says Ready; a runner admitted
 // but not yet published is starting, and Start waits for it.
-func TestStart1ReadyIsPublishedNotAdmitted(t *testing.T) {
+func TestStartReadyIsPublishedNotAdmitted(t *testing.T) {
 	captureLog(t)
 	dir := startDir(t)
 	done := make(chan struct{})
@@ -319,7 +319,7 @@ func TestStart1ReadyIsPublishedNotAdmitted(t *testing.T) {
 // A record without the field, from a build older than v0.3, counts as
 // ready only once it carries MaxParallel, Specs or Meta: the placeholder
 // such a build writes at admission carries none of them.
-func TestStart1RecordWithoutReadyCountsAsReadyOnlyWithContent(t *testing.T) {
+func TestStartRecordWithoutReadyCountsAsReadyOnlyWithContent(t *testing.T) {
 	for _, c := range []struct {
 		json  string
 		ready bool
@@ -345,7 +345,7 @@ func TestStart1RecordWithoutReadyCountsAsReadyOnlyWithContent(t *testing.T) {
 // An older runner's admission placeholder (no ready field, nothing of its
 // own) in a held directory is not ready for Running, nor for Start's
 // probe; the same runner's record with Specs is.
-func TestStart1OlderPlaceholderIsNotReady(t *testing.T) {
+func TestStartOlderPlaceholderIsNotReady(t *testing.T) {
 	dir := tempDir(t)
 	holder := startChild(t, "unpublished-holder", dir)
 	holder.Expect("acquired")
@@ -381,7 +381,7 @@ func TestStart1OlderPlaceholderIsNotReady(t *testing.T) {
 
 // 2. A ready runner that Accept accepts: Start returns its record, locks
 // nothing, writes nothing, starts nothing.
-func TestStart2FastPathTouchesNothing(t *testing.T) {
+func TestStartFastPathTouchesNothing(t *testing.T) {
 	captureLog(t)
 	dir := tempDir(t)
 	runner := startChild(t, "runner", dir)
@@ -414,7 +414,7 @@ func dirListing(t *testing.T, dir string) map[string]string {
 // 3. Concurrent Starts from several processes share one attempt: exactly
 // one process is started, and every caller gets the same ready record; a
 // failed attempt's failure is shared too, with the same pid and status.
-func TestStart3OneSpawnPerAttempt(t *testing.T) {
+func TestStartOneSpawnPerAttempt(t *testing.T) {
 	captureLog(t)
 	t.Run("ready", func(t *testing.T) {
 		dir := startDir(t)
@@ -514,7 +514,7 @@ func startCallers(t *testing.T, dir, mode string, n int) []*child {
 // descriptors but ExtraFiles and the readiness descriptor (even one opened
 // without close-on-exec), no NOTIFY_SOCKET; the caller's SysProcAttr fields
 // that would tie it are cleared; it outlives its caller.
-func TestStart4Detached(t *testing.T) {
+func TestStartDetached(t *testing.T) {
 	captureLog(t)
 	dir := startDir(t)
 	leakyPath := filepath.Join(dir, "leaky")
@@ -577,7 +577,7 @@ func TestStart4Detached(t *testing.T) {
 // publishes; Start returns that record, woken by the readiness descriptor.
 // A held holder that cannot be verified is starting: Start waits for it,
 // starting nothing, until ctx ends.
-func TestStart5RunnerTakesDirItself(t *testing.T) {
+func TestStartRunnerTakesDirItself(t *testing.T) {
 	captureLog(t)
 	dir := startDir(t)
 	rec, err := Start(background(t), dir, startedRunner(dir, "ready"), StartOptions{})
@@ -606,7 +606,7 @@ func TestStart5RunnerTakesDirItself(t *testing.T) {
 // 6. A started process that exits before it is ready: a *StartError with
 // its exit status (128+n for signal n) and only this attempt's log lines;
 // nothing is left held.
-func TestStart6DiesBeforeReady(t *testing.T) {
+func TestStartDiesBeforeReady(t *testing.T) {
 	captureLog(t)
 	dir := startDir(t)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, logName), []byte("an older runner's line\n"), 0o600))
@@ -642,7 +642,7 @@ func TestStart6DiesBeforeReady(t *testing.T) {
 
 // 7. The context ends first: a *StartError wrapping ctx.Err() and naming
 // the pid; the process is left running, and a later Start waits for it.
-func TestStart7ContextEndsFirst(t *testing.T) {
+func TestStartContextEndsFirst(t *testing.T) {
 	captureLog(t)
 	dir := startDir(t)
 	ctx, cancel := context.WithTimeout(background(t), 100*time.Millisecond)
@@ -693,7 +693,7 @@ func TestStart7ContextEndsFirst(t *testing.T) {
 
 // 7, the log: a start whose context ends first reports what the process
 // wrote so far, as one that exits does (runnerctl start prints it).
-func TestStart7ContextEndsFirstHasTheLogTail(t *testing.T) {
+func TestStartContextEndsFirstHasTheLogTail(t *testing.T) {
 	captureLog(t)
 	dir := tempDir(t)
 	said := filepath.Join(t.TempDir(), "said")
@@ -720,7 +720,7 @@ func TestStart7ContextEndsFirstHasTheLogTail(t *testing.T) {
 // 8. Accept refuses the ready runner: Start starts cmd, whose Takeover
 // replaces the old one; refused again: a *StartError with ExitCode -1, the
 // new runner left running, and no loop.
-func TestStart8AcceptReplacesRefused(t *testing.T) {
+func TestStartAcceptReplacesRefused(t *testing.T) {
 	captureLog(t)
 	dir := startDir(t)
 	metaIs := func(v string) func(Record) bool {
@@ -746,7 +746,7 @@ func TestStart8AcceptReplacesRefused(t *testing.T) {
 
 // 9. Status shows the attempt in progress; a ctx already ended gets the
 // fast path, then a *StartError wrapping ctx.Err().
-func TestStart9StatusShowsStarting(t *testing.T) {
+func TestStartStatusShowsStarting(t *testing.T) {
 	captureLog(t)
 	dir := startDir(t)
 	done := make(chan error, 1)
@@ -783,7 +783,7 @@ func TestStart9StatusShowsStarting(t *testing.T) {
 }
 
 // 10. Bad input: a clear error at once, nothing created.
-func TestStart10BadInput(t *testing.T) {
+func TestStartBadInput(t *testing.T) {
 	captureLog(t)
 	base := tempDir(t)
 	file := filepath.Join(base, "file")
@@ -839,7 +839,7 @@ func TestStart10BadInput(t *testing.T) {
 // 11. NOTIFY_SOCKET: READY=1 and MAINPID in one datagram on the first
 // Publish of the process, over a path socket and an abstract one; a send
 // that fails is logged once and never fails Publish; nothing on release.
-func TestStart11NotifySocket(t *testing.T) {
+func TestStartNotifySocket(t *testing.T) {
 	for _, abstract := range []bool{false, true} {
 		t.Run(map[bool]string{false: "path", true: "abstract"}[abstract], func(t *testing.T) {
 			dir := tempDir(t)
@@ -1072,7 +1072,7 @@ func roleChaosStartCaller(dir string) int {
 
 // 3. Each waiter applies its own Accept to the record the shared attempt
 // produced: one that refuses it makes its own attempt, which replaces it.
-func TestStart3WaiterRefusesTheSharedRecord(t *testing.T) {
+func TestStartWaiterRefusesTheSharedRecord(t *testing.T) {
 	captureLog(t)
 	dir := startDir(t)
 	metaIs := func(v string) func(Record) bool {
@@ -1099,7 +1099,7 @@ func TestStart3WaiterRefusesTheSharedRecord(t *testing.T) {
 
 // 10. Start's own files refused where they cannot be trusted: a symlink at
 // start.lock or start.json is an error naming it, and nothing is started.
-func TestStart10SymlinkedStartFilesRefused(t *testing.T) {
+func TestStartSymlinkedStartFilesRefused(t *testing.T) {
 	captureLog(t)
 	for _, name := range []string{startLockName, startName} {
 		t.Run(name, func(t *testing.T) {

@@ -21,7 +21,7 @@ import (
 // rest of its tests, which use Unix signals, sessions and /proc, are in
 // start_linux_test.go.
 
-func init() { roles["portable-runner"] = rolePortableRunner }
+func init() { registerRole("portable-runner", rolePortableRunner) }
 
 // portable-runner: with RS_TEST_PORTABLE_DIE set, print "boom" and exit 3;
 // otherwise Takeover dir, Publish, and hold it until the file "stop"

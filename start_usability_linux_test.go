@@ -26,7 +26,7 @@ import (
 // What a client of Start meets once it builds something real, each with
 // real processes, as in start_linux_test.go.
 
-func init() { roles["env-runner"] = roleEnvRunner }
+func init() { registerRole("env-runner", roleEnvRunner) }
 
 // envReportName is the file an env-runner writes what its child finds.
 const envReportName = "env-report"

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os/exec"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -707,46 +706,4 @@ func warnOnceTo(log *slog.Logger, key, msg string, args ...any) {
 	if firstTime(key) {
 		log.Info(msg, args...)
 	}
-}
-
-// Inherit makes cmd's process part of the runner's tree: it passes cmd a
-// descriptor of the runner's tree lock (tree.lock), appended to
-// cmd.ExtraFiles (so the child has it as descriptor 3+its index there; the
-// caller's entries are kept), so that the directory is not free for the next
-// runner while that process, or any process it starts that keeps the
-// descriptor, lives. cmd must not have been started. The file belongs to the
-// hold: release closes it, and the caller must not.
-//
-// Once the runner is gone (released, or killed), such processes are
-// orphans: Acquire refuses and names one, Status lists them, Standby waits
-// for them, and Takeover signals them (SIGTERM at once, SIGKILL KillAfter
-// later), each checked first to still hold the descriptor. A process that
-// closes its inherited descriptors (a daemon that closes everything above
-// stderr, say) leaves the tree, and nothing can keep it in. Children started
-// without Inherit are not part of the tree.
-//
-// Errors: ErrNotHolder (wrapped) unless this process holds dir (Acquire or
-// Takeover); an error naming cmd.Path, leaving cmd unchanged, when cmd has
-// been started; on Windows, and wherever a lock's descriptor cannot be lent,
-// an error wrapping errors.ErrUnsupported.
-func Inherit(dir string, cmd *exec.Cmd) error {
-	if err := checkDir("Inherit", dir); err != nil {
-		return err
-	}
-	if cmd.Process != nil {
-		return errorf("Inherit %s: the command has been started; call Inherit before Start", cmd.Path)
-	}
-	h := holdOf(dir)
-	if h == nil {
-		return fmt.Errorf("%w: %s (take it with Acquire or Takeover first)", ErrNotHolder, filepath.Join(dir, LockName))
-	}
-	f, err := h.Lend()
-	if errors.Is(err, hold.ErrReleased) {
-		return fmt.Errorf("%w: %s was released", ErrNotHolder, filepath.Join(dir, LockName))
-	}
-	if err != nil {
-		return public(err)
-	}
-	cmd.ExtraFiles = append(cmd.ExtraFiles, f)
-	return nil
 }

@@ -3,27 +3,27 @@
 package runnerstate
 
 import (
+	"bytes"
 	"context"
-	"errors"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/fsinfo"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// The runner's process tree, a lost lock file, a dead starter's request:
-// each tried here with real processes.
+// The runner's process tree (tree.lock, Inherit, orphans) and the
+// cross-check of runner.lock seen through another mount: each tried here
+// with real processes.
 
 // treeRunner is a tree-runner child and the pids of its three children.
 type treeRunner struct {
@@ -182,275 +182,182 @@ func TestInherit(t *testing.T) {
 	assert.Empty(t, started.ExtraFiles, "a started cmd is left unchanged")
 }
 
-// startLostRunner starts a lost-runner on dir.
-func startLostRunner(t *testing.T, dir string) *child {
-	t.Helper()
-	c := startChild(t, "lost-runner", dir)
-	c.Expect("acquired")
-	return c
-}
+// With fuse.bindfs opted in, a runner (a child process) holds the directory
+// through one view; through the other view and through the real path the
+// kernel lock looks free, and the cross-check refuses Acquire, Takeover and
+// ClearStale, naming the runner, which is left running and never signalled;
+// Running and Status there say a runner runs.
+func TestFuseViewsCrossCheck(t *testing.T) {
+	real, a, b := bindfsViews(t, "bindfs")
+	defer TrustFilesystem("fuse.bindfs")()
+	cmd := testharness.Command(filepath.Join(a, "d"))
+	cmd.Env = append(os.Environ(), fsinfo.TrustEnv+"=fuse.bindfs")
+	runner := startChildCmd(t, cmd, "acquire")
+	runner.Expect("acquired")
+	pid := strconv.Itoa(runner.PID())
+	lockBefore, err := os.ReadFile(filepath.Join(real, "d", LockName))
+	require.NoError(t, err)
+	require.Contains(t, string(lockBefore), `"pid":`+pid)
 
-// A WatchRestart started before Acquire in the process that then holds the
-// directory is that hold's watch too: it delivers RestartLost once
-// runner.lock is lost.
-func TestLostLockFileWatchStartedBeforeAcquire(t *testing.T) {
-	dir := t.TempDir()
-	cmd := testharness.Command(dir)
-	cmd.Env = append(os.Environ(), envBehaviour+"=watch-first")
-	holder := startChildCmd(t, cmd, "lost-runner")
-	holder.Expect("acquired")
-	require.NoError(t, os.Remove(filepath.Join(dir, LockName)))
-	holder.Expect("got " + RestartLost)
-}
-
-// Case: runner.lock removed, or renamed over, under a live holder. The
-// holder is told RestartLost at once, by a WatchRestart started before the
-// loss and by one started after; its Publish fails saying so. The next
-// runner is refused while the holder lives (its tree.lock says it still
-// runs), Running and Status name it, and Takeover treats it as a verified
-// runner already told: Grace, then SIGTERM.
-func TestLostLockFile(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		lose func(t *testing.T, dir string)
-	}{
-		{"removed", func(t *testing.T, dir string) {
-			require.NoError(t, os.Remove(filepath.Join(dir, LockName)))
-		}},
-		{"renamed over", func(t *testing.T, dir string) {
-			other := filepath.Join(dir, "other")
-			require.NoError(t, os.WriteFile(other, nil, 0o600))
-			require.NoError(t, os.Rename(other, filepath.Join(dir, LockName)))
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			holder := startLostRunner(t, dir)
-			start := time.Now()
-			tc.lose(t, dir)
-			holder.Expect("got " + RestartLost)
-			t.Logf("RestartLost %v after the loss", time.Since(start).Round(time.Microsecond))
-			holder.Send("watch")
-			holder.Expect("watch2 " + RestartLost)
-			holder.Send("publish")
-			line := holder.Expect("publish ")
-			assert.Contains(t, line, ErrNotHolder.Error())
-			assert.Contains(t, line, "removed or replaced while held")
-			_, ok := RestartRequested(dir)
-			assert.False(t, ok, "RestartLost is never a request")
-
+	for _, dir := range []string{filepath.Join(b, "d"), filepath.Join(real, "d")} {
+		t.Run(filepath.Base(filepath.Dir(dir)), func(t *testing.T) {
+			logged := captureLog(t)
+			refused := func(what string, err error) {
+				t.Helper()
+				if assert.ErrorIs(t, err, ErrLockingUnsupported, what) {
+					assert.Contains(t, err.Error(), "pid "+pid+" (verified alive)", what)
+					assert.Contains(t, err.Error(), filepath.Join(a, "d", LockName), what)
+					assert.Contains(t, err.Error(), "etcd module", what)
+				}
+			}
 			_, err := Acquire(dir)
-			var be *BusyError
-			require.ErrorAs(t, err, &be, "no second runner while the first still runs")
-			assert.Equal(t, holder.PID(), be.PID)
-			assert.True(t, be.Verified)
+			refused("Acquire", err)
+			ctx, cancel := context.WithTimeout(context.Background(), childWait)
+			defer cancel()
+			_, err = Takeover(ctx, dir, TakeoverOptions{Grace: 50 * time.Millisecond, KillAfter: 50 * time.Millisecond})
+			refused("Takeover", err)
+			_, _, err = ClearStale(dir)
+			refused("ClearStale", err)
+			assert.Contains(t, logged.String(), "does not exclude")
+
+			sctx, scancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			res, err := Standby(sctx, dir, StandbyOptions{})
+			scancel()
+			assert.False(t, res.Resumed, "Standby never resumes beside the runner")
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+
 			rec, running, err := Running(dir)
 			require.NoError(t, err)
-			assert.True(t, running)
-			assert.Equal(t, holder.PID(), rec.PID)
-			st, err := Status(dir)
+			assert.True(t, running, "Running never says no runner")
+			assert.Equal(t, runner.PID(), rec.PID)
+			r, err := Status(dir)
 			require.NoError(t, err)
-			assert.True(t, st.Held)
-			assert.True(t, st.Verified)
-			assert.True(t, containsAny(st.Warnings, "was lost"), "%q", st.Warnings)
-
-			sent := signalsSeen(t)
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-			_, err = Takeover(ctx, dir, TakeoverOptions{NoSignal: true})
-			cancel()
-			require.ErrorAs(t, err, &be)
-			assert.Equal(t, holder.PID(), be.PID)
-			assert.Empty(t, sent())
-			release, err := Takeover(background(t), dir, TakeoverOptions{Grace: 100 * time.Millisecond, KillAfter: 5 * time.Second})
-			require.NoError(t, err)
-			assert.Equal(t, []string{strconv.Itoa(holder.PID()) + " terminated"}, sent())
-			var ee *exec.ExitError
-			require.ErrorAs(t, holder.Wait(), &ee)
-			release()
+			assert.True(t, r.Held, "Status never says no runner")
+			assert.Equal(t, runner.PID(), r.Holder.PID)
+			assert.Contains(t, strings.Join(r.Warnings, "\n"), "another mount")
+			assert.NotEmpty(t, r.Filesystem)
 		})
 	}
-	t.Run("tree.lock removed", func(t *testing.T) {
-		dir := t.TempDir()
-		holder := startLostRunner(t, dir)
-		require.NoError(t, os.Remove(filepath.Join(dir, treeLockName)))
-		holder.Expect("got " + RestartLost)
-		holder.Send("publish")
-		assert.Contains(t, holder.Expect("publish "), treeLockName+" was removed or replaced while held")
-		_, err := Acquire(dir)
-		var be *BusyError
-		require.ErrorAs(t, err, &be, "runner.lock still refuses")
-		assert.Equal(t, holder.PID(), be.PID)
-		require.NoError(t, holder.Stop())
+	// The runner was left alone, and its lock file as it was.
+	runner.Send("read")
+	assert.Empty(t, runner.Expect("read"), "the runner reads its lock file")
+	lockAfter, err := os.ReadFile(filepath.Join(real, "d", LockName))
+	require.NoError(t, err)
+	assert.Equal(t, string(lockBefore), string(lockAfter))
+	rec, running, err := Running(filepath.Join(a, "d"))
+	require.NoError(t, err)
+	assert.True(t, running)
+	assert.Equal(t, runner.PID(), rec.PID)
+	r, err := Status(filepath.Join(a, "d"))
+	require.NoError(t, err)
+	assert.True(t, r.Held && r.Verified)
+	assert.Empty(t, r.Restart, "no restart request was left for the runner")
+	assert.Empty(t, r.Waiting, "the refused starters withdrew from the gate")
+	assert.Equal(t, "fuse.bindfs", r.Filesystem)
+	assert.NotContains(t, strings.Join(r.Warnings, "\n"), "another mount", "through its own mount the runner holds it plainly")
+	runner.CloseStdin()
+	require.NoError(t, runner.Wait())
+
+	// Once the runner is gone, the real path admits.
+	release, err := Acquire(filepath.Join(real, "d"))
+	require.NoError(t, err)
+	release()
+}
+
+// The cross-check never refuses on a local disk where nobody else holds
+// the directory: an identity of a live process whose descriptor serves
+// another file (a runner.lock of another directory on this filesystem, or
+// something else), and one copied from a live runner's directory to another
+// filesystem (cp -a while it ran), are no proof.
+func TestCrossCheckNeverRefusesLocal(t *testing.T) {
+	other := tempDir(t)
+	runner := startChild(t, "acquire", other)
+	runner.Expect("acquired")
+	content, err := os.ReadFile(filepath.Join(other, LockName))
+	require.NoError(t, err)
+	require.NotEmpty(t, content)
+
+	copies := []string{tempDir(t)} // the same filesystem
+	if shm, err := os.MkdirTemp("/dev/shm", "rs-cross-"); err == nil {
+		t.Cleanup(func() { os.RemoveAll(shm) })
+		copies = append(copies, shm) // most likely another filesystem
+	}
+	logged := captureLog(t)
+	for _, dir := range copies {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, LockName), content, 0o600))
 		release, err := Acquire(dir)
-		require.NoError(t, err, "free once the holder let go")
+		require.NoError(t, err, "a copied identity in %s", dir)
 		release()
-	})
-	t.Run("the whole directory removed", func(t *testing.T) {
-		dir := filepath.Join(t.TempDir(), "runner")
-		holder := startLostRunner(t, dir)
-		// Told at the first unlink, the runner marks its record leaving
-		// under the state lock, which can create .state.lock again before
-		// RemoveAll's last rmdir: remove until it stays removed, as an
-		// operator's second rm -rf would.
-		eventually(t, "the directory is removed", func() bool { return os.RemoveAll(dir) == nil })
-		holder.Expect("got " + RestartLost)
-		holder.Send("publish")
-		assert.Contains(t, holder.Expect("publish "), "is gone")
-		require.NoError(t, holder.Stop())
-	})
-}
-
-// Case: a runner whose runner.lock was removed stops on RestartLost; its
-// release removes runner.json, which still names it, so that Status lists
-// no stale pid of its own. With both lock files removed, a newer runner
-// may be admitted meanwhile: the lost runner's release never removes that
-// runner's record.
-func TestReleaseAfterLostLockFileRemovesOnlyItsOwnRecord(t *testing.T) {
-	t.Run("runner.lock removed", func(t *testing.T) {
-		dir := t.TempDir()
-		holder := startLostRunner(t, dir)
-		require.NoError(t, os.Remove(filepath.Join(dir, LockName)))
-		holder.Expect("got " + RestartLost)
-		require.NoError(t, holder.Stop())
-		_, err := os.Lstat(filepath.Join(dir, RecordName))
-		assert.ErrorIs(t, err, os.ErrNotExist, "the lost runner's record is gone with it")
-		st, err := Status(dir)
-		require.NoError(t, err)
-		assert.NotContains(t, st.Stale, holder.PID(), "its own pid is not listed as stale")
-	})
-	t.Run("both lock files removed, a newer runner admitted", func(t *testing.T) {
-		dir := t.TempDir()
-		holder := startLostRunner(t, dir)
-		require.NoError(t, os.Remove(filepath.Join(dir, LockName)))
-		require.NoError(t, os.Remove(filepath.Join(dir, treeLockName)))
-		holder.Expect("got " + RestartLost)
-		release, err := Acquire(dir) // nothing is left to tell it the lost runner is there
-		require.NoError(t, err)
-		defer release()
-		require.NoError(t, Publish(dir, Record{Specs: []string{"newer"}}))
-		require.NoError(t, holder.Stop())
-		rec, running, err := Running(dir)
-		require.NoError(t, err)
-		require.True(t, running)
-		assert.Equal(t, []string{"newer"}, rec.Specs, "the newer runner's record stays")
-		assert.Equal(t, os.Getpid(), rec.PID)
-	})
-}
-
-// Case: a lost lock file is logged as a warning, naming the directory.
-func TestLostLockFileIsAWarning(t *testing.T) {
-	var log testharness.LogBuffer
-	SetLogger(slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	defer SetLogger(nil)
-	dir := t.TempDir()
+	}
+	// The identity names a live process's descriptor open on something else.
+	dir := tempDir(t)
+	lc := bytes.Replace(content, []byte(`"fd":`), []byte(`"fd":0,"x":`), 1)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, LockName), lc, 0o600))
 	release, err := Acquire(dir)
 	require.NoError(t, err)
-	defer release()
-	require.NoError(t, Publish(dir, Record{}))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	restarts := WatchRestart(ctx, dir)
-	require.NoError(t, os.Remove(filepath.Join(dir, LockName)))
-	select {
-	case mode := <-restarts:
-		require.Equal(t, RestartLost, mode)
-	case <-background(t).Done():
-		t.Fatal("no RestartLost")
-	}
-	assert.Contains(t, log.String(), "level=WARN")
-	assert.Contains(t, log.String(), "lost its lock file")
-	assert.Contains(t, log.String(), "dir="+dir)
 	release()
-	_, err = os.Lstat(filepath.Join(dir, RecordName))
-	assert.ErrorIs(t, err, os.ErrNotExist)
+	assert.NotContains(t, logged.String(), "does not exclude")
+	runner.CloseStdin()
+	require.NoError(t, runner.Wait())
 }
 
-// Case: a starter killed before the runner reads its request leaves the
-// request behind. Its starter provably dead, the request is void:
-// RestartRequested and Status say none, an operator's request is written
-// over it whatever its mode, and a WatchRestart that was offering it
-// withdraws it at the starter's exit.
-func TestDeadStartersRequestIsVoid(t *testing.T) {
-	dir := t.TempDir()
-	holder := startChild(t, "acquire", dir) // never reads requests
-	holder.Expect("acquired")
-	var mu sync.Mutex
-	var events []string
-	hook := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
-	testHookWatch.Store(&hook)
-	defer testHookWatch.Store(nil)
-	seen := func(e string, after int) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, x := range events[min(after, len(events)):] {
-			if x == e {
-				return true
-			}
-		}
-		return false
+func init() { registerRole("tree-runner", roleTreeRunner) }
+
+// tree-runner: Takeover dir and Publish, then start three children and say
+// each one's pid: "child <pid>", a sleep that Inherits the tree lock
+// (trapping SIGTERM when $RUNNERSTATE_TEST_BEHAVIOUR is "stubborn"), "plain
+// <pid>", a sleep started without Inherit, and "opener <pid>", a sleep given
+// tree.lock opened on a descriptor of its own (open, but not locked). Then
+// "ready". Command "release" releases the directory ("released"); it runs
+// until stdin closes. The children are the test's to kill.
+func roleTreeRunner(dir string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), childWait)
+	defer cancel()
+	release, err := Takeover(ctx, dir, TakeoverOptions{})
+	if err != nil {
+		say("error %v", err)
+		return 1
 	}
-	count := func() int { mu.Lock(); defer mu.Unlock(); return len(events) }
-
-	starter := startStarter(t, dir, TakeoverOptions{Grace: time.Hour}, childWait)
-	eventually(t, "the starter asked", func() bool {
-		req, ok := readRestart(dir)
-		return ok && req.By.PID == starter.PID()
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	watch := WatchRestart(ctx, dir)
-	eventually(t, "the request is on offer", func() bool { return seen("offer "+RestartNow, 0) })
-	killed := count()
-	starter.Kill()
-	starter.Wait()
-	eventually(t, "the offer is withdrawn once the starter is gone", func() bool { return seen("idle", killed) })
-
-	mode, ok := RestartRequested(dir)
-	assert.False(t, ok, "void: %q", mode)
-	st, err := Status(dir)
-	require.NoError(t, err)
-	assert.Empty(t, st.Restart)
-	require.NoError(t, RequestRestart(dir, RestartDrain), "an operator's request")
-	mode, ok = RestartRequested(dir)
-	assert.True(t, ok)
-	assert.Equal(t, RestartDrain, mode, "written over the void 'now'")
-	assert.Equal(t, RestartDrain, <-watch, "the watch delivers the operator's request, never the void one")
-	require.NoError(t, holder.Stop())
-}
-
-// Case: an operator's request stands whatever becomes of its writer.
-func TestOperatorsRequestOutlivesItsWriter(t *testing.T) {
-	dir := t.TempDir()
-	holder := startChild(t, "acquire", dir)
-	holder.Expect("acquired")
-	t.Setenv(envBehaviour, RestartDrain)
-	writer := startChild(t, "request", dir)
-	writer.Expect("requested")
-	require.NoError(t, writer.Wait())
-	v, _ := liveness.Check(liveness.Identity(mustRequest(t, dir).By))
-	require.Equal(t, liveness.Dead, v, "its writer is gone")
-	mode, ok := RestartRequested(dir)
-	assert.True(t, ok)
-	assert.Equal(t, RestartDrain, mode)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	assert.Equal(t, RestartDrain, <-WatchRestart(ctx, dir))
-	require.NoError(t, holder.Stop())
-}
-
-func mustRequest(t *testing.T, dir string) restartRequest {
-	t.Helper()
-	req, ok := readRestart(dir)
-	require.True(t, ok)
-	return req
-}
-
-// RestartLost is no mode anyone can ask for.
-func TestRestartLostIsNoRequest(t *testing.T) {
-	dir := t.TempDir()
-	assert.True(t, errors.Is(RequestRestart(dir, RestartLost), ErrBadMode))
-	writeJSON(t, filepath.Join(dir, RestartName), restartRequest{Mode: RestartLost, RequestedAt: time.Now()})
-	_, ok := RestartRequested(dir)
-	assert.False(t, ok, "a file that names it is not a request")
-	assert.False(t, strings.Contains(RestartLost, " "))
+	if err := Publish(dir, Record{Specs: []string{"tree"}}); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	script := "exec sleep 600"
+	if os.Getenv(envBehaviour) == "stubborn" {
+		script = "trap '' TERM; exec sleep 600"
+	}
+	inherited := exec.Command("sh", "-c", script)
+	if err := Inherit(dir, inherited); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	plain := exec.Command("sleep", "600")
+	opened, err := os.Open(filepath.Join(dir, treeLockName))
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	opener := exec.Command("sleep", "600")
+	opener.ExtraFiles = []*os.File{opened}
+	for _, c := range []struct {
+		name string
+		cmd  *exec.Cmd
+	}{{"child", inherited}, {"plain", plain}, {"opener", opener}} {
+		c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // outside the test's process group
+		if err := c.cmd.Start(); err != nil {
+			say("error %v", err)
+			return 1
+		}
+		say("%s %d", c.name, c.cmd.Process.Pid)
+	}
+	opened.Close()
+	say("ready")
+	for cmd := range commands() {
+		if cmd == "release" {
+			release()
+			say("released")
+		}
+	}
+	release()
+	return 0
 }

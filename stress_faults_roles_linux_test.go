@@ -20,10 +20,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The helper of the fault-injection matrix (faults_linux_test.go): one
+// The helper of the fault-injection matrix (stress_faults_linux_test.go): one
 // process, one operation, one injected fault.
 
-func init() { roles["fault"] = roleFault }
+func init() { registerRole("fault", roleFault) }
 
 // envFaultOp names the operation a fault helper performs.
 const envFaultOp = "RUNNERSTATE_TEST_FAULT_OP"

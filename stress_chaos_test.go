@@ -8,10 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
@@ -1013,3 +1017,271 @@ func TestChaosCheckerTellsProcessesApartByIdentity(t *testing.T) {
 	assert.Equal(t, 2, fig.admissions)
 	assert.Equal(t, 1, fig.signalsLettingGo, "counted as a starter killed as it was admitted")
 }
+
+func init() { registerRole("bare-holder", roleBareHolder) }
+
+// bare-holder: take an exclusive flock on runner.lock in dir and write
+// this process's identity into it, as a runner does, and say "locked".
+// "unlock" drops the lock (the process lives on) and says "unlocked";
+// each SIGTERM is said as "term". It exits when stdin closes.
+func roleBareHolder(dir string) int {
+	terms := make(chan os.Signal, 4)
+	signal.Notify(terms, syscall.SIGTERM)
+	l, err := filelock.TryLock(filepath.Join(dir, LockName), filelock.Exclusive, 0o600)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	line, _ := jsonLine(Self())
+	if err := l.WriteContent(line); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	say("locked")
+	cmds := commands()
+	for {
+		select {
+		case cmd, ok := <-cmds:
+			if !ok {
+				return 0
+			}
+			if cmd == "unlock" {
+				l.Release()
+				say("unlocked")
+			}
+		case <-terms:
+			say("term")
+		}
+	}
+}
+
+func init() { registerRole("chaos-starter", roleChaosStarter) }
+
+// chaos-starter: Takeover dir once (options: Grace and KillAfter 150 ms,
+// context 5 s) and, when admitted, run a job for $JOB, ticking into the
+// witness log every 3 ms; with $RUNNERSTATE_TEST_WORKER set, the job also
+// has a worker process in the runner's tree (chaos-worker). Behaviour
+// (RUNNERSTATE_TEST_BEHAVIOUR): "obey" ends its job on a restart request,
+// RestartLost or SIGTERM; "stubborn" ignores restart requests and
+// RestartLost; "deaf" ignores them and SIGTERM, and has to be killed.
+// Closing stdin ends the job, or the wait, at once. It says "admitted" when
+// it is the runner; anything else it says is an error.
+func roleChaosStarter(dir string) int {
+	// Errors only: with a dozen processes taking over from each other,
+	// the warnings about unverifiable holders (a runner between taking
+	// the lock and writing its identity) would drown the test log.
+	SetLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	w, err := os.OpenFile(os.Getenv(envWitness), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	behaviour := os.Getenv(envBehaviour)
+	job, _ := time.ParseDuration(os.Getenv(envJob))
+	lockPath := filepath.Join(dir, LockName)
+	terms := make(chan os.Signal, 8)
+	signal.Notify(terms, syscall.SIGTERM)
+	stdinClosed := make(chan struct{})
+	go func() {
+		for range commands() {
+		}
+		close(stdinClosed)
+	}()
+	treePath := filepath.Join(dir, treeLockName)
+	defer liveness.SetSignalHook(func(pid int, sig syscall.Signal) {
+		// The target is pinned and was verified just before this hook:
+		// its pid still names it. It holds the directory when it holds
+		// runner.lock, or only tree.lock (a runner whose runner.lock was
+		// lost, or an orphan).
+		witnessLine(w, "signal", procKey(pid), int(sig), holdsFlock(pid, lockPath) || holdsFlock(pid, treePath))
+	})()
+
+	// The starter's own registration in the gate, for the superseded
+	// check: seen by polling while Takeover waits.
+	self := Self()
+	mySeq := make(chan uint64, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), chaosWait)
+	defer cancel()
+	waitDone := make(chan struct{})
+	go func() {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			g, _ := readGate(dir)
+			for _, e := range g.Waiting {
+				if e.Starter.Instance == self.Instance {
+					mySeq <- e.Seq
+					return
+				}
+			}
+			select {
+			case <-waitDone:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	go func() {
+		select {
+		case sig := <-terms:
+			// Admitted already (Takeover returns after it publishes and
+			// the previous runner exits): then it is the runner's.
+			if holdsFlock(os.Getpid(), lockPath) {
+				terms <- sig
+				return
+			}
+			witnessLine(w, "term-waiting")
+			cancel()
+		case <-stdinClosed:
+			cancel()
+		case <-waitDone:
+		}
+	}()
+	// A watchdog: a Takeover that outlives its context by far is a hang;
+	// say so with every goroutine's stack.
+	watchdog := time.AfterFunc(chaosWait+15*time.Second, func() {
+		witnessLine(w, "hung", "watchdog")
+		buf := make([]byte, 1<<20)
+		os.Stderr.Write(buf[:runtime.Stack(buf, true)])
+		os.Exit(3)
+	})
+	witnessLine(w, "call", behaviour)
+	start := time.Now()
+	release, err := Takeover(ctx, dir, TakeoverOptions{Grace: chaosGrace, KillAfter: chaosKillAfter})
+	took := time.Since(start)
+	watchdog.Stop()
+	close(waitDone)
+	if took > chaosWait+5*time.Second {
+		witnessLine(w, "hung", took)
+	}
+	seq := uint64(0)
+	select {
+	case seq = <-mySeq:
+	default:
+	}
+	switch {
+	case errors.Is(err, ErrSuperseded):
+		g, _ := readGate(dir)
+		witnessLine(w, "superseded", seq, g.Seq)
+		return 0
+	case errors.Is(err, ErrBusy):
+		witnessLine(w, "busy", strings.ReplaceAll(err.Error(), " ", "_"))
+		return 0
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// Documented as a *BusyError wrapping the context's error; see
+		// TestTakeoverContextEndIsBusy.
+		witnessLine(w, "bare-ctx", strings.ReplaceAll(err.Error(), " ", "_"))
+		return 0
+	case err != nil:
+		witnessLine(w, "error", strings.ReplaceAll(err.Error(), " ", "_"))
+		say("error %v", err)
+		return 1
+	}
+	// Admitted means holding runner.lock, or, when it was unlinked (the
+	// killer does), still holding tree.lock, which keeps others out.
+	if !holdsFlock(os.Getpid(), lockPath) && !holdsFlock(os.Getpid(), treePath) {
+		holders, _ := kernelFlockHolders(lockPath)
+		witnessLine(w, "nothold", fmt.Sprint(holders))
+	}
+	g, _ := readGate(dir)
+	witnessLine(w, "start", g.Admitted, self.Instance)
+	say("admitted")
+
+	jobCtx, cancelJob := context.WithCancel(context.Background())
+	defer cancelJob()
+	restarts := WatchRestart(jobCtx, dir)
+	worker := startChaosWorker(dir)
+	tick := time.NewTicker(chaosTick)
+	defer tick.Stop()
+	done := time.After(job)
+	reason := ""
+	for reason == "" {
+		select {
+		case <-tick.C:
+			witnessLine(w, "tick")
+		case <-done:
+			reason = "job-done"
+		case <-stdinClosed:
+			reason = "stop"
+		case mode := <-restarts:
+			switch {
+			case mode == RestartLost && behaviour == "obey":
+				reason = "lost"
+			case behaviour == "obey":
+				reason = "restart"
+			}
+		case <-terms:
+			if behaviour != "deaf" {
+				reason = "term"
+			}
+		}
+	}
+	// A good runner stops its worker before it lets go; one killed
+	// before it could leaves the worker an orphan.
+	stopChaosWorker(worker)
+	witnessLine(w, "end", reason)
+	release()
+	cancelJob()
+	for range restarts {
+	}
+	return 0
+}
+
+// startChaosWorker starts, when $RUNNERSTATE_TEST_WORKER is set, a
+// chaos-worker that Inherits this runner's tree lock; nil otherwise.
+func startChaosWorker(dir string) *exec.Cmd {
+	if os.Getenv(envWorker) == "" {
+		return nil
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$", dir)
+	cmd.Env = append(os.Environ(), testharness.RoleEnv+"=chaos-worker", envOwner+"="+selfKey())
+	if err := Inherit(dir, cmd); err != nil {
+		return nil
+	}
+	if err := cmd.Start(); err != nil {
+		return nil
+	}
+	return cmd
+}
+
+// stopChaosWorker stops a worker with SIGTERM and waits for it.
+func stopChaosWorker(cmd *exec.Cmd) {
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+}
+
+// envOwner names, for a chaos worker, the runner whose tree it is in.
+const envOwner = "RUNNERSTATE_TEST_OWNER"
+
+func init() { registerRole("chaos-worker", roleChaosWorker) }
+
+// chaos-worker: a runner's worker, in its tree. It says "ostart <owner>" in
+// the witness log, then "otick <owner>" every 3 ms until it is signalled;
+// it reads no stdin, so a runner killed with kill -9 leaves it running, an
+// orphan, as a real worker would be.
+func roleChaosWorker(string) int {
+	w, err := os.OpenFile(os.Getenv(envWitness), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return 1
+	}
+	owner := os.Getenv(envOwner)
+	terms := make(chan os.Signal, 1)
+	signal.Notify(terms, syscall.SIGTERM)
+	witnessLine(w, "ostart", owner)
+	tick := time.NewTicker(chaosTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			witnessLine(w, "otick", owner)
+		case <-terms:
+			return 0
+		}
+	}
+}
+
+// envWorker asks a chaos starter for a worker process in its tree.
+const envWorker = "RUNNERSTATE_TEST_WORKER"

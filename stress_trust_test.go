@@ -4,7 +4,10 @@ package runnerstate
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -365,4 +368,103 @@ func TestTrustHolderConfirmedWithoutTheLockList(t *testing.T) {
 	assert.True(t, st.Verified)
 	assert.Zero(t, reads.Load(), "the lock list was read %d times", reads.Load())
 	require.NoError(t, runner.Stop())
+}
+
+func init() { registerRole("observe", roleObserve) }
+
+// observe: answer questions about dir, one per command, each as one line
+// "answer <JSON>": "status" (Status), "running" (Running), "standby <d>"
+// (Standby with a context of d), "restart <mode>" (RequestRestart), "lock"
+// (a TryLock of dir's runner.lock). It runs until stdin closes.
+func roleObserve(dir string) int {
+	for cmd := range commands() {
+		var a observation
+		switch verb, arg, _ := strings.Cut(cmd, " "); verb {
+		case "status":
+			r, err := Status(dir)
+			a.Report, a.Err = &r, errText(err)
+		case "running":
+			rec, ok, err := Running(dir)
+			a.Record, a.Running, a.Err = &rec, ok, errText(err)
+		case "standby":
+			d, _ := time.ParseDuration(arg)
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			res, err := Standby(ctx, dir, StandbyOptions{})
+			cancel()
+			a.Standby, a.Err, a.Busy = &res, errText(err), errors.Is(err, ErrBusy)
+		case "restart":
+			a.Err = errText(RequestRestart(dir, arg))
+		case "lock":
+			unlock, err := TryLock(filepath.Join(dir, LockName))
+			if err == nil {
+				unlock()
+			}
+			a.Err, a.Busy = errText(err), errors.Is(err, ErrBusy)
+		}
+		line, _ := json.Marshal(a)
+		say("answer %s", line)
+	}
+	return 0
+}
+
+// observation is one answer of the observe role.
+type observation struct {
+	Report  *Report        `json:"report,omitempty"`
+	Record  *Record        `json:"record,omitempty"`
+	Running bool           `json:"running,omitempty"`
+	Standby *StandbyResult `json:"standby,omitempty"`
+	Busy    bool           `json:"busy,omitempty"`
+	Err     string         `json:"err,omitempty"`
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func init() { registerRole("probe-loop", roleProbeLoop) }
+
+// probe-loop: call Status on dir as fast as it can, say "probing" after the
+// first call and "probed <n> <errors>" once stdin closes.
+func roleProbeLoop(dir string) int {
+	stop := make(chan struct{})
+	go func() {
+		for range commands() {
+		}
+		close(stop)
+	}()
+	n, failed := 0, 0
+	for {
+		if _, err := Status(dir); err != nil {
+			failed++
+		}
+		if n++; n == 1 {
+			say("probing")
+		}
+		select {
+		case <-stop:
+			say("probed %d %d", n, failed)
+			return 0
+		default:
+		}
+	}
+}
+
+func init() { registerRole("acquire-log", roleAcquireLog) }
+
+// acquire-log: Acquire dir with the package's log captured, say "acquired
+// <log as JSON string>", hold until stdin closes.
+func roleAcquireLog(dir string) int {
+	var log testharness.LogBuffer
+	SetLogger(slog.New(slog.NewTextHandler(&log, nil)))
+	release, err := Acquire(dir)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	line, _ := json.Marshal(log.String())
+	say("acquired %s", line)
+	return holdUntilClosed(release)
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// The answers of platform_linux_test.go where Linux's facilities are
+// The answers of helper_linux_test.go where Linux's facilities are
 // missing: the tests that need them skip, or leave out the expectation that
 // does.
 

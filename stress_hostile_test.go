@@ -1105,3 +1105,110 @@ func TestHostileRestartRequestWhereNoRunnerCanBe(t *testing.T) {
 		})
 	}
 }
+
+func init() { registerRole("ns-runner", roleNsRunner) }
+
+// ns-runner: Acquire dir, Publish, leave a restart request addressed to
+// itself, say "acquired <pid as it sees itself>", hold until stdin closes.
+// Run behind `unshare --pid` it is a runner of another PID namespace.
+func roleNsRunner(dir string) int {
+	release, err := Acquire(dir)
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	if err := Publish(dir, Record{Specs: []string{"other-namespace"}}); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	if err := RequestRestart(dir, RestartDrain); err != nil {
+		say("error %v", err)
+		return 1
+	}
+	say("acquired %d", os.Getpid())
+	return holdUntilClosed(release)
+}
+
+func init() { registerRole("ops", roleOps) }
+
+// ops: run the operations listed in RUNNERSTATE_TEST_OPS against dir, one
+// after another, and say "op <json opResult>" for each. With
+// RUNNERSTATE_TEST_MOUNT_RO=1 it first bind-mounts dir read-only onto
+// itself (it must run in a mount namespace of its own) and says
+// "mounted" or "nomount <why>". The operation "rhold" takes a shared
+// lock on runner.lock and holds it until stdin closes.
+func roleOps(dir string) int {
+	if os.Getenv(envMountRO) == "1" {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			say("nomount %v", err)
+			return 0
+		}
+		if err := unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			say("nomount %v", err)
+			return 0
+		}
+		say("mounted")
+	}
+	for _, op := range strings.Split(os.Getenv(envOps), ",") {
+		r := opResult{Op: op}
+		var err error
+		switch op {
+		case "status":
+			var st Report
+			st, err = Status(dir)
+			r.Held = st.Held
+			r.Extra = strings.Join(st.Warnings, "; ")
+		case "running":
+			_, r.Held, err = Running(dir)
+		case "acquire":
+			var release func()
+			if release, err = Acquire(dir); err == nil {
+				release()
+			}
+		case "takeover":
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			var release func()
+			if release, err = Takeover(ctx, dir, TakeoverOptions{}); err == nil {
+				release()
+			}
+			cancel()
+		case "trylock":
+			var unlock func()
+			if unlock, err = TryLock(filepath.Join(dir, LockName)); err == nil {
+				unlock()
+			}
+		case "request":
+			err = RequestRestart(dir, RestartNow)
+		case "save":
+			err = SaveLines(dir, "state", []string{"x"})
+		case "append":
+			err = AppendLine(dir, "state", "x")
+		case "load":
+			var lines []string
+			lines, err = LoadLines(dir, "state")
+			r.Extra = strings.Join(lines, "|")
+		case "clearstale":
+			_, _, err = ClearStale(dir)
+		case "rhold":
+			unlock, err := TryRLock(filepath.Join(dir, LockName))
+			if err != nil {
+				say("error %v", err)
+				return 1
+			}
+			say("held")
+			return holdUntilClosed(unlock)
+		default:
+			say("error unknown op %q", op)
+			return 2
+		}
+		if err != nil {
+			r.Err = err.Error()
+			r.Busy = errors.Is(err, ErrBusy)
+			r.Perm = errors.Is(err, os.ErrPermission)
+			r.ROFS = errors.Is(err, syscall.EROFS)
+		}
+		data, _ := json.Marshal(r)
+		say("op %s", data)
+	}
+	return 0
+}

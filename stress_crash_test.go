@@ -3,6 +3,7 @@
 package runnerstate
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -381,4 +382,72 @@ func liveWriterTag(t *testing.T, pid int) string {
 	i := strings.LastIndexByte(string(data), ')')
 	f := strings.Fields(string(data[i+1:]))
 	return strconv.Itoa(pid) + "-" + f[22-3] + "-" + parts[2]
+}
+
+func init() { registerRole("crash-writer", roleCrashWriter) }
+
+// crash-writer: take dir over, say "ready", then for gen = $GEN, $GEN+1,
+// ...: on every fifth gen, release and take dir over again; Publish a
+// record whose meta is {"gen": gen}; leave a restart
+// request (cleared and re-made as drain on even gens, upgraded to now on
+// odd ones); replace the state file with crashLines lines "gen <gen>
+// <i>"; append "line <gen>" to the journal; say "ack <gen>". It runs
+// until it is killed.
+func roleCrashWriter(dir string) int {
+	gen, err := strconv.Atoi(os.Getenv(envCrashGen))
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	quietChild()
+	ctx, cancel := context.WithTimeout(context.Background(), childWait)
+	defer cancel()
+	release, err := Takeover(ctx, dir, TakeoverOptions{})
+	if err != nil {
+		say("error %v", err)
+		return 1
+	}
+	say("ready")
+	lines := make([]string, crashLines)
+	for ; ; gen++ {
+		if gen%5 == 4 {
+			// Let go and take the directory again now and then, so that
+			// kills land in release and in admission too.
+			release()
+			if release, err = Takeover(ctx, dir, TakeoverOptions{}); err != nil {
+				say("error retake %v", err)
+				return 1
+			}
+		}
+		meta, _ := json.Marshal(map[string]int{crashMetaKey: gen})
+		if err := Publish(dir, Record{Meta: meta}); err != nil {
+			say("error publish %v", err)
+			return 1
+		}
+		if gen%2 == 0 {
+			if err := ClearRestart(dir); err != nil {
+				say("error clear %v", err)
+				return 1
+			}
+			err = RequestRestart(dir, RestartDrain)
+		} else {
+			err = RequestRestart(dir, RestartNow)
+		}
+		if err != nil {
+			say("error request %v", err)
+			return 1
+		}
+		for i := range lines {
+			lines[i] = fmt.Sprintf("gen %d %d %s", gen, i, strings.Repeat("x", 64))
+		}
+		if err := SaveLines(dir, crashState, lines); err != nil {
+			say("error save %v", err)
+			return 1
+		}
+		if err := AppendLine(dir, crashJournal, fmt.Sprintf("line %d", gen)); err != nil {
+			say("error append %v", err)
+			return 1
+		}
+		say("ack %d", gen)
+	}
 }

@@ -3,6 +3,7 @@
 package runnerstate
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"strconv"
@@ -14,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// What only Linux lets the portable tests do; platform_other_test.go has
+// What only Linux lets the portable tests do; helper_other_test.go has
 // the answers elsewhere.
 
 // canInjectLockErrors: flock(2) can be made to fail with the errors the
@@ -58,3 +59,12 @@ func blockedOn(t testing.TB, path string) int {
 // ownProcessGroup makes cmd's process the leader of a process group of its
 // own, so that a signal to the group would reach it.
 func ownProcessGroup(cmd *exec.Cmd) { cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} }
+
+// jsonLine marshals v as one line of JSON ended by "\n".
+func jsonLine(v any) ([]byte, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}
