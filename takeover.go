@@ -113,8 +113,7 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 // anything is asked or written; ErrSuperseded, wrapped with dir and the
 // newer starter's pid; when ctx ends, a *BusyError naming the holder and
 // wrapping ctx's error, once it has withdrawn from the gate; ErrNewerProtocol
-// (wrapped); otherwise the errors of Acquire, or of gate.json, naming it
-// (docs/testing.md#when-the-kernel-says-no-the-fault-injection-matrix).
+// (wrapped); otherwise the errors of Acquire, or of gate.json, naming it.
 // Touches runner.lock, runner.json, restart.json and gate.json.
 func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release func(), err error) {
 	if err := checkDir("Takeover", dir); err != nil {

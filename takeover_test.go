@@ -279,27 +279,6 @@ func TestTakeoverCancelledStarterWithdraws(t *testing.T) {
 	require.NoError(t, old.Stop())
 }
 
-func TestTakeoverDeadStarterIsPruned(t *testing.T) {
-	dir := tempDir(t)
-	old := startChild(t, "acquire", dir)
-	old.Expect("acquired")
-	s := startStarter(t, dir, TakeoverOptions{Grace: time.Minute}, childWait)
-	eventually(t, "the starter waits", func() bool {
-		st, err := Status(dir)
-		return err == nil && len(st.Waiting) == 1
-	})
-	s.Kill()
-	s.Wait()
-	st, err := Status(dir)
-	require.NoError(t, err)
-	assert.Empty(t, st.Waiting, "a kill -9ed starter is not shown as waiting")
-	require.NoError(t, old.Stop())
-	// And it blocks nobody.
-	release, err := Takeover(background(t), dir, TakeoverOptions{})
-	require.NoError(t, err)
-	release()
-}
-
 func TestTakeoverBadMode(t *testing.T) {
 	_, err := Takeover(background(t), tempDir(t), TakeoverOptions{Mode: "later"})
 	assert.ErrorIs(t, err, ErrBadMode)

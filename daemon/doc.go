@@ -27,6 +27,5 @@
 // server replaces it once, an older one uses the newer server (or gets
 // ErrIncompatible), and a server Dial started steps aside for one of its
 // Program at the same or a newer Version, so versions never ping-pong.
-// docs/guarantees.md states both promises, docs/protocol.md the handover
-// step by step, and docs/operations.md what a client sees meanwhile.
+// docs/guarantees.md, docs/protocol.md and docs/operations.md say more.
 package daemon
