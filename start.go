@@ -11,19 +11,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
+	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
-	"github.com/runnerstate/runnerstate/internal/liveness"
-	"github.com/runnerstate/runnerstate/internal/sdnotify"
 	"github.com/runnerstate/runnerstate/internal/spawn"
-	"github.com/runnerstate/runnerstate/internal/startup"
 )
 
 // The detached starter: Start. Its attempts are serialised by start.lock
@@ -303,12 +299,11 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 	} else if cmd.Stdout != nil && cmd.Stderr != nil {
 		opts.Log = ""
 	}
-	logMax := cmp.Or(opts.LogMaxBytes, defaultLogMax)
-	c := &startup.Call[Record]{Dir: dir, Abs: abs, Protocol: startFiles{dir: dir, log: opts.Logger, logMax: logMax, unreadable: &unreadableSince{}}, Looks: &startLooks,
-		Cmd: cmd, Log: opts.Log, Accept: accept, Since: since}
-	rec, err := c.Run(ctx)
-	if f, ok := err.(*startup.Failure); ok {
-		return rec, &StartError{Dir: abs, PID: f.PID, ExitCode: f.ExitCode, Log: f.Log, LogTail: f.LogTail, Err: whyNotReady(dir, f)}
+	c := &startCall{dir: dir, abs: abs, cmd: cmd, logPath: opts.Log, logMax: cmp.Or(opts.LogMaxBytes, defaultLogMax), log: opts.Logger,
+		accept: accept, since: since, unreadable: &unreadableSince{}}
+	rec, err := c.run(ctx)
+	if se, ok := err.(*StartError); ok {
+		se.Err = whyNotReady(dir, se)
 	}
 	return rec, err
 }
@@ -337,17 +332,17 @@ func acceptOnce(accept func(Record) bool) func(Record) bool {
 	}
 }
 
-// whyNotReady is f's reason, with the cause when a runner that still runs
+// whyNotReady is e's reason, with the cause when a runner that still runs
 // could not be known ready because its record cannot be read (a context
 // that ended before recordUnreadableFor did).
-func whyNotReady(dir string, f *startup.Failure) error {
-	if f.ExitCode >= 0 || !errors.Is(f.Err, context.Canceled) && !errors.Is(f.Err, context.DeadlineExceeded) {
-		return f.Err
+func whyNotReady(dir string, e *StartError) error {
+	if e.ExitCode >= 0 || !errors.Is(e.Err, context.Canceled) && !errors.Is(e.Err, context.DeadlineExceeded) {
+		return e.Err
 	}
 	if _, state, err := readRecord(dir); state == fileCorrupt {
-		return fmt.Errorf("%w; %w", f.Err, recordUnreadableWhy(dir, err))
+		return fmt.Errorf("%w; %w", e.Err, recordUnreadableWhy(dir, err))
 	}
-	return f.Err
+	return e.Err
 }
 
 // recordUnreadableFor is how long runner.json may stay unreadable under
@@ -434,38 +429,6 @@ func checkStartInput(dir string, cmd *exec.Cmd, opts StartOptions) error {
 	return nil
 }
 
-// readAttempt reads start.json; a missing or unreadable one is no attempt.
-func readAttempt(dir string) (startup.Attempt, bool) {
-	a, ok, _ := readAttemptErr(dir)
-	return a, ok
-}
-
-// readAttemptErr is readAttempt that also says when start.json's path is
-// unusable (a symlink, a directory, another non-regular file): no attempt
-// can be recorded there until it is moved away.
-func readAttemptErr(dir string) (startup.Attempt, bool, error) {
-	a, state, err := readState(filepath.Join(dir, startName), startup.Parse)
-	if state == fileCorrupt && unusablePath(err) {
-		return startup.Attempt{}, false, err
-	}
-	return a, state == fileOK && a.Seq > 0, nil
-}
-
-// startedBy reports whether rec is the record of a's process.
-func startedBy(a startup.Attempt, rec Record) bool {
-	return a.Child.PID > 0 && sameProcess(rec.Process, Identity(a.Child))
-}
-
-// startingOf is the process of dir's attempt in progress, for Status: alive,
-// not failed, and not (yet) the ready holder rec.
-func startingOf(dir string, rec Record) Identity {
-	a, ok := readAttempt(dir)
-	if !ok || !a.Pending() || (rec.Ready && startedBy(a, rec)) {
-		return Identity{}
-	}
-	return Identity(a.Child)
-}
-
 // probeStart is Running's answer: the record, whether the lock is held, and
 // whether the holder is ready (a verified holder whose record says Ready,
 // and that is not asked to restart: a runner draining or stopping is
@@ -486,139 +449,261 @@ func probeStart(dir string) (rec Record, held, ready bool, err error) {
 	return rec, held, ready, err
 }
 
-// startLooks shares, between the Start calls of this process, their looks
-// at each directory.
-var startLooks startup.Looks[Record]
+// startPoll is how often a caller looks where nothing notifies it.
+const startPoll = 10 * time.Millisecond
 
-// startFiles is a runner directory's side of a Start call
-// (startup.Protocol): Running's answer, start.json, start.lock, the log,
-// and this package's words for what happened.
-type startFiles struct {
-	dir        string
-	log        *slog.Logger     // the call's
-	logMax     int64            // rotate the log over this size; <= 0 never
-	unreadable *unreadableSince // the call's looks at an unreadable record (nil: not followed)
+// outcomeWait bounds how long a caller that saw the child of another
+// process's attempt exit waits for the caller that started it to record
+// the exit status, while that caller lives.
+const outcomeWait = 2 * time.Second
+
+// errAgain says a wait ended in a state the caller must look at again.
+var errAgain = errors.New("look again")
+
+// startCall is one Start call past its fast path: what it waits for, what
+// it starts, and what it has started.
+type startCall struct {
+	dir        string // as the caller named it
+	abs        string // its absolute path: attempts and looks are shared by it
+	cmd        *exec.Cmd
+	logPath    string // where cmd's stdout and stderr are appended when it leaves them nil; "" for none
+	logMax     int64  // rotate that log over this size; <= 0 never
+	log        *slog.Logger
+	accept     func(Record) bool
+	since      time.Time        // when the call began
+	unreadable *unreadableSince // the call's looks at an unreadable record
+
+	spawned bool // this call started cmd: it never starts another
 }
 
-// Probe is probeStart, and the call's bound on a holder whose record
+// run returns the record of a ready runner that accept accepts, starting
+// cmd when there is none and no attempt is in progress, and waiting on the
+// attempt otherwise. Errors: a *StartError when the runner started, or
+// whose start it waited for, did not become ready, or ctx ended first;
+// otherwise those of the files.
+func (c *startCall) run(ctx context.Context) (Record, error) {
+	w := dirwatch.New(c.dir)
+	defer w.Close()
+	woke := time.Now()
+	for {
+		// A ready runner, or an attempt in progress, is seen without the
+		// lock, which only a caller about to start one needs: a crowd of
+		// callers never queues on it, and sees a runner ready even while
+		// the caller that started it still holds it.
+		look := c.lookAfter(woke)
+		if look.err != nil {
+			return Record{}, look.err
+		}
+		if look.ready && c.accept(look.rec) {
+			return look.rec, nil
+		}
+		if a := look.att; look.haveAtt && a.inProgress() && !c.spawned && !(look.ready && startedBy(a, look.rec)) {
+			rec, err := c.await(ctx, a)
+			if err != errAgain {
+				return rec, err
+			}
+			woke = time.Now()
+			continue
+		}
+		// The lock busy: another caller is deciding or starting. Rather
+		// than queue behind every other caller's probe, wait for what it
+		// records (or look again in 10 ms), and take the attempt it made.
+		release, busy, err := tryStartLock(c.dir)
+		if busy {
+			if err := w.Wait(ctx, startPoll, nil); err != nil {
+				return Record{}, &StartError{Dir: c.abs, ExitCode: -1, Err: fmt.Errorf("%w, waiting while another caller decided whether to start the runner (this call ran no command of its own)", err)}
+			}
+			woke = time.Now()
+			continue
+		}
+		if err != nil {
+			return Record{}, err
+		}
+		rec, err := c.locked(ctx, release)
+		if err != errAgain {
+			return rec, err
+		}
+	}
+}
+
+// probe is probeStart, and the call's bound on a holder whose record
 // cannot be read: once every look for recordUnreadableFor has found it so,
-// under the same verified holder, a *startup.Failure naming that holder,
-// the file and what to do, instead of a wait until ctx ends.
-func (d startFiles) Probe() (Record, bool, bool, error) {
-	rec, held, ready, err := probeStart(d.dir)
-	if d.unreadable == nil || err != nil {
+// under the same verified holder, a *StartError naming that holder, the
+// file and what to do, instead of a wait until ctx ends.
+func (c *startCall) probe() (Record, bool, bool, error) {
+	rec, held, ready, err := probeStart(c.dir)
+	if err != nil {
 		return rec, held, ready, err
 	}
 	var holder Identity
 	var why error
 	if held && !ready {
-		holder, why = unreadableUnder(d.dir)
+		holder, why = unreadableUnder(c.dir)
 	}
-	if d.unreadable.still(holder, why != nil, time.Now()) {
-		err = &startup.Failure{PID: holder.PID, ExitCode: -1, Err: recordUnreadableWhy(d.dir, why)}
+	if c.unreadable.still(holder, why != nil, time.Now()) {
+		err = &StartError{Dir: c.abs, PID: holder.PID, ExitCode: -1, Err: recordUnreadableWhy(c.dir, why)}
 	}
 	return rec, held, ready, err
 }
 
-func (d startFiles) Clone(rec Record) Record {
-	rec.Specs = slices.Clone(rec.Specs)
-	rec.Meta = slices.Clone(rec.Meta)
-	return rec
-}
-
-func (d startFiles) StartedBy(a startup.Attempt, rec Record) bool { return startedBy(a, rec) }
-
-func (d startFiles) PID(rec Record) int { return rec.PID }
-
-func (d startFiles) Read() (startup.Attempt, bool, error) { return readAttemptErr(d.dir) }
-
-// Write replaces start.json; the caller holds start.lock. It is not
-// synced: an attempt describes live processes, which a power loss ends.
-func (d startFiles) Write(a startup.Attempt) error {
-	data, err := protocolLine(a)
+// locked decides, holding start.lock (which it releases), what this call
+// does: return the runner, wait for an attempt or a holder, or start cmd.
+func (c *startCall) locked(ctx context.Context, release func()) (Record, error) {
+	rec, held, ready, err := c.probe()
 	if err != nil {
-		return err
+		release()
+		return Record{}, err
 	}
-	return public(durable.WriteVolatile(d.dir, startName, data))
-}
-
-func (d startFiles) TryLock() (func(), error) {
-	l, err := filelock.TryLock(filepath.Join(d.dir, startLockName), filelock.Exclusive, 0o600)
-	if errors.Is(err, filelock.ErrWouldBlock) {
-		return nil, startup.ErrBusy
+	if ready && c.accept(rec) {
+		release()
+		return rec, nil
 	}
+	a, have, err := readAttemptErr(c.dir)
 	if err != nil {
-		return nil, public(err)
+		release()
+		return Record{}, err
 	}
-	return l.Release, nil
-}
-
-// Lock waits for start.lock, at most as long as for the state lock.
-func (d startFiles) Lock() (func(), error) {
-	ctx, cancel := context.WithTimeout(context.Background(), stateLockWait)
-	defer cancel()
-	l, err := waitLock(ctx, filepath.Join(d.dir, startLockName), filelock.Exclusive, 0o600, inspectLock)
+	switch {
+	case have && ready && startedBy(a, rec) && c.spawned:
+		release()
+		return Record{}, c.refused(a)
+	case have && a.inProgress() && !(ready && startedBy(a, rec)):
+		release()
+		return c.await(ctx, a)
+	case have && a.Failed && a.Ended.After(c.since):
+		// It failed while this call waited for the lock.
+		release()
+		return Record{}, a.failure(c.abs)
+	case held && !ready:
+		// Held, not ready, and nothing an attempt started: a runner being
+		// admitted, or one that cannot be verified. Wait for it, start
+		// nothing.
+		release()
+		return c.awaitHolder(ctx, rec.PID)
+	case c.spawned:
+		release()
+		return Record{}, &StartError{Dir: c.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, Err: errors.New("the runner this call started is gone, and no attempt is recorded for it")}
+	}
+	a, err = c.spawn(a.Seq + 1)
+	release()
 	if err != nil {
-		return nil, err
+		return Record{}, err
 	}
-	return l.Release, nil
+	return c.await(ctx, a)
 }
 
-// OpenLog opens the log, rotated first when it is over the call's bound;
-// the caller holds start.lock, so concurrent Starts never rotate twice.
-func (d startFiles) OpenLog(path string) (*os.File, int64, error) {
-	if err := spawn.RotateLog(path, d.logMax, logKeep); err != nil {
-		d.log.Warn("runnerstate: could not rotate the runner's log; appending to it as it is", "dir", d.dir, "path", path, "err", err)
+// refused is the answer when accept refused the runner this call started.
+func (c *startCall) refused(a startAttempt) error {
+	return &StartError{Dir: c.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, Err: errRefused}
+}
+
+// await waits on attempt a: until its child is ready (or another ready
+// runner that accept accepts appears), it exited first, or ctx ends.
+// errAgain when the state changed under it (a newer attempt, or a ready
+// child of a's that accept refuses: the caller's own attempt replaces it).
+func (c *startCall) await(ctx context.Context, a startAttempt) (Record, error) {
+	own := ownChildOf(c.abs, a.Seq)
+	exited, readyCh, stop := watchAttempt(ctx, a, own)
+	defer stop()
+	w := dirwatch.New(c.dir)
+	defer w.Close()
+	poll := startPoll
+	if w.Changed() != nil {
+		poll = w.Interval()
 	}
-	f, size, err := spawn.OpenLog(path)
-	return f, size, public(err)
-}
-
-func (d startFiles) Started(pid int, log string) {
-	d.log.Info("runnerstate: started the runner", "dir", d.dir, "pid", pid, "log", log)
-}
-
-func (d startFiles) NotRecorded(err error) {
-	d.log.Info("runnerstate: could not record the start attempt; other callers may not see it", "dir", d.dir, "path", filepath.Join(d.dir, startName), "err", err)
-}
-
-func (d startFiles) NotSettled(pid int, err error) {
-	logger().Info("runnerstate: could not record that the runner started has exited", "dir", d.dir, "pid", pid, "err", err)
-}
-
-// markFiles is start.json as MarkReady reads it: one that is there but
-// cannot be read is an error, which notifyReady logs, not "no attempt",
-// for the mark not written leaves the attempt pending.
-type markFiles struct{ startFiles }
-
-func (d markFiles) Read() (startup.Attempt, bool, error) {
-	a, state, err := readState(filepath.Join(d.dir, startName), startup.Parse)
-	if state == fileCorrupt {
-		return startup.Attempt{}, false, err
+	timer := time.NewTimer(poll)
+	defer timer.Stop()
+	var goneAt time.Time
+	woke := time.Now()
+	for {
+		if rec, done, err := c.judge(c.lookAfter(woke), a, own); done {
+			return rec, err
+		}
+		if !goneAt.IsZero() {
+			switch {
+			case own != nil:
+				return Record{}, exitFailure(c.abs, a, own.child.ExitCode(), own.child.WaitErr())
+			case time.Since(goneAt) > outcomeWait || !verifiedAlive(a.By):
+				return Record{}, exitFailure(c.abs, a, -1, nil)
+			}
+		}
+		timer.Reset(poll)
+		select {
+		case <-ctx.Done():
+			return Record{}, c.ended(ctx, a)
+		case <-w.Changed():
+		case <-readyCh:
+			readyCh = nil
+		case <-exited:
+			exited, goneAt, poll = nil, time.Now(), startPoll
+		case <-timer.C:
+		}
+		woke = time.Now()
 	}
-	return a, state == fileOK && a.Seq > 0, nil
 }
 
-// sdReady sends the service manager's READY=1 once per process.
-var sdReady sync.Once
+// judge is what a look l says of a wait on attempt a: done with a record
+// or an error (errAgain: look at the directory again from the start), or
+// not done, to wait on. This is where an attempt is over.
+func (c *startCall) judge(l startLook, a startAttempt, own *ownChild) (rec Record, done bool, err error) {
+	rec, ready := l.rec, l.ready
+	if l.err != nil {
+		return Record{}, true, l.err
+	}
+	if ready && startedBy(a, rec) {
+		if own != nil {
+			own.ready.Store(true)
+		}
+		switch {
+		case c.accept(rec):
+			return rec, true, nil
+		case c.spawned:
+			return Record{}, true, c.refused(a)
+		}
+		return Record{}, true, errAgain
+	}
+	if ready && c.accept(rec) {
+		return rec, true, nil
+	}
+	if cur, ok := l.att, l.haveAtt; ok && cur.Seq != a.Seq {
+		return Record{}, true, errAgain
+	} else if ok && cur.Failed {
+		return Record{}, true, cur.failure(c.abs)
+	} else if ok && (!cur.Ended.IsZero() || cur.Ready) {
+		return Record{}, true, errAgain // it was ready, and has let go or exited since
+	}
+	return Record{}, false, nil
+}
 
-// notifyReady tells whoever waits for this runner of dir that it is ready:
-// the process that started it through Start (and start.json, whose attempt
-// is over from then on), and a service manager.
-func notifyReady(dir string) {
-	if startup.Ready(dir) {
-		isSelf := func(child liveness.Identity) bool { return sameProcess(Identity(child), Self()) }
-		if err := startup.MarkReady(markFiles{startFiles{dir: dir}}, isSelf); err != nil {
-			logger().Info("runnerstate: could not record in the start attempt that this runner is ready", "dir", dir, "path", filepath.Join(dir, startName), "err", err)
+// ended is the failure of a wait on attempt a whose context ended first.
+func (c *startCall) ended(ctx context.Context, a startAttempt) *StartError {
+	err := ctx.Err()
+	if !c.spawned {
+		// The caller's command never ran: say whose attempt it waited
+		// for, and how to end it.
+		err = fmt.Errorf("%w, waiting for the attempt pid %d made at %s (this call ran no command of its own; while that process lives and is not ready, every Start waits for it: stop pid %d to start another)",
+			err, a.By.PID, a.Began.Format(time.RFC3339), a.Child.PID)
+	}
+	return &StartError{Dir: c.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, LogTail: logTail(a.Log, a.LogFrom), Err: err}
+}
+
+// awaitHolder waits while the directory is held by a runner that is not
+// ready and was not started by an attempt: until it is ready, the lock is
+// free, an attempt appears, or ctx ends (a *StartError naming pid, the
+// holder).
+func (c *startCall) awaitHolder(ctx context.Context, pid int) (Record, error) {
+	w := dirwatch.New(c.dir)
+	defer w.Close()
+	for {
+		if err := w.Wait(ctx, startPoll, nil); err != nil {
+			return Record{}, &StartError{Dir: c.abs, PID: pid, ExitCode: -1, Err: fmt.Errorf("%w, waiting for the runner that holds the directory, not ready or asked to restart, to be ready or to go (this call ran no command of its own)", err)}
+		}
+		_, held, ready, err := c.probe()
+		if err != nil {
+			return Record{}, err
+		}
+		if a, ok, _ := readAttemptErr(c.dir); ready || !held || (ok && a.pending()) {
+			return Record{}, errAgain
 		}
 	}
-	sdReady.Do(func() {
-		sock := sdnotify.Socket()
-		if sock == "" {
-			return
-		}
-		if err := sdnotify.Send(sock, sdnotify.Ready(os.Getpid())); err != nil {
-			logger().Warn("runnerstate: could not tell the service manager this runner is ready", "socket", sock, "err", err)
-		}
-	})
 }

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/liveness"
-	"github.com/runnerstate/runnerstate/internal/startup"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -87,7 +86,7 @@ func roleStartedRunner(dir string) int {
 		return 1
 	}
 	fmt.Println("started", os.Getpid())
-	startWitness("spawned", startup.StartedAttempt(), Self())
+	startWitness("spawned", startedAttempt(), Self())
 	if report := os.Getenv(envStartReport); report != "" {
 		writeStartReport(report)
 	}
@@ -736,7 +735,7 @@ func TestStart8AcceptReplacesRefused(t *testing.T) {
 	var se *StartError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, -1, se.ExitCode)
-	assert.ErrorIs(t, err, startup.ErrRefused)
+	assert.ErrorIs(t, err, errRefused)
 	rec, ok, err := Running(dir)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -944,7 +943,7 @@ func TestStartChaos(t *testing.T) {
 		var target Identity
 		if rec, ok, _ := Running(dir); ok && rec.Process.PID != 0 {
 			target = rec.Process
-		} else if a, ok := readAttempt(dir); ok && a.Pending() {
+		} else if a, ok := readAttempt(dir); ok && a.pending() {
 			target = Identity(a.Child)
 		}
 		if p, _, _ := liveness.Pin(liveness.Identity(target)); p != nil {
@@ -1083,7 +1082,7 @@ func TestStart3WaiterRefusesTheSharedRecord(t *testing.T) {
 		_, err := Start(background(t), dir, startedRunner(dir, "slow", envStartMeta+"=v1"), StartOptions{Accept: metaIs("v1")})
 		v1 <- err
 	}()
-	eventually(t, "the v1 attempt is under way", func() bool { a, ok := readAttempt(dir); return ok && a.Pending() })
+	eventually(t, "the v1 attempt is under way", func() bool { a, ok := readAttempt(dir); return ok && a.pending() })
 	v2 := make(chan Record, 1)
 	go func() {
 		rec, err := Start(background(t), dir, startedRunner(dir, "ready", envStartMeta+"=v2"), StartOptions{Accept: metaIs("v2")})
