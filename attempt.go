@@ -16,7 +16,6 @@ import (
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/liveness"
-	"github.com/runnerstate/runnerstate/internal/sdnotify"
 	"github.com/runnerstate/runnerstate/internal/spawn"
 )
 
@@ -440,11 +439,11 @@ func notifyReady(dir string) {
 		}
 	}
 	sdReady.Do(func() {
-		sock := sdnotify.Socket()
+		sock := spawn.NotifySocket()
 		if sock == "" {
 			return
 		}
-		if err := sdnotify.Send(sock, sdnotify.Ready(os.Getpid())); err != nil {
+		if err := spawn.Notify(sock, spawn.NotifyReadyMessage(os.Getpid())); err != nil {
 			logger().Warn("runnerstate: could not tell the service manager this runner is ready", "socket", sock, "err", err)
 		}
 	})
