@@ -22,9 +22,10 @@ import (
 	"github.com/runnerstate/runnerstate/internal/spawn"
 )
 
-// The detached starter: Start. Its attempts are serialised by start.lock
-// and described by start.json, so that every concurrent caller, in any
-// process, shares one attempt and learns its outcome.
+// Start and its decisions: whether a ready runner will do, whether to wait
+// for an attempt or a holder, whether to make an attempt, and what an
+// attempt's end means. The attempt's mechanism (start.json, start.lock,
+// the child, its reaper, its readiness) is attempt.go.
 
 // StartOptions says which ready runner will do, and where a started
 // runner's output goes. The zero value accepts any ready runner and appends
@@ -54,17 +55,12 @@ type StartOptions struct {
 	// names another Program with ErrOtherProgram (see TakeoverOptions).
 	Program string
 	// LogMaxBytes bounds Log: before it starts cmd and appends to Log, Start
-	// rotates a Log larger than this many bytes: Log.3 is dropped, Log.2
-	// becomes Log.3, Log.1 Log.2, and Log Log.1, so three rotated logs are
-	// kept beside the one in use. Zero means 8 MiB; negative never rotates.
-	// Only a Log that Start opens itself is rotated (not when cmd.Stdout
-	// and cmd.Stderr are set), only when Start starts cmd, under start.lock
-	// (concurrent Starts rotate once), and by renaming names only: a
-	// symlink at a rotated name is moved as a name, its target never
-	// written. A runner that still runs writes on to the file it was given,
-	// Log.1 after a rotation; what it writes while it runs is its own to
-	// bound. A rotation that fails (a directory at Log.3, say) is logged and
-	// the log appended to as it is.
+	// rotates a Log larger than this many bytes, keeping Log.1 (the newest)
+	// to Log.3, as docs/operations.md says. Zero means 8 MiB; negative
+	// never rotates. Only a Log that Start opens itself is rotated (not when
+	// cmd.Stdout and cmd.Stderr are set), only when Start starts cmd, and
+	// once for concurrent Starts. A rotation that fails (a directory at
+	// Log.3, say) is logged and the log appended to as it is.
 	LogMaxBytes int64
 }
 
@@ -170,86 +166,33 @@ const (
 )
 
 // Start returns the record of a ready runner in dir that opts.Accept
-// accepts, starting cmd, detached, when there is none. Ready means: the
-// kernel lock on runner.lock is held, its holder is verified, and
-// runner.json names that holder with Ready true (its first Publish), and no
-// restart request addressed to it is pending. A runner admitted but not yet
-// ready is starting, and one asked to restart (draining or stopping; its
-// record says Leaving, see WatchRestart) is leaving: Start waits for
-// either, and starts nothing until the one leaving has gone.
+// accepts, starting cmd, detached, when there is none: ready means the
+// verified holder of runner.lock has published (Publish) and is not asked
+// to restart. Concurrent Starts, in any number of processes, share one
+// attempt: one process is started, and every caller gets its ready record
+// or the same *StartError. The process started takes dir itself, with
+// Takeover and Publish: cmd runs the runner, not a command that leaves it
+// in the background, and the caller must not call cmd.Wait (the package
+// reaps it). Start waits for a runner that is not ready yet, or is
+// leaving; there is no start-up timeout, ctx is the only bound, and a
+// process not ready when ctx ends is left running. The contract point by
+// point, and what Start sets on cmd: [docs/operations.md]; the sequence
+// and the files: [docs/protocol.md].
 //
-//   - Fast path: a ready runner that Accept accepts is returned at about the
-//     cost of Running; nothing is locked or written.
-//   - Otherwise Start takes start.lock in dir (briefly: it never stalls
-//     Acquire, Takeover, Running or Status), probes again, and only then
-//     starts cmd, recording the attempt in start.json. Concurrent Starts
-//     from any number of processes share one attempt: exactly one process
-//     is started, and each caller gets its outcome, the same ready record
-//     or a *StartError naming the same pid. A later call, after a failed
-//     attempt ended, makes a new one. A cmd that cannot be started at all
-//     (an exec error) is the caller's own failure: a waiter then makes its
-//     own attempt. Each waiter applies its own Accept; a record it refuses
-//     is replaced by its own attempt.
-//   - The started process runs detached: in a session of its own, stdin
-//     from the null device, stdout and stderr appended to opts.Log unless
-//     cmd sets them (then they must be *os.File), and none of the caller's
-//     descriptors but cmd.ExtraFiles and one readiness descriptor: before
-//     starting cmd, Start marks every descriptor of the calling process
-//     above stderr close-on-exec, under syscall.ForkLock (ExtraFiles are
-//     not affected). Start sets cmd.Env, cmd.ExtraFiles, cmd.SysProcAttr,
-//     cmd.Stdout and cmd.Stderr, as [docs/operations.md] lists; it leaves
-//     cmd.Dir, and the process keeps the caller's working directory (or
-//     cmd.Dir) and umask. The RUNNERSTATE_ variables Start adds are read
-//     by this package in the started process when it is loaded, and
-//     removed from that process's environment then, so that none reaches
-//     the runner's own children (a runner that does not use this package
-//     unsets them itself). The caller must not call cmd.Wait: the package
-//     reaps the process, and no zombie is left.
-//   - The started process takes dir itself, with Takeover (or Acquire) and
-//     Publish, like any runner: Start lends it no lock. cmd runs the runner
-//     itself (a shell may exec it): a command that forks the runner and
-//     exits has exited before it was ready. Its Publish makes Start return
-//     within milliseconds. There is no start-up timeout: ctx is the only
-//     bound. A holder that is held but cannot be verified, or never
-//     publishes, is starting: Start waits for it until ctx ends. A verified
-//     holder whose runner.json cannot be read, and that is not asked to
-//     restart, is not: once every look for about a second has found it so
-//     under that holder (a record being replaced is unreadable for a
-//     moment at most), Start returns a *StartError naming the holder's pid
-//     and the file, and what to do.
-//   - A started process that exits before it is ready: a *StartError with
-//     its exit status and the tail of its log, at once; nothing is left
-//     held in dir (start.lock and the log stay).
-//   - ctx ends first: a *StartError wrapping ctx.Err() and naming the pid;
-//     the process is left running (it may just be slow), and a later Start
-//     waits for it rather than starting another. A ctx already ended gets
-//     the fast path, then that error.
-//   - Accept refuses the ready runner: Start starts cmd, the new runner
-//     replaces the old through the takeover gate, and Start returns the new
-//     one's record. If Accept refuses that one too, a *StartError with
-//     ExitCode -1 (the new runner is left running); it never loops.
-//
-// Linux is first-class and tested; macOS detaches the same way (setsid);
-// on Windows the process gets a new process group without a console and
-// no readiness descriptor, and Start looks every 10 ms. What each platform
-// is tested for is in [docs/operations.md].
-//
-// Errors: an error naming what is wrong, before anything but dir is
-// created, for a nil cmd, a cmd already started, a stream that is not an
+// Errors, before anything but dir is created: an error naming what is
+// wrong for a nil cmd, a cmd already started, a stream that is not an
 // *os.File, a dir that is a file or cannot be created, a command that does
 // not exist or is not in PATH, a Log that is a symlink or not a regular
-// file; an error naming it for a start.lock or start.json that is a
-// symlink, a directory or another non-regular file; a *StartError
-// (errors.Is ErrStartFailed) as above; the errors of Running for an
-// unusable runner.lock; ErrLockingUnsupported, before anything is started
-// or created, on a filesystem whose locks do not exclude; the errors of
-// Running (ErrNewerProtocol for a holder whose runner.json says a newer
-// protocol), and ErrNewerProtocol, before anything is started or created,
-// when another file of dir does. Touches start.lock, start.json and the
-// log in dir (and Log.1 to Log.3 when it rotates the log: see
+// file; ErrLockingUnsupported on a filesystem whose locks do not exclude;
+// ErrNewerProtocol when a file of dir says a newer protocol. Then: a
+// *StartError (errors.Is ErrStartFailed) when the runner did not become
+// ready; the errors of Running; an error naming a start.lock or start.json
+// that is a symlink, a directory or another non-regular file. Touches
+// start.lock, start.json and the log in dir (and Log.1 to Log.3:
 // StartOptions.LogMaxBytes); reads what Running reads.
 //
-// [docs/operations.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/operations.md#what-start-does-to-the-process-it-starts
+// [docs/operations.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/operations.md#what-start-promises
+// [docs/protocol.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/protocol.md#start
 func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (Record, error) {
 	since := time.Now()
 	if err := checkDir("Start", dir); err != nil {
