@@ -319,7 +319,7 @@ func (u *unreadableSince) still(holder Identity, unreadable bool, now time.Time)
 
 // unreadableUnder is the verified holder of dir and why its runner.json
 // cannot be read; a nil error when it can, when it is absent, when no
-// holder is verified (one that cannot be verified is starting), or when a
+// holder is verified (one that cannot be verified is not ready yet), or when a
 // restart request is pending for the holder (it is leaving: Start waits
 // for it to go, as for any runner asked to restart).
 func unreadableUnder(dir string) (Identity, error) {
@@ -448,7 +448,7 @@ func (c *startCall) run(ctx context.Context) (Record, error) {
 			woke = time.Now()
 			continue
 		}
-		// The lock busy: another caller is deciding or starting. Rather
+		// The lock busy: another caller is deciding, or making an attempt. Rather
 		// than queue behind every other caller's probe, wait for what it
 		// records (or look again in 10 ms), and take the attempt it made.
 		release, busy, err := tryStartLock(c.dir)

@@ -279,7 +279,7 @@ func startDir(t *testing.T) string {
 }
 
 // 1. Ready is a verified holder whose record says Ready; a runner admitted
-// but not yet published is starting, and Start waits for it.
+// but not yet published is not ready yet, and Start waits for it.
 func TestStart1ReadyIsPublishedNotAdmitted(t *testing.T) {
 	captureLog(t)
 	dir := startDir(t)
@@ -574,8 +574,8 @@ func TestStart4Detached(t *testing.T) {
 
 // 5. The started process takes the directory itself (Takeover) and
 // publishes; Start returns that record, woken by the readiness descriptor.
-// A held holder that cannot be verified is starting: Start waits for it,
-// starting nothing, until ctx ends.
+// A held holder that cannot be verified is not ready yet: Start waits for
+// it, starting nothing, until ctx ends.
 func TestStart5RunnerTakesDirItself(t *testing.T) {
 	captureLog(t)
 	dir := startDir(t)
@@ -908,7 +908,7 @@ func roleNotifyRunner(dir string) int {
 
 func slogText(b *testharness.LogBuffer) *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
 
-// Chaos for the starters: callers in several processes call Start in a
+// Chaos for the callers: callers in several processes call Start in a
 // loop while a killer SIGKILLs the ready runner and the one being started,
 // at random. Every started runner writes "spawned <attempt> <identity>" and
 // "published <ns> <identity>" (CLOCK_MONOTONIC) into a witness file,
