@@ -163,7 +163,7 @@ func lockStart(dir string) (func(), error) {
 
 // attemptEnv names, in a child's environment, the attempt that started it
 // (its Seq): a hint for its logs and tests. This package takes it out of
-// the environment when it is loaded (startedAttempt keeps it), as
+// the environment when it is loaded (readiness.attempt keeps it), as
 // spawn.TakeReadiness does the readiness variables.
 const attemptEnv = "RUNNERSTATE_START_ATTEMPT"
 
@@ -405,26 +405,19 @@ func (c *startCall) lookAfter(woke time.Time) startLook {
 // directory it was started for is ready.
 var readiness struct {
 	sync.Mutex
-	f      *os.File
-	forDir string
-	told   bool // signalReady has answered true
+	f       *os.File
+	forDir  string
+	attempt uint64 // the Seq of the attempt that started this process (attemptEnv), 0 when none did
+	told    bool   // signalReady has answered true
 }
-
-// startedSeq is the attempt that started this process (attemptEnv), 0 when
-// none did, taken from the environment when the package is loaded.
-var startedSeq uint64
 
 // The variables an attempt gave this process are read once, here, and
 // removed from its environment, so that none reaches a process it starts.
 func init() {
 	readiness.f, readiness.forDir = spawn.TakeReadiness()
-	startedSeq, _ = strconv.ParseUint(os.Getenv(attemptEnv), 10, 64)
+	readiness.attempt, _ = strconv.ParseUint(os.Getenv(attemptEnv), 10, 64)
 	os.Unsetenv(attemptEnv)
 }
-
-// startedAttempt is the number (Seq) of the attempt that started this
-// process, as its attemptEnv said; 0 when no attempt started it.
-func startedAttempt() uint64 { return startedSeq }
 
 // sdReady sends the service manager's READY=1 once per process.
 var sdReady sync.Once

@@ -86,7 +86,7 @@ func roleStartedRunner(dir string) int {
 		return 1
 	}
 	fmt.Println("started", os.Getpid())
-	startWitness("spawned", startedAttempt(), Self())
+	startWitness("spawned", readiness.attempt, Self())
 	if report := os.Getenv(envStartReport); report != "" {
 		writeStartReport(report)
 	}

@@ -55,7 +55,7 @@ func roleEnvRunner(dir string) int {
 		return 1
 	}
 	cwd, _ := os.Getwd()
-	report := fmt.Sprintf("%scwd %s\numask %s\nattempt %d\n", env, cwd, ownUmask(), startedAttempt())
+	report := fmt.Sprintf("%scwd %s\numask %s\nattempt %d\n", env, cwd, ownUmask(), readiness.attempt)
 	if err := os.WriteFile(filepath.Join(dir, envReportName), []byte(report), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		return 1
