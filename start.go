@@ -454,7 +454,7 @@ func (c *startCall) run(ctx context.Context) (Record, error) {
 		release, busy, err := tryStartLock(c.dir)
 		if busy {
 			if err := w.Wait(ctx, startPoll, nil); err != nil {
-				return Record{}, &StartError{Dir: c.abs, ExitCode: -1, Err: fmt.Errorf("%w, waiting while another caller decided whether to start the runner (this call ran no command of its own)", err)}
+				return Record{}, c.busyEnded(err, look)
 			}
 			woke = time.Now()
 			continue
@@ -467,6 +467,17 @@ func (c *startCall) run(ctx context.Context) (Record, error) {
 			return rec, err
 		}
 	}
+}
+
+// busyEnded is the failure of a call whose context ended (err) while
+// start.lock was busy: another caller deciding, or a child marking its
+// attempt ready. A runner that held the directory, not ready, at the last
+// look is named, as awaitHolder names it: the lock's holder is no runner.
+func (c *startCall) busyEnded(err error, l startLook) *StartError {
+	if l.held && !l.ready {
+		return c.holderEnded(err, l.rec.PID)
+	}
+	return &StartError{Dir: c.abs, ExitCode: -1, Err: fmt.Errorf("%w, waiting while another caller decided whether to start the runner (this call ran no command of its own)", err)}
 }
 
 // probe is probeStart, and the call's bound on a holder whose record
@@ -639,7 +650,7 @@ func (c *startCall) awaitHolder(ctx context.Context, pid int) (Record, error) {
 	defer w.Close()
 	for {
 		if err := w.Wait(ctx, startPoll, nil); err != nil {
-			return Record{}, &StartError{Dir: c.abs, PID: pid, ExitCode: -1, Err: fmt.Errorf("%w, waiting for the runner that holds the directory, not ready or asked to restart, to be ready or to go (this call ran no command of its own)", err)}
+			return Record{}, c.holderEnded(err, pid)
 		}
 		_, held, ready, err := c.probe()
 		if err != nil {
@@ -649,4 +660,10 @@ func (c *startCall) awaitHolder(ctx context.Context, pid int) (Record, error) {
 			return Record{}, errAgain
 		}
 	}
+}
+
+// holderEnded is the failure of a wait for pid, the holder of the
+// directory, not ready, whose context ended (err).
+func (c *startCall) holderEnded(err error, pid int) *StartError {
+	return &StartError{Dir: c.abs, PID: pid, ExitCode: -1, Err: fmt.Errorf("%w, waiting for the runner that holds the directory, not ready or asked to restart, to be ready or to go (this call ran no command of its own)", err)}
 }
