@@ -11,24 +11,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
+	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
-	"github.com/runnerstate/runnerstate/internal/liveness"
-	"github.com/runnerstate/runnerstate/internal/sdnotify"
 	"github.com/runnerstate/runnerstate/internal/spawn"
-	"github.com/runnerstate/runnerstate/internal/startup"
 )
 
-// The detached starter: Start. Its attempts are serialised by start.lock
-// and described by start.json, so that every concurrent caller, in any
-// process, shares one attempt and learns its outcome.
+// Start and its decisions: whether a ready runner will do, whether to wait
+// for an attempt or a holder, whether to make an attempt, and what an
+// attempt's end means. The attempt's mechanism (start.json, start.lock,
+// the child, its reaper, its readiness) is attempt.go.
 
 // StartOptions says which ready runner will do, and where a started
 // runner's output goes. The zero value accepts any ready runner and appends
@@ -58,17 +55,12 @@ type StartOptions struct {
 	// names another Program with ErrOtherProgram (see TakeoverOptions).
 	Program string
 	// LogMaxBytes bounds Log: before it starts cmd and appends to Log, Start
-	// rotates a Log larger than this many bytes: Log.3 is dropped, Log.2
-	// becomes Log.3, Log.1 Log.2, and Log Log.1, so three rotated logs are
-	// kept beside the one in use. Zero means 8 MiB; negative never rotates.
-	// Only a Log that Start opens itself is rotated (not when cmd.Stdout
-	// and cmd.Stderr are set), only when Start starts cmd, under start.lock
-	// (concurrent Starts rotate once), and by renaming names only: a
-	// symlink at a rotated name is moved as a name, its target never
-	// written. A runner that still runs writes on to the file it was given,
-	// Log.1 after a rotation; what it writes while it runs is its own to
-	// bound. A rotation that fails (a directory at Log.3, say) is logged and
-	// the log appended to as it is.
+	// rotates a Log larger than this many bytes, keeping Log.1 (the newest)
+	// to Log.3, as docs/operations.md says. Zero means 8 MiB; negative
+	// never rotates. Only a Log that Start opens itself is rotated (not when
+	// cmd.Stdout and cmd.Stderr are set), only when Start starts cmd, and
+	// once for concurrent Starts. A rotation that fails (a directory at
+	// Log.3, say) is logged and the log appended to as it is.
 	LogMaxBytes int64
 }
 
@@ -174,86 +166,33 @@ const (
 )
 
 // Start returns the record of a ready runner in dir that opts.Accept
-// accepts, starting cmd, detached, when there is none. Ready means: the
-// kernel lock on runner.lock is held, its holder is verified, and
-// runner.json names that holder with Ready true (its first Publish), and no
-// restart request addressed to it is pending. A runner admitted but not yet
-// ready is starting, and one asked to restart (draining or stopping; its
-// record says Leaving, see WatchRestart) is leaving: Start waits for
-// either, and starts nothing until the one leaving has gone.
+// accepts, starting cmd, detached, when there is none: ready means the
+// verified holder of runner.lock has published (Publish) and is not asked
+// to restart. Concurrent Starts, in any number of processes, share one
+// attempt: one process is started, and every caller gets its ready record
+// or the same *StartError. The process started takes dir itself, with
+// Takeover and Publish: cmd runs the runner, not a command that leaves it
+// in the background, and the caller must not call cmd.Wait (the package
+// reaps it). Start waits for a runner that is not ready yet, or is
+// leaving; there is no start-up timeout, ctx is the only bound, and a
+// process not ready when ctx ends is left running. The contract point by
+// point, and what Start sets on cmd: [docs/operations.md]; the sequence
+// and the files: [docs/protocol.md].
 //
-//   - Fast path: a ready runner that Accept accepts is returned at about the
-//     cost of Running; nothing is locked or written.
-//   - Otherwise Start takes start.lock in dir (briefly: it never stalls
-//     Acquire, Takeover, Running or Status), probes again, and only then
-//     starts cmd, recording the attempt in start.json. Concurrent Starts
-//     from any number of processes share one attempt: exactly one process
-//     is started, and each caller gets its outcome, the same ready record
-//     or a *StartError naming the same pid. A later call, after a failed
-//     attempt ended, makes a new one. A cmd that cannot be started at all
-//     (an exec error) is the caller's own failure: a waiter then makes its
-//     own attempt. Each waiter applies its own Accept; a record it refuses
-//     is replaced by its own attempt.
-//   - The started process runs detached: in a session of its own, stdin
-//     from the null device, stdout and stderr appended to opts.Log unless
-//     cmd sets them (then they must be *os.File), and none of the caller's
-//     descriptors but cmd.ExtraFiles and one readiness descriptor: before
-//     starting cmd, Start marks every descriptor of the calling process
-//     above stderr close-on-exec, under syscall.ForkLock (ExtraFiles are
-//     not affected). Start sets cmd.Env, cmd.ExtraFiles, cmd.SysProcAttr,
-//     cmd.Stdout and cmd.Stderr, as [docs/operations.md] lists; it leaves
-//     cmd.Dir, and the process keeps the caller's working directory (or
-//     cmd.Dir) and umask. The RUNNERSTATE_ variables Start adds are read
-//     by this package in the started process when it is loaded, and
-//     removed from that process's environment then, so that none reaches
-//     the runner's own children (a runner that does not use this package
-//     unsets them itself). The caller must not call cmd.Wait: the package
-//     reaps the process, and no zombie is left.
-//   - The started process takes dir itself, with Takeover (or Acquire) and
-//     Publish, like any runner: Start lends it no lock. cmd runs the runner
-//     itself (a shell may exec it): a command that forks the runner and
-//     exits has exited before it was ready. Its Publish makes Start return
-//     within milliseconds. There is no start-up timeout: ctx is the only
-//     bound. A holder that is held but cannot be verified, or never
-//     publishes, is starting: Start waits for it until ctx ends. A verified
-//     holder whose runner.json cannot be read, and that is not asked to
-//     restart, is not: once every look for about a second has found it so
-//     under that holder (a record being replaced is unreadable for a
-//     moment at most), Start returns a *StartError naming the holder's pid
-//     and the file, and what to do.
-//   - A started process that exits before it is ready: a *StartError with
-//     its exit status and the tail of its log, at once; nothing is left
-//     held in dir (start.lock and the log stay).
-//   - ctx ends first: a *StartError wrapping ctx.Err() and naming the pid;
-//     the process is left running (it may just be slow), and a later Start
-//     waits for it rather than starting another. A ctx already ended gets
-//     the fast path, then that error.
-//   - Accept refuses the ready runner: Start starts cmd, the new runner
-//     replaces the old through the takeover gate, and Start returns the new
-//     one's record. If Accept refuses that one too, a *StartError with
-//     ExitCode -1 (the new runner is left running); it never loops.
-//
-// Linux is first-class and tested; macOS detaches the same way (setsid);
-// on Windows the process gets a new process group without a console and
-// no readiness descriptor, and Start looks every 10 ms. What each platform
-// is tested for is in [docs/operations.md].
-//
-// Errors: an error naming what is wrong, before anything but dir is
-// created, for a nil cmd, a cmd already started, a stream that is not an
+// Errors, before anything but dir is created: an error naming what is
+// wrong for a nil cmd, a cmd already started, a stream that is not an
 // *os.File, a dir that is a file or cannot be created, a command that does
 // not exist or is not in PATH, a Log that is a symlink or not a regular
-// file; an error naming it for a start.lock or start.json that is a
-// symlink, a directory or another non-regular file; a *StartError
-// (errors.Is ErrStartFailed) as above; the errors of Running for an
-// unusable runner.lock; ErrLockingUnsupported, before anything is started
-// or created, on a filesystem whose locks do not exclude; the errors of
-// Running (ErrNewerProtocol for a holder whose runner.json says a newer
-// protocol), and ErrNewerProtocol, before anything is started or created,
-// when another file of dir does. Touches start.lock, start.json and the
-// log in dir (and Log.1 to Log.3 when it rotates the log: see
+// file; ErrLockingUnsupported on a filesystem whose locks do not exclude;
+// ErrNewerProtocol when a file of dir says a newer protocol. Then: a
+// *StartError (errors.Is ErrStartFailed) when the runner did not become
+// ready; the errors of Running; an error naming a start.lock or start.json
+// that is a symlink, a directory or another non-regular file. Touches
+// start.lock, start.json and the log in dir (and Log.1 to Log.3:
 // StartOptions.LogMaxBytes); reads what Running reads.
 //
-// [docs/operations.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/operations.md#what-start-does-to-the-process-it-starts
+// [docs/operations.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/operations.md#what-start-promises
+// [docs/protocol.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/protocol.md#start
 func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (Record, error) {
 	since := time.Now()
 	if err := checkDir("Start", dir); err != nil {
@@ -303,12 +242,11 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 	} else if cmd.Stdout != nil && cmd.Stderr != nil {
 		opts.Log = ""
 	}
-	logMax := cmp.Or(opts.LogMaxBytes, defaultLogMax)
-	c := &startup.Call[Record]{Dir: dir, Abs: abs, Protocol: startFiles{dir: dir, log: opts.Logger, logMax: logMax, unreadable: &unreadableSince{}}, Looks: &startLooks,
-		Cmd: cmd, Log: opts.Log, Accept: accept, Since: since}
-	rec, err := c.Run(ctx)
-	if f, ok := err.(*startup.Failure); ok {
-		return rec, &StartError{Dir: abs, PID: f.PID, ExitCode: f.ExitCode, Log: f.Log, LogTail: f.LogTail, Err: whyNotReady(dir, f)}
+	c := &startCall{dir: dir, abs: abs, cmd: cmd, logPath: opts.Log, logMax: cmp.Or(opts.LogMaxBytes, defaultLogMax), log: opts.Logger,
+		accept: accept, since: since, unreadable: &unreadableSince{}}
+	rec, err := c.run(ctx)
+	if se, ok := err.(*StartError); ok {
+		se.Err = whyNotReady(dir, se)
 	}
 	return rec, err
 }
@@ -337,17 +275,17 @@ func acceptOnce(accept func(Record) bool) func(Record) bool {
 	}
 }
 
-// whyNotReady is f's reason, with the cause when a runner that still runs
+// whyNotReady is e's reason, with the cause when a runner that still runs
 // could not be known ready because its record cannot be read (a context
 // that ended before recordUnreadableFor did).
-func whyNotReady(dir string, f *startup.Failure) error {
-	if f.ExitCode >= 0 || !errors.Is(f.Err, context.Canceled) && !errors.Is(f.Err, context.DeadlineExceeded) {
-		return f.Err
+func whyNotReady(dir string, e *StartError) error {
+	if e.ExitCode >= 0 || !errors.Is(e.Err, context.Canceled) && !errors.Is(e.Err, context.DeadlineExceeded) {
+		return e.Err
 	}
 	if _, state, err := readRecord(dir); state == fileCorrupt {
-		return fmt.Errorf("%w; %w", f.Err, recordUnreadableWhy(dir, err))
+		return fmt.Errorf("%w; %w", e.Err, recordUnreadableWhy(dir, err))
 	}
-	return f.Err
+	return e.Err
 }
 
 // recordUnreadableFor is how long runner.json may stay unreadable under
@@ -381,7 +319,7 @@ func (u *unreadableSince) still(holder Identity, unreadable bool, now time.Time)
 
 // unreadableUnder is the verified holder of dir and why its runner.json
 // cannot be read; a nil error when it can, when it is absent, when no
-// holder is verified (one that cannot be verified is starting), or when a
+// holder is verified (one that cannot be verified is not ready yet), or when a
 // restart request is pending for the holder (it is leaving: Start waits
 // for it to go, as for any runner asked to restart).
 func unreadableUnder(dir string) (Identity, error) {
@@ -434,38 +372,6 @@ func checkStartInput(dir string, cmd *exec.Cmd, opts StartOptions) error {
 	return nil
 }
 
-// readAttempt reads start.json; a missing or unreadable one is no attempt.
-func readAttempt(dir string) (startup.Attempt, bool) {
-	a, ok, _ := readAttemptErr(dir)
-	return a, ok
-}
-
-// readAttemptErr is readAttempt that also says when start.json's path is
-// unusable (a symlink, a directory, another non-regular file): no attempt
-// can be recorded there until it is moved away.
-func readAttemptErr(dir string) (startup.Attempt, bool, error) {
-	a, state, err := readState(filepath.Join(dir, startName), startup.Parse)
-	if state == fileCorrupt && unusablePath(err) {
-		return startup.Attempt{}, false, err
-	}
-	return a, state == fileOK && a.Seq > 0, nil
-}
-
-// startedBy reports whether rec is the record of a's process.
-func startedBy(a startup.Attempt, rec Record) bool {
-	return a.Child.PID > 0 && sameProcess(rec.Process, Identity(a.Child))
-}
-
-// startingOf is the process of dir's attempt in progress, for Status: alive,
-// not failed, and not (yet) the ready holder rec.
-func startingOf(dir string, rec Record) Identity {
-	a, ok := readAttempt(dir)
-	if !ok || !a.Pending() || (rec.Ready && startedBy(a, rec)) {
-		return Identity{}
-	}
-	return Identity(a.Child)
-}
-
 // probeStart is Running's answer: the record, whether the lock is held, and
 // whether the holder is ready (a verified holder whose record says Ready,
 // and that is not asked to restart: a runner draining or stopping is
@@ -486,139 +392,278 @@ func probeStart(dir string) (rec Record, held, ready bool, err error) {
 	return rec, held, ready, err
 }
 
-// startLooks shares, between the Start calls of this process, their looks
-// at each directory.
-var startLooks startup.Looks[Record]
+// startPoll is how often a caller looks where nothing notifies it.
+const startPoll = 10 * time.Millisecond
 
-// startFiles is a runner directory's side of a Start call
-// (startup.Protocol): Running's answer, start.json, start.lock, the log,
-// and this package's words for what happened.
-type startFiles struct {
-	dir        string
-	log        *slog.Logger     // the call's
-	logMax     int64            // rotate the log over this size; <= 0 never
-	unreadable *unreadableSince // the call's looks at an unreadable record (nil: not followed)
+// outcomeWait bounds how long a caller that saw the child of another
+// process's attempt exit waits for the caller that started it to record
+// the exit status, while that caller lives.
+const outcomeWait = 2 * time.Second
+
+// errAgain says a wait ended in a state the caller must look at again.
+var errAgain = errors.New("look again")
+
+// startCall is one Start call past its fast path: what it waits for, what
+// it starts, and what it has started.
+type startCall struct {
+	dir        string // as the caller named it
+	abs        string // its absolute path: attempts and looks are shared by it
+	cmd        *exec.Cmd
+	logPath    string // where cmd's stdout and stderr are appended when it leaves them nil; "" for none
+	logMax     int64  // rotate that log over this size; <= 0 never
+	log        *slog.Logger
+	accept     func(Record) bool
+	since      time.Time        // when the call began
+	unreadable *unreadableSince // the call's looks at an unreadable record
+
+	spawned bool // this call started cmd: it never starts another
 }
 
-// Probe is probeStart, and the call's bound on a holder whose record
+// run returns the record of a ready runner that accept accepts, starting
+// cmd when there is none and no attempt is in progress, and waiting on the
+// attempt otherwise. Errors: a *StartError when the runner started, or
+// whose start it waited for, did not become ready, or ctx ended first;
+// otherwise those of the files.
+func (c *startCall) run(ctx context.Context) (Record, error) {
+	w := dirwatch.New(c.dir)
+	defer w.Close()
+	woke := time.Now()
+	for {
+		// A ready runner, or an attempt in progress, is seen without the
+		// lock, which only a caller about to start one needs: a crowd of
+		// callers never queues on it, and sees a runner ready even while
+		// the caller that started it still holds it.
+		look := c.lookAfter(woke)
+		if look.err != nil {
+			return Record{}, look.err
+		}
+		if look.ready && c.accept(look.rec) {
+			return look.rec, nil
+		}
+		if a := look.att; look.haveAtt && a.inProgress() && !c.spawned && !(look.ready && startedBy(a, look.rec)) {
+			rec, err := c.await(ctx, a)
+			if err != errAgain {
+				return rec, err
+			}
+			woke = time.Now()
+			continue
+		}
+		// The lock busy: another caller is deciding, or making an attempt. Rather
+		// than queue behind every other caller's probe, wait for what it
+		// records (or look again in 10 ms), and take the attempt it made.
+		release, busy, err := tryStartLock(c.dir)
+		if busy {
+			if err := w.Wait(ctx, startPoll, nil); err != nil {
+				return Record{}, c.busyEnded(err, look)
+			}
+			woke = time.Now()
+			continue
+		}
+		if err != nil {
+			return Record{}, err
+		}
+		rec, err := c.locked(ctx, release)
+		if err != errAgain {
+			return rec, err
+		}
+	}
+}
+
+// busyEnded is the failure of a call whose context ended (err) while
+// start.lock was busy: another caller deciding, or a child marking its
+// attempt ready. A runner that held the directory, not ready, at the last
+// look is named, as awaitHolder names it: the lock's holder is no runner.
+func (c *startCall) busyEnded(err error, l startLook) *StartError {
+	if l.held && !l.ready {
+		return c.holderEnded(err, l.rec.PID)
+	}
+	return &StartError{Dir: c.abs, ExitCode: -1, Err: fmt.Errorf("%w, waiting while another caller decided whether to start the runner (this call ran no command of its own)", err)}
+}
+
+// probe is probeStart, and the call's bound on a holder whose record
 // cannot be read: once every look for recordUnreadableFor has found it so,
-// under the same verified holder, a *startup.Failure naming that holder,
-// the file and what to do, instead of a wait until ctx ends.
-func (d startFiles) Probe() (Record, bool, bool, error) {
-	rec, held, ready, err := probeStart(d.dir)
-	if d.unreadable == nil || err != nil {
+// under the same verified holder, a *StartError naming that holder, the
+// file and what to do, instead of a wait until ctx ends.
+func (c *startCall) probe() (Record, bool, bool, error) {
+	rec, held, ready, err := probeStart(c.dir)
+	if err != nil {
 		return rec, held, ready, err
 	}
 	var holder Identity
 	var why error
 	if held && !ready {
-		holder, why = unreadableUnder(d.dir)
+		holder, why = unreadableUnder(c.dir)
 	}
-	if d.unreadable.still(holder, why != nil, time.Now()) {
-		err = &startup.Failure{PID: holder.PID, ExitCode: -1, Err: recordUnreadableWhy(d.dir, why)}
+	if c.unreadable.still(holder, why != nil, time.Now()) {
+		err = &StartError{Dir: c.abs, PID: holder.PID, ExitCode: -1, Err: recordUnreadableWhy(c.dir, why)}
 	}
 	return rec, held, ready, err
 }
 
-func (d startFiles) Clone(rec Record) Record {
-	rec.Specs = slices.Clone(rec.Specs)
-	rec.Meta = slices.Clone(rec.Meta)
-	return rec
-}
-
-func (d startFiles) StartedBy(a startup.Attempt, rec Record) bool { return startedBy(a, rec) }
-
-func (d startFiles) PID(rec Record) int { return rec.PID }
-
-func (d startFiles) Read() (startup.Attempt, bool, error) { return readAttemptErr(d.dir) }
-
-// Write replaces start.json; the caller holds start.lock. It is not
-// synced: an attempt describes live processes, which a power loss ends.
-func (d startFiles) Write(a startup.Attempt) error {
-	data, err := protocolLine(a)
+// locked decides, holding start.lock (which it releases), what this call
+// does: return the runner, wait for an attempt or a holder, or start cmd.
+func (c *startCall) locked(ctx context.Context, release func()) (Record, error) {
+	rec, held, ready, err := c.probe()
 	if err != nil {
-		return err
+		release()
+		return Record{}, err
 	}
-	return public(durable.WriteVolatile(d.dir, startName, data))
-}
-
-func (d startFiles) TryLock() (func(), error) {
-	l, err := filelock.TryLock(filepath.Join(d.dir, startLockName), filelock.Exclusive, 0o600)
-	if errors.Is(err, filelock.ErrWouldBlock) {
-		return nil, startup.ErrBusy
+	if ready && c.accept(rec) {
+		release()
+		return rec, nil
 	}
+	a, have, err := readAttemptErr(c.dir)
 	if err != nil {
-		return nil, public(err)
+		release()
+		return Record{}, err
 	}
-	return l.Release, nil
-}
-
-// Lock waits for start.lock, at most as long as for the state lock.
-func (d startFiles) Lock() (func(), error) {
-	ctx, cancel := context.WithTimeout(context.Background(), stateLockWait)
-	defer cancel()
-	l, err := waitLock(ctx, filepath.Join(d.dir, startLockName), filelock.Exclusive, 0o600, inspectLock)
+	switch {
+	case have && ready && startedBy(a, rec) && c.spawned:
+		release()
+		return Record{}, c.refused(a)
+	case have && a.inProgress() && !(ready && startedBy(a, rec)):
+		release()
+		return c.await(ctx, a)
+	case have && a.Failed && a.Ended.After(c.since):
+		// It failed while this call waited for the lock.
+		release()
+		return Record{}, a.failure(c.abs)
+	case held && !ready:
+		// Held, not ready, and nothing an attempt started: a runner being
+		// admitted, or one that cannot be verified. Wait for it, start
+		// nothing.
+		release()
+		return c.awaitHolder(ctx, rec.PID)
+	case c.spawned:
+		release()
+		return Record{}, &StartError{Dir: c.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, Err: errors.New("the runner this call started is gone, and no attempt is recorded for it")}
+	}
+	a, err = c.spawn(a.Seq + 1)
+	release()
 	if err != nil {
-		return nil, err
+		return Record{}, err
 	}
-	return l.Release, nil
+	return c.await(ctx, a)
 }
 
-// OpenLog opens the log, rotated first when it is over the call's bound;
-// the caller holds start.lock, so concurrent Starts never rotate twice.
-func (d startFiles) OpenLog(path string) (*os.File, int64, error) {
-	if err := spawn.RotateLog(path, d.logMax, logKeep); err != nil {
-		d.log.Warn("runnerstate: could not rotate the runner's log; appending to it as it is", "dir", d.dir, "path", path, "err", err)
+// refused is the answer when accept refused the runner this call started.
+func (c *startCall) refused(a startAttempt) error {
+	return &StartError{Dir: c.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, Err: errRefused}
+}
+
+// await waits on attempt a: until its child is ready (or another ready
+// runner that accept accepts appears), it exited first, or ctx ends.
+// errAgain when the state changed under it (a newer attempt, or a ready
+// child of a's that accept refuses: the caller's own attempt replaces it).
+func (c *startCall) await(ctx context.Context, a startAttempt) (Record, error) {
+	own := ownChildOf(c.abs, a.Seq)
+	exited, readyCh, stop := watchAttempt(ctx, a, own)
+	defer stop()
+	w := dirwatch.New(c.dir)
+	defer w.Close()
+	poll := startPoll
+	if w.Changed() != nil {
+		poll = w.Interval()
 	}
-	f, size, err := spawn.OpenLog(path)
-	return f, size, public(err)
-}
-
-func (d startFiles) Started(pid int, log string) {
-	d.log.Info("runnerstate: started the runner", "dir", d.dir, "pid", pid, "log", log)
-}
-
-func (d startFiles) NotRecorded(err error) {
-	d.log.Info("runnerstate: could not record the start attempt; other callers may not see it", "dir", d.dir, "path", filepath.Join(d.dir, startName), "err", err)
-}
-
-func (d startFiles) NotSettled(pid int, err error) {
-	logger().Info("runnerstate: could not record that the runner started has exited", "dir", d.dir, "pid", pid, "err", err)
-}
-
-// markFiles is start.json as MarkReady reads it: one that is there but
-// cannot be read is an error, which notifyReady logs, not "no attempt",
-// for the mark not written leaves the attempt pending.
-type markFiles struct{ startFiles }
-
-func (d markFiles) Read() (startup.Attempt, bool, error) {
-	a, state, err := readState(filepath.Join(d.dir, startName), startup.Parse)
-	if state == fileCorrupt {
-		return startup.Attempt{}, false, err
+	timer := time.NewTimer(poll)
+	defer timer.Stop()
+	var goneAt time.Time
+	woke := time.Now()
+	for {
+		if rec, done, err := c.judge(c.lookAfter(woke), a, own); done {
+			return rec, err
+		}
+		if !goneAt.IsZero() {
+			switch {
+			case own != nil:
+				return Record{}, exitFailure(c.abs, a, own.child.ExitCode(), own.child.WaitErr())
+			case time.Since(goneAt) > outcomeWait || !verifiedAlive(a.By):
+				return Record{}, exitFailure(c.abs, a, -1, nil)
+			}
+		}
+		timer.Reset(poll)
+		select {
+		case <-ctx.Done():
+			return Record{}, c.ended(ctx, a)
+		case <-w.Changed():
+		case <-readyCh:
+			readyCh = nil
+		case <-exited:
+			exited, goneAt, poll = nil, time.Now(), startPoll
+		case <-timer.C:
+		}
+		woke = time.Now()
 	}
-	return a, state == fileOK && a.Seq > 0, nil
 }
 
-// sdReady sends the service manager's READY=1 once per process.
-var sdReady sync.Once
+// judge is what a look l says of a wait on attempt a: done with a record
+// or an error (errAgain: look at the directory again from the start), or
+// not done, to wait on. This is where an attempt is over.
+func (c *startCall) judge(l startLook, a startAttempt, own *ownChild) (rec Record, done bool, err error) {
+	rec, ready := l.rec, l.ready
+	if l.err != nil {
+		return Record{}, true, l.err
+	}
+	if ready && startedBy(a, rec) {
+		if own != nil {
+			own.ready.Store(true)
+		}
+		switch {
+		case c.accept(rec):
+			return rec, true, nil
+		case c.spawned:
+			return Record{}, true, c.refused(a)
+		}
+		return Record{}, true, errAgain
+	}
+	if ready && c.accept(rec) {
+		return rec, true, nil
+	}
+	if cur, ok := l.att, l.haveAtt; ok && cur.Seq != a.Seq {
+		return Record{}, true, errAgain
+	} else if ok && cur.Failed {
+		return Record{}, true, cur.failure(c.abs)
+	} else if ok && (!cur.Ended.IsZero() || cur.Ready) {
+		return Record{}, true, errAgain // it was ready, and has let go or exited since
+	}
+	return Record{}, false, nil
+}
 
-// notifyReady tells whoever waits for this runner of dir that it is ready:
-// the process that started it through Start (and start.json, whose attempt
-// is over from then on), and a service manager.
-func notifyReady(dir string) {
-	if startup.Ready(dir) {
-		isSelf := func(child liveness.Identity) bool { return sameProcess(Identity(child), Self()) }
-		if err := startup.MarkReady(markFiles{startFiles{dir: dir}}, isSelf); err != nil {
-			logger().Info("runnerstate: could not record in the start attempt that this runner is ready", "dir", dir, "path", filepath.Join(dir, startName), "err", err)
+// ended is the failure of a wait on attempt a whose context ended first.
+func (c *startCall) ended(ctx context.Context, a startAttempt) *StartError {
+	err := ctx.Err()
+	if !c.spawned {
+		// The caller's command never ran: say whose attempt it waited
+		// for, and how to end it.
+		err = fmt.Errorf("%w, waiting for the attempt pid %d made at %s (this call ran no command of its own; while that process lives and is not ready, every Start waits for it: stop pid %d to start another)",
+			err, a.By.PID, a.Began.Format(time.RFC3339), a.Child.PID)
+	}
+	return &StartError{Dir: c.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, LogTail: logTail(a.Log, a.LogFrom), Err: err}
+}
+
+// awaitHolder waits while the directory is held by a runner that is not
+// ready and was not started by an attempt: until it is ready, the lock is
+// free, an attempt appears, or ctx ends (a *StartError naming pid, the
+// holder).
+func (c *startCall) awaitHolder(ctx context.Context, pid int) (Record, error) {
+	w := dirwatch.New(c.dir)
+	defer w.Close()
+	for {
+		if err := w.Wait(ctx, startPoll, nil); err != nil {
+			return Record{}, c.holderEnded(err, pid)
+		}
+		_, held, ready, err := c.probe()
+		if err != nil {
+			return Record{}, err
+		}
+		if a, ok, _ := readAttemptErr(c.dir); ready || !held || (ok && a.pending()) {
+			return Record{}, errAgain
 		}
 	}
-	sdReady.Do(func() {
-		sock := sdnotify.Socket()
-		if sock == "" {
-			return
-		}
-		if err := sdnotify.Send(sock, sdnotify.Ready(os.Getpid())); err != nil {
-			logger().Warn("runnerstate: could not tell the service manager this runner is ready", "socket", sock, "err", err)
-		}
-	})
+}
+
+// holderEnded is the failure of a wait for pid, the holder of the
+// directory, not ready, whose context ended (err).
+func (c *startCall) holderEnded(err error, pid int) *StartError {
+	return &StartError{Dir: c.abs, PID: pid, ExitCode: -1, Err: fmt.Errorf("%w, waiting for the runner that holds the directory, not ready or asked to restart, to be ready or to go (this call ran no command of its own)", err)}
 }

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/liveness"
-	"github.com/runnerstate/runnerstate/internal/startup"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -87,7 +86,7 @@ func roleStartedRunner(dir string) int {
 		return 1
 	}
 	fmt.Println("started", os.Getpid())
-	startWitness("spawned", startup.StartedAttempt(), Self())
+	startWitness("spawned", readiness.attempt, Self())
 	if report := os.Getenv(envStartReport); report != "" {
 		writeStartReport(report)
 	}
@@ -280,7 +279,7 @@ func startDir(t *testing.T) string {
 }
 
 // 1. Ready is a verified holder whose record says Ready; a runner admitted
-// but not yet published is starting, and Start waits for it.
+// but not yet published is not ready yet, and Start waits for it.
 func TestStartReadyIsPublishedNotAdmitted(t *testing.T) {
 	captureLog(t)
 	dir := startDir(t)
@@ -575,8 +574,8 @@ func TestStartDetached(t *testing.T) {
 
 // 5. The started process takes the directory itself (Takeover) and
 // publishes; Start returns that record, woken by the readiness descriptor.
-// A held holder that cannot be verified is starting: Start waits for it,
-// starting nothing, until ctx ends.
+// A held holder that cannot be verified is not ready yet: Start waits for
+// it, starting nothing, until ctx ends.
 func TestStartRunnerTakesDirItself(t *testing.T) {
 	captureLog(t)
 	dir := startDir(t)
@@ -736,7 +735,7 @@ func TestStartAcceptReplacesRefused(t *testing.T) {
 	var se *StartError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, -1, se.ExitCode)
-	assert.ErrorIs(t, err, startup.ErrRefused)
+	assert.ErrorIs(t, err, errRefused)
 	rec, ok, err := Running(dir)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -909,7 +908,7 @@ func roleNotifyRunner(dir string) int {
 
 func slogText(b *testharness.LogBuffer) *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
 
-// Chaos for the starters: callers in several processes call Start in a
+// Chaos for the callers: callers in several processes call Start in a
 // loop while a killer SIGKILLs the ready runner and the one being started,
 // at random. Every started runner writes "spawned <attempt> <identity>" and
 // "published <ns> <identity>" (CLOCK_MONOTONIC) into a witness file,
@@ -944,7 +943,7 @@ func TestStartChaos(t *testing.T) {
 		var target Identity
 		if rec, ok, _ := Running(dir); ok && rec.Process.PID != 0 {
 			target = rec.Process
-		} else if a, ok := readAttempt(dir); ok && a.Pending() {
+		} else if a, ok := readAttempt(dir); ok && a.pending() {
 			target = Identity(a.Child)
 		}
 		if p, _, _ := liveness.Pin(liveness.Identity(target)); p != nil {
@@ -1083,7 +1082,7 @@ func TestStartWaiterRefusesTheSharedRecord(t *testing.T) {
 		_, err := Start(background(t), dir, startedRunner(dir, "slow", envStartMeta+"=v1"), StartOptions{Accept: metaIs("v1")})
 		v1 <- err
 	}()
-	eventually(t, "the v1 attempt is under way", func() bool { a, ok := readAttempt(dir); return ok && a.Pending() })
+	eventually(t, "the v1 attempt is under way", func() bool { a, ok := readAttempt(dir); return ok && a.pending() })
 	v2 := make(chan Record, 1)
 	go func() {
 		rec, err := Start(background(t), dir, startedRunner(dir, "ready", envStartMeta+"=v2"), StartOptions{Accept: metaIs("v2")})

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runnerstate/runnerstate/internal/startup"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -56,7 +55,7 @@ func rolePortableRunner(dir string) int {
 // been reaped.
 func reaped(dir string) bool {
 	abs, _ := filepath.Abs(dir)
-	return startup.Reaped(abs)
+	return allReaped(abs)
 }
 
 // Start starts a runner detached, returns its ready record, and reaps it

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runnerstate/runnerstate/internal/startup"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -56,7 +55,7 @@ func roleEnvRunner(dir string) int {
 		return 1
 	}
 	cwd, _ := os.Getwd()
-	report := fmt.Sprintf("%scwd %s\numask %s\nattempt %d\n", env, cwd, ownUmask(), startup.StartedAttempt())
+	report := fmt.Sprintf("%scwd %s\numask %s\nattempt %d\n", env, cwd, ownUmask(), readiness.attempt)
 	if err := os.WriteFile(filepath.Join(dir, envReportName), []byte(report), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		return 1
@@ -250,7 +249,7 @@ func TestStartAsksAcceptOncePerRecord(t *testing.T) {
 	_, err = Start(background(t), dir, startedRunner(dir, "ready", envStartMeta+"=v2"), StartOptions{Accept: refuse})
 	var se *StartError
 	require.ErrorAs(t, err, &se)
-	require.ErrorIs(t, err, startup.ErrRefused)
+	require.ErrorIs(t, err, errRefused)
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, map[int]int{old.PID: 1, se.PID: 1}, asked, "asked once for each record")

@@ -111,7 +111,7 @@ func Status(dir string) (Report, error) {
 	if recState == fileCorrupt {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%s cannot be read and is ignored: %v", filepath.Join(dir, RecordName), recErr))
 	}
-	r.Starting = startingOf(dir, r.Holder)
+	r.Starting = pendingChild(dir, r.Holder)
 	r.Stale = append(r.Stale, stalePIDs(dir, st)...)
 	switch req, state, err := readRestartState(dir); {
 	case state == fileOK && !req.void():

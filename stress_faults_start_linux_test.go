@@ -12,7 +12,6 @@ import (
 
 	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/runnerstate/runnerstate/internal/spawn"
-	"github.com/runnerstate/runnerstate/internal/startup"
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -47,7 +46,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			return startFiles{dir: st.root}.Write(startup.Attempt{Seq: 1, By: liveness.Current(), Child: child, Began: time.Now(), ExitCode: -1})
+			return writeAttempt(st.root, startAttempt{Seq: 1, By: liveness.Current(), Child: child, Began: time.Now(), ExitCode: -1})
 		},
 		run: func(st *faultState) error { return Publish(st.root, faultRecord("v1")) },
 	}

@@ -1,14 +1,15 @@
-// Package spawn starts a process detached from its starter, reaps it in the
+// Package spawn starts a process detached from its caller, reaps it in the
 // background, and passes it a readiness descriptor: a pipe the started
-// process writes one byte to (and closes) when it is ready, which its
-// starter reads.
+// process writes one byte to (and closes) when it is ready, which the
+// caller reads. The started process's other readiness, a service
+// manager's notification (sdnotify.go), is here too.
 //
 // Detached means: a session of its own (setsid(2) on Unix; on Windows a new
 // process group without a console), stdin from the null device, stdout and
-// stderr to files the caller gives (never a pipe back to the starter), and
-// none of the starter's descriptors but cmd.ExtraFiles and the readiness
-// descriptor. It outlives the starter, the starter's terminal and the
-// starter's process group.
+// stderr to files the caller gives (never a pipe back to the caller), and
+// none of the caller's descriptors but cmd.ExtraFiles and the readiness
+// descriptor. It outlives the caller, the caller's terminal and the
+// caller's process group.
 //
 // Each started process is reaped by one goroutine, reap, that lives while
 // the process does, and its readiness descriptor is read by another,
@@ -30,7 +31,7 @@ import (
 )
 
 // The variables a started process finds in its environment: the number of
-// its readiness descriptor, and what it is ready for (the starter's word,
+// its readiness descriptor, and what it is ready for (the caller's word,
 // here a directory).
 const (
 	ReadyFDEnv  = "RUNNERSTATE_READY_FD"
@@ -38,7 +39,7 @@ const (
 )
 
 // NotifySocketEnv is the service manager's socket variable, which a started
-// process never inherits: it would speak for its starter's unit.
+// process never inherits: it would speak for its caller's unit.
 const NotifySocketEnv = "NOTIFY_SOCKET"
 
 // Child is a process Start started.
@@ -78,9 +79,9 @@ func (c *Child) WaitErr() error {
 }
 
 // ErrStream refuses a standard stream that is not an *os.File: a pipe back
-// to the starter (an io.Writer copied by a goroutine) would tie the started
+// to the caller (an io.Writer copied by a goroutine) would tie the started
 // process to it.
-var ErrStream = errors.New("must be nil or an *os.File: a pipe back to the starter would tie the started process to it")
+var ErrStream = errors.New("must be nil or an *os.File: a pipe back to the caller would tie the started process to it")
 
 // Start starts cmd detached (see the package doc), with env added to its
 // environment (cmd.Env, or this process's when nil) after removing
@@ -150,7 +151,7 @@ func Start(cmd *exec.Cmd, env []string, out *os.File, readyFor string, onExit fu
 // error it carries already, no path, a path that cannot be run or is a
 // directory, a name that is not in PATH, a stream that is not an *os.File
 // (ErrStream, wrapped). Each message begins with "the command"; the caller
-// says what it was starting.
+// says what it was about to start.
 func Check(cmd *exec.Cmd) error {
 	if cmd.Err != nil {
 		return fmt.Errorf("the command cannot be run: %w", cmd.Err)
@@ -274,11 +275,11 @@ func RotateLog(path string, limit int64, keep int) error {
 }
 
 // TakeReadiness returns the readiness descriptor this process was given by
-// its starter and what it is ready for, and removes both variables from
-// the environment so that no process this one starts mistakes one of its
-// own descriptors for it. The descriptor is made close-on-exec; it is nil
+// the caller that started it and what it is ready for, and removes both
+// variables from the environment so that no process this one starts
+// mistakes one of its own descriptors for it. The descriptor is made close-on-exec; it is nil
 // when there is none (always, on Windows), or when the number names no
-// pipe. What the process is ready for is returned whenever the starter
+// pipe. What the process is ready for is returned whenever the caller
 // named it, "" otherwise.
 func TakeReadiness() (*os.File, string) {
 	fdStr, ok := os.LookupEnv(ReadyFDEnv)

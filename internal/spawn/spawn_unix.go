@@ -16,7 +16,7 @@ import (
 const canPassFiles = true
 
 // detach puts cmd's process in a session of its own: Setsid, and none of
-// the attributes that would tie it to the starter's terminal or process
+// the attributes that would tie it to the caller's terminal or process
 // group.
 func detach(cmd *exec.Cmd) error {
 	if cmd.SysProcAttr == nil {

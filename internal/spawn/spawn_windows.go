@@ -10,7 +10,7 @@ import (
 )
 
 // canPassFiles is false: os/exec cannot pass extra descriptors on Windows,
-// so a started process gets no readiness descriptor there, and its starter
+// so a started process gets no readiness descriptor there, and its caller
 // watches the directory instead.
 const canPassFiles = false
 
@@ -18,7 +18,7 @@ const canPassFiles = false
 const detachedProcess = 0x00000008
 
 // detach starts cmd's process in a new process group, detached from the
-// starter's console.
+// caller's console.
 func detach(cmd *exec.Cmd) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}

@@ -1,4 +1,4 @@
-package sdnotify
+package spawn
 
 import (
 	"net"
@@ -10,12 +10,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func TestSendOneDatagram(t *testing.T) {
+func TestNotifyOneDatagram(t *testing.T) {
 	for name, addr := range map[string]string{
 		"path":     filepath.Join(t.TempDir(), "notify.sock"),
 		"abstract": "@runnerstate-sdnotify-test-" + strconv.Itoa(os.Getpid()),
@@ -28,7 +25,7 @@ func TestSendOneDatagram(t *testing.T) {
 			conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: listen, Net: "unixgram"})
 			require.NoError(t, err)
 			defer conn.Close()
-			require.NoError(t, Send(addr, Ready(42)))
+			require.NoError(t, Notify(addr, NotifyReadyMessage(42)))
 			buf := make([]byte, 256)
 			conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 			n, err := conn.Read(buf)
@@ -38,9 +35,9 @@ func TestSendOneDatagram(t *testing.T) {
 	}
 }
 
-func TestSendErrors(t *testing.T) {
-	assert.ErrorIs(t, Send("", "READY=1"), ErrNoSocket)
-	err := Send(filepath.Join(t.TempDir(), "nobody.sock"), "READY=1")
+func TestNotifyErrors(t *testing.T) {
+	assert.ErrorIs(t, Notify("", "READY=1"), ErrNoNotifySocket)
+	err := Notify(filepath.Join(t.TempDir(), "nobody.sock"), "READY=1")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "nobody.sock")
 }
