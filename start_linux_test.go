@@ -36,9 +36,9 @@ import (
 // its environment (envStartMode).
 
 const (
-	envStartMode   = "RS_TEST_START_MODE"   // ready (default), slow, never, linger, leave-slowly, die:N, kill, refuse-takeover
-	envStartMeta   = "RS_TEST_START_META"   // the Meta it publishes, a JSON string
-	envStartReport = "RS_TEST_START_REPORT" // a file it writes what it sees of itself into
+	envStartMode   = "RUNNERSTATE_TEST_START_MODE"   // ready (default), slow, never, linger, leave-slowly, die:N, kill, refuse-takeover
+	envStartMeta   = "RUNNERSTATE_TEST_START_META"   // the Meta it publishes, a JSON string
+	envStartReport = "RUNNERSTATE_TEST_START_REPORT" // a file it writes what it sees of itself into
 )
 
 func init() {
@@ -1000,7 +1000,7 @@ func TestStartChaos(t *testing.T) {
 	assert.NotZero(t, kills)
 }
 
-const envStartWitness = "RS_TEST_WITNESS"
+const envStartWitness = "RUNNERSTATE_TEST_WITNESS"
 
 // startWitness appends one line to the witness file, in one write.
 func startWitness(kind string, stamp any, id Identity) {

@@ -22,11 +22,11 @@ import (
 
 func init() { registerRole("portable-runner", rolePortableRunner) }
 
-// portable-runner: with RS_TEST_PORTABLE_DIE set, print "boom" and exit 3;
+// portable-runner: with RUNNERSTATE_TEST_PORTABLE_DIE set, print "boom" and exit 3;
 // otherwise Takeover dir, Publish, and hold it until the file "stop"
 // appears in dir.
 func rolePortableRunner(dir string) int {
-	if os.Getenv("RS_TEST_PORTABLE_DIE") != "" {
+	if os.Getenv("RUNNERSTATE_TEST_PORTABLE_DIE") != "" {
 		fmt.Fprintln(os.Stderr, "boom")
 		return 3
 	}
@@ -91,7 +91,7 @@ func TestStartPortable(t *testing.T) {
 	assert.False(t, ok)
 
 	die := testharness.Command(dir)
-	die.Env = append(os.Environ(), testharness.RoleEnv+"=portable-runner", "RS_TEST_PORTABLE_DIE=1")
+	die.Env = append(os.Environ(), testharness.RoleEnv+"=portable-runner", "RUNNERSTATE_TEST_PORTABLE_DIE=1")
 	_, err = Start(background(t), dir, die, StartOptions{})
 	var se *StartError
 	require.True(t, errors.As(err, &se), "%v", err)
