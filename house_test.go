@@ -1,0 +1,134 @@
+package runnerstate
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The house's measurable rules (docs/architecture.md, "How the house is
+// kept"): small interfaces, short doc comments, root files of one concept
+// and a bounded size, and a test file beside each root source file.
+const (
+	maxInterfaceMethods = 6
+	maxDocLines         = 30
+	maxRootFileLines    = 800
+)
+
+// houseSources lists the non-test Go files of the root package, internal/
+// and daemon/ (the etcd and bench modules, examples and the compatibility
+// test are outside the house's rules).
+func houseSources(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	for _, top := range []string{".", "internal", "daemon"} {
+		err := filepath.WalkDir(top, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() && path != top && (top == "." || d.Name() == "testdata") {
+				return filepath.SkipDir // the root is walked alone; its subdirectories are their own
+			}
+			if !d.IsDir() && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
+				files = append(files, path)
+			}
+			return nil
+		})
+		require.NoError(t, err)
+	}
+	return files
+}
+
+// TestHouseInterfacesAreSmall: no interface has more than
+// maxInterfaceMethods methods; a wider one is a path split between a
+// decider and a doer that belong together.
+func TestHouseInterfacesAreSmall(t *testing.T) {
+	for _, path := range houseSources(t) {
+		f := parseHouseFile(t, path)
+		ast.Inspect(f.file, func(n ast.Node) bool {
+			if ts, ok := n.(*ast.TypeSpec); ok {
+				if it, ok := ts.Type.(*ast.InterfaceType); ok {
+					assert.LessOrEqual(t, len(it.Methods.List), maxInterfaceMethods, "%s: interface %s", path, ts.Name.Name)
+				}
+			}
+			return true
+		})
+	}
+}
+
+// TestHouseDocCommentsAreShort: every doc comment (a package's, a
+// declaration's, a field's) is at most maxDocLines lines: the contract and
+// a pointer; the mechanics live beside the code that has them.
+func TestHouseDocCommentsAreShort(t *testing.T) {
+	for _, path := range houseSources(t) {
+		f := parseHouseFile(t, path)
+		ast.Inspect(f.file, func(n ast.Node) bool {
+			var doc *ast.CommentGroup
+			switch n := n.(type) {
+			case *ast.File:
+				doc = n.Doc
+			case *ast.FuncDecl:
+				doc = n.Doc
+			case *ast.GenDecl:
+				doc = n.Doc
+			case *ast.TypeSpec:
+				doc = n.Doc
+			case *ast.ValueSpec:
+				doc = n.Doc
+			case *ast.Field:
+				doc = n.Doc
+			}
+			if doc != nil {
+				from, to := f.fset.Position(doc.Pos()), f.fset.Position(doc.End())
+				assert.LessOrEqual(t, to.Line-from.Line+1, maxDocLines, "%s:%d: a doc comment of %d lines", path, from.Line, to.Line-from.Line+1)
+			}
+			return true
+		})
+	}
+}
+
+// TestHouseRootFiles: each root source file is at most maxRootFileLines
+// lines and has a test file of its own name (X.go: X_test.go, or X_linux_test.go,
+// X_unix_test.go...).
+func TestHouseRootFiles(t *testing.T) {
+	tests, err := filepath.Glob("*_test.go")
+	require.NoError(t, err)
+	for _, path := range houseSources(t) {
+		if filepath.Dir(path) != "." {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		lines := strings.Count(string(data), "\n")
+		assert.LessOrEqual(t, lines, maxRootFileLines, "%s: %d lines", path, lines)
+		base := strings.TrimSuffix(path, ".go")
+		twin := false
+		for _, tf := range tests {
+			if tf == base+"_test.go" || strings.HasPrefix(tf, base+"_") && strings.Count(strings.TrimPrefix(tf, base+"_"), "_") == 1 {
+				twin = true
+			}
+		}
+		assert.True(t, twin, "%s has no %s_test.go", path, base)
+	}
+}
+
+type houseFile struct {
+	fset *token.FileSet
+	file *ast.File
+}
+
+func parseHouseFile(t *testing.T, path string) houseFile {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
+	require.NoError(t, err)
+	return houseFile{fset, f}
+}
