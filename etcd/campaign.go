@@ -28,7 +28,7 @@ import (
 // for a TTL) registers again, at the back.
 //
 // With o.Dir set, it first waits with runnerstate.Standby while a local
-// runner owns the directory (or a local Takeover starter is being admitted
+// runner holds the directory (or a local Takeover starter is being admitted
 // to it), then takes it with runnerstate.Acquire, and only then campaigns on
 // the cluster; the local lock is held until Release.
 // The leadership lasts until Release or Lost, whatever happens to ctx, which
@@ -121,7 +121,7 @@ func takeLocal(ctx context.Context, o Options) (func(), error) {
 	})
 }
 
-// standbyLocal waits while a local runner owns o.Dir, then acquires it.
+// standbyLocal waits while a local runner holds o.Dir, then acquires it.
 func standbyLocal(ctx context.Context, o Options) (func(), error) {
 	for {
 		if _, err := runnerstate.Standby(ctx, o.Dir, runnerstate.StandbyOptions{Logger: o.Logger}); err != nil {

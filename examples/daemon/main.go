@@ -7,7 +7,7 @@
 //	               its socket, and run the runner
 //	daemon add N   add N to the total in the foreground, borrowing the runner role
 //
-// The server owns two directories under --dir (default
+// The server holds two directories under --dir (default
 // $TMPDIR/runnerstate-daemon): stack/, the server's, and runner/, the
 // runner role, which its runner holds while no foreground command borrows
 // it. A second serve (a new build, say) takes the stack over: the first

@@ -202,7 +202,7 @@ func takeoverRow(r *results) row {
 func standbyRow(r *results) row {
 	worst := r.median("StandbyWake", "max-µs")
 	return row{
-		what:   "standby wakes after the owner exits",
+		what:   "standby wakes after the holder exits",
 		ours:   fmt.Sprintf("`Standby` p50 %s, max %s", us(r.median("StandbyWake", "p50-µs")), us(worst)),
 		target: fmt.Sprintf("≤ 50 ms %s, see below", mark(worst <= 50e3)),
 	}
