@@ -81,7 +81,7 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 				s.res.Resumed = true
 				return s.res, nil
 			}
-			warnOnceTo(s.opts.Logger, "standby-starter:"+dir, "runnerstate: standing by while a takeover starter is being admitted", "dir", dir, "starter", starter.PID)
+			infoOnceTo(s.opts.Logger, "standby-starter:"+dir, "runnerstate: standing by while a takeover starter is being admitted", "dir", dir, "starter", starter.PID)
 		} else {
 			s.follow(ctx, st)
 		}
@@ -123,7 +123,7 @@ type standby struct {
 func (s *standby) follow(ctx context.Context, st lockState) {
 	occ := st.occupancy()
 	if !occ.held() {
-		warnOnceTo(s.opts.Logger, "standby-tree:"+s.dir, "runnerstate: standing by while processes of a previous runner's tree hold the directory", "dir", s.dir)
+		infoOnceTo(s.opts.Logger, "standby-tree:"+s.dir, "runnerstate: standing by while processes of a previous runner's tree hold the directory", "dir", s.dir)
 		return
 	}
 	if st.pid != s.res.PreviousOwnerPID {
