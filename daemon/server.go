@@ -148,7 +148,7 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 		return nil, err
 	}
 	rv.close()
-	if err := bridge.PublishStarting(dir, runnerstate.Record{Program: opts.Program, Version: opts.Version, Endpoints: s.bound}); err != nil {
+	if err := bridge.PublishAdmission(dir, runnerstate.Record{Program: opts.Program, Version: opts.Version, Endpoints: s.bound}); err != nil {
 		s.closeSockets(true)
 		release()
 		return nil, err

@@ -56,7 +56,7 @@ func (l *Leadership) start(local func()) {
 		localRestart = runnerstate.WatchRestart(l.ls.ctx, l.o.Dir)
 		// Ready false until the leader's own Publish, as a runner's record
 		// at admission (runnerstate.Start waits for it).
-		if err := bridge.PublishStarting(l.o.Dir, l.rec); err != nil {
+		if err := bridge.PublishAdmission(l.o.Dir, l.rec); err != nil {
 			l.log.Warn("runnerstate/etcd: could not publish the record in the local directory", "dir", l.o.Dir, "err", err)
 		}
 	}
