@@ -36,7 +36,7 @@ func TestListenPublishesStartingThenReady(t *testing.T) {
 	rec, held, err := runnerstate.Running(dir)
 	require.NoError(t, err)
 	require.True(t, held)
-	assert.False(t, rec.Ready, "starting until Ready")
+	assert.False(t, rec.Ready, "the admission record until Ready")
 	assert.Equal(t, "idxd", rec.Program)
 	assert.Equal(t, "v1.2.0", rec.Version)
 	require.Len(t, rec.Endpoints, 2)
