@@ -39,7 +39,7 @@ func TrustFilesystem(types ...string) (restore func()) { return fsinfo.Trust(typ
 // The context: ctx bounds the wait. A ctx that has already ended when Lock is
 // called still gets one attempt without waiting (the way to ask once). Once
 // Lock has begun with a live ctx, it never succeeds after ctx ends: a lock
-// handed over at the instant ctx ends is let go at once, and Lock returns
+// handed off at the instant ctx ends is let go at once, and Lock returns
 // the *BusyError wrapping ctx.Err() it would have returned a moment earlier.
 // So a nil error means the lock is held and ctx did not end while Lock
 // waited. ctx can still end the instant after Lock returns: a caller that

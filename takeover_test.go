@@ -477,7 +477,7 @@ func TestTakeoverContextEndsDuringAdmission(t *testing.T) {
 	awaitHolder(t, "the starter holds the kernel lock, awaiting the old runner's exit", filepath.Join(dir, LockName), os.Getpid())
 	// Held by the starter itself, not by the parked goroutine on its way to
 	// hand it over: cancelling then would end a wait, not an admission.
-	eventually(t, "the lock is handed over to the starter", func() bool { return filelock.Parked() == 0 })
+	eventually(t, "the lock is handed off to the starter", func() bool { return filelock.Parked() == 0 })
 	cancel()
 	err := <-done
 	assert.ErrorIs(t, err, ErrBusy)

@@ -21,7 +21,7 @@
 // SafetyMargin before etcd can admit anyone else, even when cut off from
 // etcd: a lost leadership does not revoke its lease, which runs out by
 // itself; only Release, called once the work has stopped, revokes it, so a
-// cooperative handoff stays fast.
+// cooperative takeover stays fast.
 //
 // Check Valid() before each action, fenced or not. It is decided at the
 // call, so a leader paused (SIGSTOP, a long GC, a frozen VM) past its
