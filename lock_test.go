@@ -256,7 +256,7 @@ func TestLockPermissionIsNotBusy(t *testing.T) {
 	assert.Contains(t, err.Error(), path)
 }
 
-// Case (a runner that lost the SIGTERM that arrived while it was admitted): a
+// Case (a runner that missed the SIGTERM that arrived while it was admitted): a
 // lock handed off at the instant the context ends is let go at once, never
 // returned. Lock, RLock, AcquireScope and SyncRunning never succeed once
 // their context has ended while they waited.

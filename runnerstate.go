@@ -2,7 +2,7 @@
 // on one machine: exactly one process works the directory at a time, and the
 // process that starts a runner, the runner itself and the next runner that
 // takes over hand the directory between them without ever overlapping,
-// without signalling the wrong process, and without losing or tearing state.
+// without signalling the wrong process, and without dropping or tearing state.
 //
 // The kernel lock (flock(2) on runner.lock) is the only authority: held while
 // the runner lives, dropped by the kernel the instant it dies. Everything
@@ -135,7 +135,7 @@ func (runnerFiles) Tidy(h *hold.Hold, runnerHere bool) {
 // retires a restart request addressed to this runner, closes the descriptors
 // Inherit handed out, then frees tree.lock and last runner.lock; it is
 // idempotent. The lock files themselves are never removed. A process that
-// dies without calling release loses its locks at once all the same (the
+// dies without calling release has its locks freed at once all the same (the
 // kernel drops them, except where children inherited tree.lock), and the next
 // Acquire clears what it left.
 //

@@ -43,7 +43,7 @@ type ScopeOwner struct {
 // release removes scope.owner.json first, then clears the lock file's content
 // and frees the lock, so a successor never finds the lock free while the
 // sidecar still names this process. It is idempotent. A process that dies
-// without calling release loses the lock at once all the same; the next
+// without calling release has the lock freed at once all the same; the next
 // holder replaces the sidecar it left, and takes the scope without waiting.
 //
 // Errors:

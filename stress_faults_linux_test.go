@@ -892,7 +892,7 @@ var faultOps = []*faultOp{
 		}
 		assertNotTorn(t, filepath.Join(c.root, RecordName))
 		rec, state, _ := readRecord(c.root)
-		assert.Equal(t, fileOK, state, "the record acknowledged before is never lost")
+		assert.Equal(t, fileOK, state, "the record acknowledged before is never dropped")
 		want := "v1"
 		if o.res.Err == "" || o.res.NotDurable {
 			want = "v2"
@@ -915,7 +915,7 @@ var faultOps = []*faultOp{
 	}, check: func(t *testing.T, c *faultCase, o *faultOutcome) {
 		expectLocks(t, o, nil)
 		mode, ok := readRestartFile(t, c.root)
-		assert.True(t, ok, "the pending request is never lost")
+		assert.True(t, ok, "the pending request is never dropped")
 		want := RestartDrain
 		if o.res.Err == "" || o.res.NotDurable {
 			want = RestartNow
@@ -928,7 +928,7 @@ var faultOps = []*faultOp{
 	}, check: func(t *testing.T, c *faultCase, o *faultOutcome) {
 		expectLocks(t, o, nil)
 		mode, ok := readRestartFile(t, c.root)
-		assert.True(t, ok, "the pending request is never lost")
+		assert.True(t, ok, "the pending request is never dropped")
 		assert.Equal(t, RestartNow, mode, "a request never weakens a pending one")
 	}},
 	{name: "clearrestart", seed: func(t *testing.T, root string) {

@@ -138,7 +138,7 @@ func checkMark(t *testing.T, c *faultCase, o *faultOutcome) {
 	assert.True(t, o.res.Holds)
 	assertNotTorn(t, filepath.Join(c.root, startName))
 	a, ok := readAttempt(c.root)
-	assert.True(t, ok, "the attempt record is never lost")
+	assert.True(t, ok, "the attempt record is never dropped")
 	if !a.Ready {
 		assert.Contains(t, o.res.Log, "could not record in the start attempt that this runner is ready", "a mark not written is logged")
 	}

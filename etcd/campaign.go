@@ -18,7 +18,7 @@ import (
 // Campaign waits its turn to lead key, as a standby, and returns the
 // *Leadership once admitted. It never disturbs a leader: it is admitted when
 // the key is free (the leader released it, or its lease expired about one TTL
-// after it died or lost etcd), no Takeover starter is waiting, and no older
+// after it died or was cut off from etcd), no Takeover starter is waiting, and no older
 // standby is. Standbys are admitted in the order they came (Status's
 // Standby); a standby killed with -9 keeps its place until its lease
 // expires. When the leader's key vanishes before its lease could have
@@ -534,7 +534,7 @@ func (a *attempt) admit(ctx context.Context, v view, mine *mvccpb.KeyValue) (*Le
 		return nil, errorf("key %s: %w", a.k.leader, errLeaseLost)
 	}
 	if err != nil || !resp.Succeeded {
-		return nil, err // lost the race: look again
+		return nil, err // another won the race: look again
 	}
 	l := &Leadership{
 		cli: a.cli, k: a.k, o: a.o, log: a.log, ls: a.ls,

@@ -19,7 +19,7 @@
 // is rejected, however late it arrives. Lost() closes on the leader's own
 // clock (one that counts a suspend: CLOCK_BOOTTIME on Linux) at least
 // SafetyMargin before etcd can admit anyone else, even when cut off from
-// etcd: a lost leadership does not revoke its lease, which runs out by
+// etcd: a leadership that ended does not revoke its lease, which runs out by
 // itself; only Release, called once the work has stopped, revokes it, so a
 // cooperative takeover stays fast.
 //
@@ -66,7 +66,7 @@
 //
 //	// in the store, for each write, atomically:
 //	if w.Token < highest {
-//		return ErrStaleLeader // a leader that lost, writing late
+//		return ErrStaleLeader // a leader whose leadership ended, writing late
 //	}
 //	highest = w.Token
 //	apply(w)

@@ -15,7 +15,7 @@ import (
 )
 
 // Leadership is one admission to lead a key, from Campaign or Takeover until
-// Release or loss. Its methods are safe for concurrent use.
+// Release or Lost. Its methods are safe for concurrent use.
 //
 // Trust: Lost is this process's own verdict, made in time: it closes before
 // etcd can admit anyone else. Only writes made with Fence are excluded
@@ -45,7 +45,7 @@ type Leadership struct {
 }
 
 // start runs the leadership's goroutines: the watch of its key, the restart
-// delivery, and the clean-up at loss.
+// delivery, and the clean-up when it ends.
 func (l *Leadership) start(local func()) {
 	l.local = local
 	l.reqMoved = make(chan struct{}, 1)
@@ -228,9 +228,9 @@ func (l *Leadership) notHolder() error {
 // Release, so the waiters admit the next at once; then the lease is revoked
 // (which removes the mark and the rest on it), then Dir's local lock is
 // released. Call it once
-// the leader's work has stopped (after a loss too: the README's pattern
+// the leader's work has stopped (after Lost too: the README's pattern
 // ends the work through Context, then its deferred Release runs): the revoke
-// lets a successor in at once, where a loss alone leaves the lease to run
+// lets a successor in at once, where Lost alone leaves the lease to run
 // out. It returns within about one TTL even when etcd cannot be reached (the
 // lease then expires by itself). Idempotent and safe for concurrent use;
 // every leadership must be released, or it renews its lease for as long as
@@ -267,7 +267,7 @@ func (l *Leadership) markReleased() {
 	})
 }
 
-// cleanup waits for the loss, says why, and stops the renewals. It does not
+// cleanup waits for the leadership's end (Lost), says why, and stops the renewals. It does not
 // revoke: only Release, called once the work has stopped, does.
 func (l *Leadership) cleanup() {
 	defer close(l.cleaned)
@@ -279,7 +279,7 @@ func (l *Leadership) cleanup() {
 }
 
 // watch follows the leader key and the restart request from the admission
-// on: the key deleted or replaced is a loss; a request addressed to this
+// on: the key deleted or replaced ends the leadership; a request addressed to this
 // leadership is handed to deliver.
 func (l *Leadership) watch() {
 	defer l.wg.Done()
@@ -296,7 +296,7 @@ func (l *Leadership) watch() {
 			}
 			from = wr.Header.Revision + 1
 		}
-		// The watch ended: etcd lost its leader, the history was
+		// The watch ended: etcd has no raft leader, the history was
 		// compacted, or the client closed. Read the state and watch again.
 		if pause(ctx, retryRenew) != nil {
 			return
@@ -346,7 +346,7 @@ func (l *Leadership) apply(kv *mvccpb.KeyValue, deleted bool) {
 }
 
 // deliver hands the requests to the Restart channel's receiver, and closes
-// it at the loss.
+// it when the leadership ends.
 func (l *Leadership) deliver(local <-chan string) {
 	defer l.wg.Done()
 	defer close(l.restart)

@@ -14,7 +14,7 @@ import (
 const PollInterval = 20 * time.Millisecond
 
 // SafetyInterval is how often a Watcher with kernel notification wakes
-// anyway, in case an event was lost (an overflowed queue, a directory
+// anyway, in case an event was dropped (an overflowed queue, a directory
 // replaced under the watch).
 const SafetyInterval = 250 * time.Millisecond
 
