@@ -41,7 +41,7 @@ func expectBusy(t *testing.T, c *child) scopeBusy {
 }
 
 // cancelled is a context that has already ended: a call given it may make
-// one attempt but never wait.
+// one try but never wait.
 func cancelled() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

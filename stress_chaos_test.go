@@ -920,7 +920,7 @@ func TestTakeoverNeverSignalsAfterRelease(t *testing.T) {
 	require.NoError(t, err)
 	id, ok := parseLockContent(data)
 	require.True(t, ok)
-	// A takeover attempt against this holder whose grace ran out long ago,
+	// A takeover's escalation against this holder whose grace ran out long ago,
 	// kept alive by a waiting starter (this process, older than the one to
 	// come): the SIGTERM is due at the new starter's first look.
 	now := time.Now()

@@ -40,7 +40,7 @@
 // own to each member (dialled with the client's settings, which are not
 // changed), the member that answers first; each keepalive is bounded by a
 // fraction of the margin and sent again at once to the next member, and
-// Publish hedges its attempts across members. The
+// Publish hedges its tries across members. The
 // user's own Txns go through the user's client: bound each with a short
 // timeout and send it again (see the module's README for the client
 // settings).

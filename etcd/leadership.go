@@ -139,12 +139,12 @@ func (l *Leadership) Restart() <-chan string { return l.restart }
 // admission time when zero, and Ready is set (the record written at
 // admission, on the key and in Dir, has Ready false). With Options.Dir set it also publishes rec in
 // the directory's runner.json (runnerstate.Publish). It checks Valid first,
-// and again before each attempt. Attempts go through the package's own
+// and again before each try. Tries go through the package's own
 // connection to each member (dialled with the client's own settings; the
 // client is not changed), the member that answered first, and are hedged:
 // while none has answered, another is sent to the next member every quarter
 // of SafetyMargin (150 to 500 ms), so one frozen member delays it by about
-// that much, not by all of ctx; an attempt that arrives late never puts an
+// that much, not by all of ctx; a try that arrives late never puts an
 // older record over a newer one. ctx bounds the whole.
 //
 // Errors: an error wrapping runnerstate.ErrNotHolder once Valid is false, or
@@ -169,11 +169,11 @@ func (l *Leadership) Publish(ctx context.Context, rec runnerstate.Record) error 
 	l.mu.Unlock()
 	for {
 		// The put is fenced, and also conditional on the record this
-		// leadership last wrote: an attempt that arrives late (held by a
+		// leadership last wrote: a try that arrives late (held by a
 		// frozen member) can never put an older record over a newer one.
-		// Attempts are hedged: one on a frozen member costs a fraction of
+		// Tries are hedged: one on a frozen member costs a fraction of
 		// the margin, not the call.
-		resp, err := hedgeOn(ctx, l.ls.pins, l.ls.attempt, func(ctx context.Context, p *pin) (*clientv3.TxnResponse, error) {
+		resp, err := hedgeOn(ctx, l.ls.pins, l.ls.perTry, func(ctx context.Context, p *pin) (*clientv3.TxnResponse, error) {
 			if err := l.notHolder(); err != nil {
 				return nil, err
 			}
@@ -198,7 +198,7 @@ func (l *Leadership) Publish(ctx context.Context, rec runnerstate.Record) error 
 		}
 		prev = kvs[0].ModRevision
 		if string(kvs[0].Value) == string(data) {
-			break // an earlier attempt of this call put it
+			break // an earlier try of this call put it
 		}
 		// Another Publish of this leadership's came between: go on top.
 	}
@@ -252,7 +252,7 @@ func (l *Leadership) Release() {
 // token, on this leadership's lease, in the same Txn (the revoke right after
 // removes it): the waiters, who see it, read the end as cooperative and
 // admit at once, where a key that vanishes before its lease's time makes
-// them wait a TTL (see attempt.notice). Bounded by one TTL; no answer
+// them wait a TTL (see candidacy.notice). Bounded by one TTL; no answer
 // leaves the revoke, then the lease's expiry, to end it.
 func (l *Leadership) markReleased() {
 	ctx, cancel := context.WithTimeout(context.Background(), l.ls.ttl())
@@ -260,7 +260,7 @@ func (l *Leadership) markReleased() {
 	data, _ := json.Marshal(struct {
 		Token int64 `json:"token"`
 	}{l.token})
-	_, _ = hedge(ctx, l.ls.attempt, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	_, _ = hedge(ctx, l.ls.perTry, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return l.cli.Txn(ctx).If(l.Fence()).Then(
 			clientv3.OpDelete(l.k.leader), clientv3.OpDelete(l.k.restart), clientv3.OpPut(l.k.released, string(data), clientv3.WithLease(l.ls.id)),
 		).Commit()

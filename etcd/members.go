@@ -19,7 +19,7 @@ import (
 // client is never reconfigured, and its own requests are not affected.
 //
 // A member that did not answer in time is tried last until it answers
-// again: after one failed attempt, a frozen member is left alone, where the
+// again: after one failed try, a frozen member is left alone, where the
 // user's client's round robin keeps sending it every third request.
 type members struct {
 	mu  sync.Mutex
@@ -75,7 +75,7 @@ func (m *members) order() []*pin {
 	return out
 }
 
-// note records an attempt's outcome on p: an answer, or no answer in time.
+// note records a try's outcome on p: an answer, or no answer in time.
 func (m *members) note(p *pin, answered bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -97,9 +97,9 @@ func (m *members) close() {
 }
 
 // hedgeOn makes call on the best member, and on the next one every `every`
-// while no attempt has answered (each member at most once at a time, and
-// at most hedgeInFlight at once), and on the next one at once when an
-// attempt fails with a transient error. The first answer that is a success
+// while no try has answered (each member at most once at a time, and
+// at most hedgeInFlight at once), and on the next one at once when a
+// try fails with a transient error. The first answer that is a success
 // or a refusal is returned; the others are cancelled and waited for, and
 // those that had not answered within `every` are noted as failed. call must
 // be safe to repeat.
@@ -118,14 +118,14 @@ func hedgeOn[T any](ctx context.Context, m *members, every time.Duration, call f
 		}
 		return nil, false
 	}
-	ended := func(r hedgeResult[T], how attemptEnd) {
+	ended := func(r hedgeResult[T], how tryEnd) {
 		delete(busy, r.p)
 		switch {
-		case how == attemptAnswered:
+		case how == tryAnswered:
 			m.note(r.p, r.err == nil || !transient(r.err))
-		case how == attemptFailed:
+		case how == tryFailed:
 			m.note(r.p, false)
-		case how == attemptCancelled && time.Since(r.started) >= every:
+		case how == tryCancelled && time.Since(r.started) >= every:
 			m.note(r.p, false)
 		}
 	}

@@ -250,7 +250,7 @@ func (d app) answer(ln net.Listener, r *runnerRole) {
 // foreground command borrows it.
 type runnerRole struct {
 	holding atomic.Bool
-	tried   chan struct{} // closed after its first attempt at the role
+	tried   chan struct{} // closed after its first try at the role
 	stopped chan struct{}
 }
 

@@ -12,7 +12,7 @@ import (
 // Lock waits until the file at path is locked in mode, creating it with
 // perm when it does not exist, or until ctx ends: then it returns an
 // *fs.PathError whose Err satisfies errors.Is for both ErrWouldBlock and
-// ctx.Err(). A ctx already ended gets one attempt without waiting.
+// ctx.Err(). A ctx already ended gets one try without waiting.
 //
 // A blocked flock(2) cannot be cancelled (signals restart it; closing the
 // descriptor does not wake it), and polling costs latency, so one goroutine
@@ -98,7 +98,7 @@ type table struct {
 var parked = &table{queues: make(map[key]*queue)}
 
 // wait queues for the lock of k.path. spare is an open, unlocked File of
-// the path (from the failed attempt): a new parked goroutine blocks on it
+// the path (from the failed try): a new parked goroutine blocks on it
 // instead of opening the file again; otherwise it is closed.
 func (t *table) wait(ctx context.Context, k key, perm fs.FileMode, spare *File) (*File, error) {
 	w := &waiter{ch: make(chan handoff, 1)}
