@@ -432,7 +432,7 @@ const maxLockContent = 4096
 
 // StalePIDs returns the pids named in dir's runner.lock and runner.json,
 // deduplicated, lock file's first. They are bare pids read from files, for a
-// starter to note before its child clears them; they prove nothing, and a
+// caller to note before the runner it starts clears them; they prove nothing, and a
 // caller must verify an identity before acting on one. It locks nothing and
 // creates nothing.
 func StalePIDs(dir string) []int {

@@ -18,7 +18,7 @@ import (
 )
 
 // Start's files in the fault matrix (stress_faults_linux_test.go): start.lock,
-// start.json and runner.log, written by the starter ("start") and by the
+// start.json and runner.log, written by the caller ("start") and by the
 // runner's first Publish, which marks its attempt ready ("start-mark").
 
 func init() {
