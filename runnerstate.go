@@ -307,9 +307,9 @@ func clearStaleRecord(dir string, self Identity) (int, bool, error) {
 // process holds the lock, else the pid the kernel names, else 0.
 //
 // Running is a read-only probe: it creates nothing, writes nothing, and never
-// makes a concurrent Acquire fail. The answer may be stale by the time it is
-// used. Cost, on Linux: against a holder that published its record (Publish,
-// or Takeover's admission), a stat of runner.lock and a read of runner.json
+// makes a concurrent Acquire fail. The answer may be out of date by the time
+// it is used. Cost, on Linux: against a holder that published its record
+// (Publish, or Takeover's admission), a stat of runner.lock and a read of runner.json
 // and of the holder's /proc/<pid>/fdinfo/<fd>, whatever else the machine does:
 // it opens no file that carries a lock and makes no flock call, so it never
 // waits behind a process reading /proc/locks (which holds the kernel's lock

@@ -69,9 +69,9 @@ func TestReentryGuard(t *testing.T) {
 	leave()
 	assert.False(t, g.Held("a"))
 
-	// A stale leave does not end a later hold by another goroutine.
-	stale := g.Enter("a")
-	stale()
+	// A second call of a leave does not end a later hold by another goroutine.
+	leaveAgain := g.Enter("a")
+	leaveAgain()
 	entered, left := make(chan struct{}), make(chan struct{})
 	go func() {
 		l := g.Enter("a")
@@ -81,7 +81,7 @@ func TestReentryGuard(t *testing.T) {
 		seen <- g.Held("a")
 	}()
 	<-entered
-	stale()
+	leaveAgain()
 	close(left)
 	assert.True(t, <-seen, "the holder still holds it")
 }

@@ -206,7 +206,7 @@ func echoDaemon(base string) int {
 }
 
 // echo-bind-anew: ours without handover, today's behaviour: Takeover
-// (asking the server there to restart now), remove the stale socket file,
+// (asking the server there to restart now), remove the leftover socket file,
 // listen anew, Publish; on a restart request, close the listener, finish
 // what was accepted, let go and exit.
 func echoBindAnew(base string) int {

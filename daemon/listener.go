@@ -65,7 +65,7 @@ func (l *listener) Accept() (net.Conn, error) {
 			l.mu.Unlock()
 			if !woken {
 				if d, ok := l.Listener.(deadliner); ok {
-					d.SetDeadline(time.Time{}) // a stale deadline
+					d.SetDeadline(time.Time{}) // a deadline nothing wants now
 				}
 			}
 			continue
