@@ -43,7 +43,7 @@ import (
 // The smoke subset, which the ordinary go test ./... runs in a few seconds,
 // is four operations (Acquire, Publish, release, SaveLines), the first
 // occurrence of each class of call, its first error; TestFaultRegressions
-// (every bug the matrix found, pinned) runs by default too. The full matrix
+// (every bug the matrix found, kept as a regression) runs by default too. The full matrix
 // (about 20 s on 2 cores, its figures logged as "fault matrix figures: ...")
 // is .ci/run's step "fault injection (strace)".
 //

@@ -18,7 +18,7 @@ import (
 )
 
 // Leak checks. goleak runs after all the package's tests (TestMain); these
-// tests pin leaks on the calls that make them: every call that opens a file
+// tests trace leaks to the calls that make them: every call that opens a file
 // or a pidfd, watches a directory, or starts a goroutine, gives it back by
 // the time it returns, its release is called, or its context ends (a parked
 // lock waiter: once the holder lets go). The one inotify instance the

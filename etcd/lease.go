@@ -39,7 +39,7 @@ type lease struct {
 	margin time.Duration
 	perTry time.Duration // bound of one keepalive, or of one try of a Publish or Release
 	heard  *contact
-	pins   *members // the package's own connections, for keepalives and Publish
+	conns  *members // the package's own connections, for keepalives and Publish
 	closed sync.Once
 
 	ctx    context.Context // ends when lost or stopped
@@ -97,7 +97,7 @@ func grantLease(ctx context.Context, cli *clientv3.Client, ttl, margin time.Dura
 		margin:   margin,
 		perTry:   tryTimeout(margin),
 		heard:    heard,
-		pins:     dialMembers(cli),
+		conns:    dialMembers(cli),
 		deadline: sent + int64(granted-margin),
 		granted:  granted,
 		moved:    make(chan struct{}, 1),
@@ -220,10 +220,10 @@ func (l *lease) interval() time.Duration {
 func (l *lease) keepAlive(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), l.perTry)
 	defer cancel()
-	p := l.pins.order()[0]
+	p := l.conns.order()[0]
 	sent := now()
 	resp, err := p.lease.KeepAliveOnce(ctx, l.id)
-	l.pins.note(p, err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound))
+	l.conns.note(p, err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound))
 	if err != nil {
 		return err
 	}
@@ -296,7 +296,7 @@ func (l *lease) ttl() time.Duration {
 func (l *lease) stop() {
 	l.expire(errReleased)
 	l.wg.Wait()
-	l.closed.Do(l.pins.close)
+	l.closed.Do(l.conns.close)
 }
 
 // revoke stops the lease and revokes it, in tries bounded together by one
