@@ -19,8 +19,8 @@ const hedgeInFlight = 3
 // tries are cancelled and waited for. call must be safe to repeat.
 func hedge[T any](ctx context.Context, every time.Duration, call func(context.Context) (T, error)) (T, error) {
 	return hedgeRun(ctx, every,
-		func() (*member, bool) { return nil, true },
-		func(ctx context.Context, _ *member) (T, error) { return call(ctx) },
+		func() (*memberConn, bool) { return nil, true },
+		func(ctx context.Context, _ *memberConn) (T, error) { return call(ctx) },
 		nil)
 }
 
@@ -34,10 +34,10 @@ const (
 	tryCancelled                 // still running when the call returned: cancelled and waited for
 )
 
-// hedgeResult is one try's outcome: on which member (nil where the client
+// hedgeResult is one try's outcome: on which memberConn (nil where the client
 // picks), when it started, and what it returned.
 type hedgeResult[T any] struct {
-	p       *member
+	p       *memberConn
 	started time.Time
 	v       T
 	err     error
@@ -49,7 +49,7 @@ type hedgeResult[T any] struct {
 // hedgeInFlight tries run at once; a relaunch after a transient failure
 // is at once, once per period, so a member that fails at once never makes a
 // busy loop.
-func hedgeRun[T any](ctx context.Context, every time.Duration, pick func() (*member, bool), call func(context.Context, *member) (T, error), ended func(hedgeResult[T], tryEnd)) (T, error) {
+func hedgeRun[T any](ctx context.Context, every time.Duration, pick func() (*memberConn, bool), call func(context.Context, *memberConn) (T, error), ended func(hedgeResult[T], tryEnd)) (T, error) {
 	actx, cancel := context.WithCancel(ctx)
 	results := make(chan hedgeResult[T], hedgeInFlight)
 	inFlight := 0

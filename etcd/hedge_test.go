@@ -46,8 +46,8 @@ func TestHedgeRetriesTransientAndStopsAtRefusal(t *testing.T) {
 // TestMembersLeaveAFailedOneLast: a member that did not answer is tried
 // last until it answers again; the others keep the client's order.
 func TestMembersLeaveAFailedOneLast(t *testing.T) {
-	a, b, c := &member{ep: "a"}, &member{ep: "b"}, &member{ep: "c"}
-	m := &members{all: []*member{a, b, c}}
+	a, b, c := &memberConn{ep: "a"}, &memberConn{ep: "b"}, &memberConn{ep: "c"}
+	m := &members{all: []*memberConn{a, b, c}}
 	eps := func() (out []string) {
 		for _, p := range m.order() {
 			out = append(out, p.ep)
@@ -66,9 +66,9 @@ func TestMembersLeaveAFailedOneLast(t *testing.T) {
 // TestHedgeOnMovesToTheNextMember: a try stuck on one member is
 // followed by one on the next, and the stuck member is noted as failed.
 func TestHedgeOnMovesToTheNextMember(t *testing.T) {
-	stuck, ok := &member{ep: "stuck"}, &member{ep: "ok"}
-	m := &members{all: []*member{stuck, ok}}
-	v, err := hedgeOn(ctxT(t), m, readHedge/30, func(ctx context.Context, p *member) (string, error) {
+	stuck, ok := &memberConn{ep: "stuck"}, &memberConn{ep: "ok"}
+	m := &members{all: []*memberConn{stuck, ok}}
+	v, err := hedgeOn(ctxT(t), m, readHedge/30, func(ctx context.Context, p *memberConn) (string, error) {
 		if p == stuck {
 			<-ctx.Done()
 			return "", ctx.Err()

@@ -173,7 +173,7 @@ func (l *Leadership) Publish(ctx context.Context, rec runnerstate.Record) error 
 		// frozen member) can never put an older record over a newer one.
 		// Tries are hedged: one on a frozen member costs a fraction of
 		// the margin, not the call.
-		resp, err := hedgeOn(ctx, l.ls.conns, l.ls.perTry, func(ctx context.Context, p *member) (*clientv3.TxnResponse, error) {
+		resp, err := hedgeOn(ctx, l.ls.conns, l.ls.perTry, func(ctx context.Context, p *memberConn) (*clientv3.TxnResponse, error) {
 			if err := l.notHolder(); err != nil {
 				return nil, err
 			}

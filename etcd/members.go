@@ -23,11 +23,11 @@ import (
 // user's client's round robin keeps sending it every third request.
 type members struct {
 	mu  sync.Mutex
-	all []*member
+	all []*memberConn
 }
 
-// member is one endpoint's connection and its record.
-type member struct {
+// memberConn is one endpoint's connection and its record.
+type memberConn struct {
 	ep       string
 	conn     *grpc.ClientConn // nil: the user's client itself (no endpoint could be dialled)
 	kv       clientv3.KV
@@ -45,22 +45,22 @@ func dialMembers(cli *clientv3.Client) *members {
 		if err != nil {
 			continue
 		}
-		m.all = append(m.all, &member{ep: ep, conn: conn,
+		m.all = append(m.all, &memberConn{ep: ep, conn: conn,
 			kv: clientv3.NewKVFromKVClient(pb.NewKVClient(conn), cli), lease: clientv3.NewLeaseFromLeaseClient(pb.NewLeaseClient(conn), cli, 0)})
 	}
 	if len(m.all) == 0 {
-		m.all = []*member{{ep: "the client's", kv: cli.KV, lease: cli.Lease}}
+		m.all = []*memberConn{{ep: "the client's", kv: cli.KV, lease: cli.Lease}}
 	}
 	return m
 }
 
 // order is the members best first: those with no failure since their last
 // answer, in the client's order, then the others, the oldest failure first.
-func (m *members) order() []*member {
+func (m *members) order() []*memberConn {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := slices.Clone(m.all)
-	slices.SortStableFunc(out, func(a, b *member) int {
+	slices.SortStableFunc(out, func(a, b *memberConn) int {
 		ha, hb := a.failedAt <= a.okAt, b.failedAt <= b.okAt
 		switch {
 		case ha && !hb:
@@ -76,7 +76,7 @@ func (m *members) order() []*member {
 }
 
 // note records a try's outcome on p: an answer, or no answer in time.
-func (m *members) note(p *member, answered bool) {
+func (m *members) note(p *memberConn, answered bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if answered {
@@ -103,11 +103,11 @@ func (m *members) close() {
 // or a refusal is returned; the others are cancelled and waited for, and
 // those that had not answered within `every` are noted as failed. call must
 // be safe to repeat.
-func hedgeOn[T any](ctx context.Context, m *members, every time.Duration, call func(context.Context, *member) (T, error)) (T, error) {
+func hedgeOn[T any](ctx context.Context, m *members, every time.Duration, call func(context.Context, *memberConn) (T, error)) (T, error) {
 	order := m.order()
-	busy := map[*member]bool{}
+	busy := map[*memberConn]bool{}
 	next := 0
-	pick := func() (*member, bool) {
+	pick := func() (*memberConn, bool) {
 		for range order {
 			p := order[next%len(order)]
 			next++
