@@ -118,7 +118,7 @@ func crashWorker(t *testing.T, dir string, n int, deadline time.Time, rng *rand.
 			time.Sleep(time.Duration(rng.IntN(25_000)) * time.Microsecond)
 		}
 		w.c.Kill()
-		acks := w.drain(t)
+		acks := w.readToEnd(t)
 		w.c.Wait()
 		settled := next - 1 // the generation every file held at least when the writer started
 		if len(acks) > 0 {
@@ -164,7 +164,7 @@ func crashWorker(t *testing.T, dir string, n int, deadline time.Time, rng *rand.
 	w.expectReady(t)
 	w.c.Expect("ack " + strconv.Itoa(next))
 	w.c.Kill()
-	w.drain(t)
+	w.readToEnd(t)
 	w.c.Wait()
 	release, err := Acquire(dir)
 	require.NoError(t, err)
@@ -207,9 +207,9 @@ func (w *crashWriter) expectAck(t *testing.T) {
 	w.read(t, func() bool { return len(w.acks) > n })
 }
 
-// drain reads what the killed writer said to the end and returns the
+// readToEnd reads what the killed writer said to the end and returns the
 // generations it acknowledged.
-func (w *crashWriter) drain(t *testing.T) []int {
+func (w *crashWriter) readToEnd(t *testing.T) []int {
 	t.Helper()
 	w.read(t, func() bool { return false })
 	return w.acks

@@ -34,7 +34,7 @@ const (
 	tryCancelled                 // still running when the call returned: cancelled and waited for
 )
 
-// hedgeResult is one try's outcome: on which memberConn (nil where the client
+// hedgeResult is one try's outcome: on which member's connection (nil where the client
 // picks), when it started, and what it returned.
 type hedgeResult[T any] struct {
 	p       *memberConn
