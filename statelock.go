@@ -61,9 +61,9 @@ var errStateLockReentered = errors.New("state lock is not reentrant")
 const stateLockWait = 30 * time.Second
 
 // reentryGuard records, for each key held, the goroutine that holds it, so
-// that a non-reentrant lock taken again by the goroutine that holds it fails at once
-// instead of waiting for itself. The zero reentryGuard is ready to use; it is
-// safe for concurrent use.
+// that a non-reentrant lock taken again by the goroutine that holds it fails
+// at once instead of waiting for itself. The zero reentryGuard can be used as
+// is; it is safe for concurrent use.
 //
 // Go gives goroutines no identity on purpose; this reads the id the runtime
 // prints at the head of a goroutine's stack trace (goroutineID), and uses it
