@@ -55,8 +55,8 @@ type Options struct {
 	// runner.json when Dir is set). PID and Process are filled in with this
 	// process's identity; StartedAt with the admission time when zero.
 	Record runnerstate.Record
-	// Logger receives the steps (a request left, a forced removal, a leadership's end);
-	// nil means slog.Default().
+	// Logger receives the steps (a request left, a forced removal, a
+	// leadership's end); nil means slog.Default().
 	Logger *slog.Logger
 }
 
