@@ -127,7 +127,7 @@ func (e lockingUnsupported) Is(target error) bool { return target == ErrLockingU
 
 func (e lockingUnsupported) Unwrap() error { return e.cause }
 
-// BusyError is the answer of every lock attempt that found the lock held. The
+// BusyError is the answer of every lock call that found the lock held. The
 // holder fields are hints read at the moment of refusal (by the time you read
 // them the holder may have gone): PID is the holder's pid when known, else 0;
 // Verified says that pid's identity (pid, start ticks, boot id, PID namespace)

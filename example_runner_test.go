@@ -111,9 +111,9 @@ func ExampleWatchRestart() {
 	// now
 }
 
-// Standby waits while another live runner owns the directory, for a process
+// Standby waits while another live runner holds the directory, for a process
 // that would do the runner's work itself (a CLI, a foreground job): here
-// nobody owns it, so it returns at once, resumed.
+// nobody holds it, so it returns at once, resumed.
 func ExampleStandby() {
 	dir, _ := os.MkdirTemp("", "runnerstate-example")
 	defer os.RemoveAll(dir)

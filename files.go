@@ -276,7 +276,7 @@ func readLines(path, op string) ([]byte, error) {
 // when absent. Every line already there is kept as it is, comments and lines
 // this package does not understand included; a last line without its "\n" is
 // completed first. Concurrent appends, from goroutines or processes, are
-// serialised by the directory's state lock and lose nothing, and the file is
+// serialised by the directory's state lock and drop nothing, and the file is
 // replaced atomically, so a crash leaves the old content or the new.
 //
 // The whole file is read and rewritten under the state lock, so an append

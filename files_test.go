@@ -87,7 +87,7 @@ func TestAppendLineKeepsEverything(t *testing.T) {
 	assertNoTemps(t, dir)
 }
 
-func TestConcurrentAppendsLoseNothing(t *testing.T) {
+func TestConcurrentAppendsDropNothing(t *testing.T) {
 	dir := tempDir(t)
 	const perWriter = 40
 	var kids []*child

@@ -37,9 +37,9 @@ func TrustFilesystem(types ...string) (restore func()) { return fsinfo.Trust(typ
 // naming path; anything else is the system's error naming path.
 //
 // The context: ctx bounds the wait. A ctx that has already ended when Lock is
-// called still gets one attempt without waiting (the way to ask once). Once
+// called still gets one try without waiting (the way to ask once). Once
 // Lock has begun with a live ctx, it never succeeds after ctx ends: a lock
-// handed over at the instant ctx ends is let go at once, and Lock returns
+// handed off at the instant ctx ends is let go at once, and Lock returns
 // the *BusyError wrapping ctx.Err() it would have returned a moment earlier.
 // So a nil error means the lock is held and ctx did not end while Lock
 // waited. ctx can still end the instant after Lock returns: a caller that
@@ -93,7 +93,7 @@ func TryRLock(path string) (unlock func(), err error) {
 	return l.Release, nil
 }
 
-// tryLock makes one attempt without waiting: a *BusyError, naming the holder
+// tryLock makes one try, without waiting: a *BusyError, naming the holder
 // as inspect reads it, when the lock is held.
 func tryLock(path string, mode filelock.Mode, perm fs.FileMode, inspect inspector) (*filelock.File, error) {
 	l, err := filelock.TryLock(path, mode, perm)
@@ -125,7 +125,7 @@ func waitLock(ctx context.Context, path string, mode filelock.Mode, perm fs.File
 // the call began with a live ctx that has ended since, what was just taken
 // is let go (by release) and the answer is the busy one, so that a call never
 // succeeds after its context ended. A call that began with an ended ctx made
-// its one attempt knowingly and keeps what it got.
+// its one try knowingly and keeps what it got.
 func keepIfLive(ctx context.Context, live bool, path string, release func()) error {
 	if !live || ctx.Err() == nil {
 		return nil

@@ -256,8 +256,8 @@ func TestLockPermissionIsNotBusy(t *testing.T) {
 	assert.Contains(t, err.Error(), path)
 }
 
-// Case (a runner that lost the SIGTERM that arrived while it was admitted): a
-// lock handed over at the instant the context ends is let go at once, never
+// Case (a runner that missed the SIGTERM that arrived while it was admitted): a
+// lock handed off at the instant the context ends is let go at once, never
 // returned. Lock, RLock, AcquireScope and SyncRunning never succeed once
 // their context has ended while they waited.
 func TestLockNeverSucceedsAfterContextEnds(t *testing.T) {
@@ -287,9 +287,9 @@ func TestLockNeverSucceedsAfterContextEnds(t *testing.T) {
 			holder.Expect("locked")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			defer filelock.SetQueuedHook(func(handedOver func() bool) {
+			defer filelock.SetQueuedHook(func(handedOff func() bool) {
 				require.NoError(t, holder.Stop()) // the holder lets go...
-				eventually(t, "the lock is handed over", handedOver)
+				eventually(t, "the lock is handed off", handedOff)
 				cancel() // ...and the context ends before the waiter looks
 			})()
 			release, err := tc.call(ctx, dir)

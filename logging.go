@@ -73,6 +73,14 @@ func infoOnce(key, msg string, args ...any) {
 	}
 }
 
+// infoOnceTo is infoOnce to the caller's logger (an options' Logger), not
+// the package's: a standby or a takeover says once what it waits for.
+func infoOnceTo(log *slog.Logger, key, msg string, args ...any) {
+	if firstTime(key) {
+		log.Info(msg, args...)
+	}
+}
+
 // firstTime reports whether key has not been seen before, and records it;
 // at most maxWarned keys are kept (then the set starts again, and a problem
 // is said once more).

@@ -16,8 +16,9 @@ import (
 // build reads and writes (docs/protocol.md). The layout of v0.2 and v0.3,
 // which wrote no number, is protocol 1, and so is a file without one.
 // Additions that older readers ignore keep the number; only a change that
-// would break a handoff with the previous protocol raises it, and then the
-// previous protocol's reader and writer stay for at least one release.
+// would keep a build of the previous protocol from sharing a directory with
+// this one raises it, and then the previous protocol's reader and writer
+// stay for at least one release.
 const protocolVersion = 1
 
 // protocolKey is the member every JSON file the package writes begins with.

@@ -158,10 +158,11 @@ func Publish(dir string, rec Record) error {
 	return err
 }
 
-// The cluster module writes a leader's admission record through
-// bridge.PublishStarting: Ready false, like Takeover's own.
+// The cluster module writes a leader's admission record, and package daemon
+// a server's, through bridge.PublishAdmission: Ready false, like Takeover's
+// own.
 func init() {
-	bridge.PublishStarting = func(dir string, rec any) error {
+	bridge.PublishAdmission = func(dir string, rec any) error {
 		r, ok := rec.(Record)
 		if !ok {
 			return errorf("publish %s: %T is not a Record", filepath.Join(dir, RecordName), rec)

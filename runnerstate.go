@@ -2,7 +2,7 @@
 // on one machine: exactly one process works the directory at a time, and the
 // process that starts a runner, the runner itself and the next runner that
 // takes over hand the directory between them without ever overlapping,
-// without signalling the wrong process, and without losing or tearing state.
+// without signalling the wrong process, and without dropping or tearing state.
 //
 // The kernel lock (flock(2) on runner.lock) is the only authority: held while
 // the runner lives, dropped by the kernel the instant it dies. Everything
@@ -135,7 +135,7 @@ func (runnerFiles) Tidy(h *hold.Hold, runnerHere bool) {
 // retires a restart request addressed to this runner, closes the descriptors
 // Inherit handed out, then frees tree.lock and last runner.lock; it is
 // idempotent. The lock files themselves are never removed. A process that
-// dies without calling release loses its locks at once all the same (the
+// dies without calling release has its locks freed at once all the same (the
 // kernel drops them, except where children inherited tree.lock), and the next
 // Acquire clears what it left.
 //
@@ -307,9 +307,9 @@ func clearStaleRecord(dir string, self Identity) (int, bool, error) {
 // process holds the lock, else the pid the kernel names, else 0.
 //
 // Running is a read-only probe: it creates nothing, writes nothing, and never
-// makes a concurrent Acquire fail. The answer may be stale by the time it is
-// used. Cost, on Linux: against a holder that published its record (Publish,
-// or Takeover's admission), a stat of runner.lock and a read of runner.json
+// makes a concurrent Acquire fail. The answer may be out of date by the time
+// it is used. Cost, on Linux: against a holder that published its record
+// (Publish, or Takeover's admission), a stat of runner.lock and a read of runner.json
 // and of the holder's /proc/<pid>/fdinfo/<fd>, whatever else the machine does:
 // it opens no file that carries a lock and makes no flock call, so it never
 // waits behind a process reading /proc/locks (which holds the kernel's lock
@@ -432,7 +432,7 @@ const maxLockContent = 4096
 
 // StalePIDs returns the pids named in dir's runner.lock and runner.json,
 // deduplicated, lock file's first. They are bare pids read from files, for a
-// starter to note before its child clears them; they prove nothing, and a
+// caller to note before the runner it starts clears them; they prove nothing, and a
 // caller must verify an identity before acting on one. It locks nothing and
 // creates nothing.
 func StalePIDs(dir string) []int {

@@ -79,16 +79,16 @@ func TestAcquireWaitsOutALockOnItsWayToFree(t *testing.T) {
 		t.Skip("the kernel does not list lock holders here: a busy answer is tried again only briefly")
 	}
 	dir := tempDir(t)
-	pin := startChild(t, "mmap-pin", dir)
-	pin.Expect("pinned")
+	mapping := startChild(t, "mmap-lock", dir)
+	mapping.Expect("mapped")
 
 	_, err := Acquire(dir)
-	require.ErrorIs(t, err, ErrBusy, "still pinned after passingWait: busy")
+	require.ErrorIs(t, err, ErrBusy, "still mapped after passingWait: busy")
 
-	// The hook runs before the retries: the pin goes while it runs.
+	// The hook runs before the retries: the mapping goes while it runs.
 	seen := make(chan filelock.BusyAnswer, 1)
-	unpinned := make(chan struct{})
-	fn := func(state filelock.BusyAnswer) { seen <- state; <-unpinned }
+	unmapped := make(chan struct{})
+	fn := func(state filelock.BusyAnswer) { seen <- state; <-unmapped }
 	defer filelock.SetPassingHook(fn)()
 	type result struct {
 		release func()
@@ -100,13 +100,13 @@ func TestAcquireWaitsOutALockOnItsWayToFree(t *testing.T) {
 		done <- result{release, err}
 	}()
 	require.Equal(t, filelock.BusyPassing, <-seen, "nobody holds it through a descriptor: passing")
-	pin.Send("unpin")
-	pin.Expect("unpinned")
-	close(unpinned)
+	mapping.Send("unmap")
+	mapping.Expect("unmapped")
+	close(unmapped)
 	r := <-done
 	require.NoError(t, r.err, "admitted once the lock is free")
 	r.release()
-	require.NoError(t, pin.Stop())
+	require.NoError(t, mapping.Stop())
 }
 
 // A lock held through a descriptor, even one a child inherited, is held:
@@ -184,14 +184,14 @@ func TestProbeTouchesNoLockedFile(t *testing.T) {
 	}
 }
 
-func init() { registerRole("mmap-pin", roleMmapPin) }
+func init() { registerRole("mmap-lock", roleMmapLock) }
 
-// mmap-pin: take an exclusive flock on dir's runner.lock, map the file and
+// mmap-lock: take an exclusive flock on dir's runner.lock, map the file and
 // close the descriptor, so that the lock stays held by an open file that no
 // descriptor names (as a /proc/<pid>/fdinfo reader holds a file the holder
-// has just closed), and say "pinned"; command "unpin" unmaps it, which
-// frees the lock, and says "unpinned".
-func roleMmapPin(dir string) int {
+// has just closed), and say "mapped"; command "unmap" unmaps it, which
+// frees the lock, and says "unmapped".
+func roleMmapLock(dir string) int {
 	path := filepath.Join(dir, LockName)
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -208,12 +208,12 @@ func roleMmapPin(dir string) int {
 		return 1
 	}
 	unix.Close(fd)
-	say("pinned")
+	say("mapped")
 	for cmd := range commands() {
-		if cmd == "unpin" && mem != nil {
+		if cmd == "unmap" && mem != nil {
 			unix.Munmap(mem)
 			mem = nil
-			say("unpinned")
+			say("unmapped")
 		}
 	}
 	return 0

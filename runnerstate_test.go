@@ -157,7 +157,7 @@ func TestAcquireCorruptRecord(t *testing.T) {
 			require.NoError(t, err)
 			assert.NoFileExists(t, path)
 			aside, err := os.ReadFile(setAsideCopy(t, dir, RecordName))
-			require.NoError(t, err, "the unreadable record is set aside, not lost")
+			require.NoError(t, err, "the unreadable record is set aside, not discarded")
 			assert.Equal(t, string(tc.content), string(aside))
 			assert.Contains(t, logs.String(), "set aside an unreadable runner record")
 			release()

@@ -43,7 +43,7 @@ type ScopeOwner struct {
 // release removes scope.owner.json first, then clears the lock file's content
 // and frees the lock, so a successor never finds the lock free while the
 // sidecar still names this process. It is idempotent. A process that dies
-// without calling release loses the lock at once all the same; the next
+// without calling release has the lock freed at once all the same; the next
 // holder replaces the sidecar it left, and takes the scope without waiting.
 //
 // Errors:
@@ -51,7 +51,7 @@ type ScopeOwner struct {
 //     and the holder's pid as far as it is known, with Owner set to the data
 //     dir the holder serves when scope.owner.json can be read and names the
 //     holder's pid, where that is known, and not a process provably gone.
-//     ctx is as for Lock: errors.Is for ErrBusy and ctx.Err(), one attempt
+//     ctx is as for Lock: errors.Is for ErrBusy and ctx.Err(), one try
 //     when already done, never the scope once it ends.
 //   - A filesystem without working locks: ErrLockingUnsupported, naming
 //     scope.lock in scopeDir.

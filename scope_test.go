@@ -41,7 +41,7 @@ func expectBusy(t *testing.T, c *child) scopeBusy {
 }
 
 // cancelled is a context that has already ended: a call given it may make
-// one attempt but never wait.
+// one try but never wait.
 func cancelled() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -178,10 +178,10 @@ func TestScopeCorruptSidecar(t *testing.T) {
 	require.NoError(t, holder.Stop())
 }
 
-// A sidecar whose owner is provably gone (its successor holds the lock but
+// A sidecar whose holder is provably gone (its successor holds the lock but
 // has not replaced it yet) never names the holder; one that cannot be proven
 // gone does.
-func TestScopeRefusalSkipsDeadOwnersSidecar(t *testing.T) {
+func TestScopeRefusalSkipsDeadHoldersSidecar(t *testing.T) {
 	base := tempDir(t)
 	scopeDir := filepath.Join(base, "scope")
 	sidecar := filepath.Join(scopeDir, scopeOwnerName)

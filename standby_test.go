@@ -14,11 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestOwnerWaitAsksTheCheckWhenDue: the check is asked at once, then not
+// TestHolderWaitAsksTheCheckWhenDue: the check is asked at once, then not
 // again before its interval, and a wait ends when it is due.
-func TestOwnerWaitAsksTheCheckWhenDue(t *testing.T) {
+func TestHolderWaitAsksTheCheckWhenDue(t *testing.T) {
 	asked := 0
-	w := newOwnerWait(tempDir(t), time.Millisecond, func() bool { asked++; return asked == 2 })
+	w := newHolderWait(tempDir(t), time.Millisecond, func() bool { asked++; return asked == 2 })
 	defer w.close()
 	assert.False(t, w.checked())
 	assert.Equal(t, 1, asked, "asked at once")
@@ -29,14 +29,14 @@ func TestOwnerWaitAsksTheCheckWhenDue(t *testing.T) {
 	}
 	assert.Equal(t, 2, asked)
 
-	none := newOwnerWait(tempDir(t), time.Millisecond, nil)
+	none := newHolderWait(tempDir(t), time.Millisecond, nil)
 	defer none.close()
 	assert.False(t, none.checked(), "no check, never checked")
 }
 
-// TestOwnerWaitWakesOnTheFollowedExit: a wait following a process ends when
+// TestHolderWaitWakesOnTheFollowedExit: a wait following a process ends when
 // it exits, and follow of the same pid keeps the watch it has.
-func TestOwnerWaitWakesOnTheFollowedExit(t *testing.T) {
+func TestHolderWaitWakesOnTheFollowedExit(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the exit is watched through a pidfd on Linux")
 	}
@@ -48,13 +48,13 @@ func TestOwnerWaitWakesOnTheFollowedExit(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w := newOwnerWait(tempDir(t), 0, nil)
+	w := newHolderWait(tempDir(t), 0, nil)
 	defer w.close()
 	w.follow(ctx, id)
-	owner := w.owner
-	require.NotNil(t, owner, "a live process is followed")
+	watch := w.holder
+	require.NotNil(t, watch, "a live process is followed")
 	w.follow(ctx, id)
-	assert.Same(t, owner, w.owner, "the same pid keeps its watch")
+	assert.Same(t, watch, w.holder, "the same pid keeps its watch")
 	stdin.Close()
 	require.NoError(t, cmd.Wait())
 	select {

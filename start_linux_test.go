@@ -598,7 +598,7 @@ func TestStartRunnerTakesDirItself(t *testing.T) {
 		var se *StartError
 		require.ErrorAs(t, err, &se)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		assert.Empty(t, spawns(t, dir), "nothing started while a holder is starting")
+		assert.Empty(t, spawns(t, dir), "nothing started while a holder is not ready yet")
 	})
 }
 
@@ -764,7 +764,7 @@ func TestStartStatusShowsStarting(t *testing.T) {
 	assert.Equal(t, []string{strconv.Itoa(starting.PID)}, spawns(t, dir))
 	r, err := Status(dir)
 	require.NoError(t, err)
-	assert.Zero(t, r.Starting, "no longer starting once ready")
+	assert.Zero(t, r.Starting, "Report.Starting empty once ready")
 	data, err := json.Marshal(r)
 	require.NoError(t, err)
 	assert.NotContains(t, string(data), `"starting"`)
@@ -1115,8 +1115,8 @@ func TestStartSymlinkedStartFilesRefused(t *testing.T) {
 }
 
 // A runner Start started, once ready, ends its attempt: after it lets go of
-// the directory, while it still lives (cleaning up), Status says nothing is
-// starting, and the next Start starts a new runner at once rather than wait
+// the directory, while it still lives (cleaning up), Status names no child
+// (Report.Starting), and the next Start starts a new runner at once rather than wait
 // for the lingering one to be ready again, then report it "exited before it
 // was ready".
 func TestStartAfterAReadyRunnerLetGo(t *testing.T) {
@@ -1142,7 +1142,7 @@ func TestStartAfterAReadyRunnerLetGo(t *testing.T) {
 	defer p.Close()
 	r, err := Status(dir)
 	require.NoError(t, err)
-	assert.Zero(t, r.Starting, "nothing is starting while the ready runner lingers")
+	assert.Zero(t, r.Starting, "no child in Report.Starting while the ready runner lingers")
 
 	second, err := Start(ctx, dir, startedRunner(dir, "ready"), StartOptions{})
 	require.NoError(t, err, "a new runner is started")

@@ -34,7 +34,7 @@ func withStateLockCtx(ctx context.Context, dir string, fn func() error) error {
 	if abs, err := filepath.Abs(path); err == nil {
 		key = abs
 	}
-	if stateLockHolders.Held(key) {
+	if stateLockEntries.Held(key) {
 		return errorf("state lock %s asked for again by the code that holds it, which would wait for itself; this is a bug in runnerstate, please report it: %w", path, errStateLockReentered)
 	}
 	l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o644, inspectLock)
@@ -45,13 +45,13 @@ func withStateLockCtx(ctx context.Context, dir string, fn func() error) error {
 		return err
 	}
 	defer l.Release()
-	defer stateLockHolders.Enter(key)()
+	defer stateLockEntries.Enter(key)()
 	return fn()
 }
 
-// stateLockHolders knows which goroutine holds each state lock this process
+// stateLockEntries knows which goroutine holds each state lock this process
 // holds (by its absolute path), so that withStateLockCtx refuses re-entry.
-var stateLockHolders reentryGuard
+var stateLockEntries reentryGuard
 
 // errStateLockReentered is what withStateLockCtx refuses a re-entry with.
 var errStateLockReentered = errors.New("state lock is not reentrant")
@@ -61,9 +61,9 @@ var errStateLockReentered = errors.New("state lock is not reentrant")
 const stateLockWait = 30 * time.Second
 
 // reentryGuard records, for each key held, the goroutine that holds it, so
-// that a non-reentrant lock taken again by its own holder fails at once
-// instead of waiting for itself. The zero reentryGuard is ready to use; it is
-// safe for concurrent use.
+// that a non-reentrant lock taken again by the goroutine that holds it fails
+// at once instead of waiting for itself. The zero reentryGuard can be used as
+// is; it is safe for concurrent use.
 //
 // Go gives goroutines no identity on purpose; this reads the id the runtime
 // prints at the head of a goroutine's stack trace (goroutineID), and uses it
@@ -71,17 +71,17 @@ const stateLockWait = 30 * time.Second
 // bytes per Held or Enter.
 type reentryGuard struct {
 	mu      sync.Mutex
-	holders map[string]uint64
+	entries map[string]uint64
 }
 
 // Held reports whether the calling goroutine holds key (entered and not yet
-// left). Another goroutine's hold of key is not reported.
+// left). Another goroutine's entry of key is not reported.
 func (g *reentryGuard) Held(key string) bool {
 	id := goroutineID()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	holder, ok := g.holders[key]
-	return ok && holder == id
+	by, ok := g.entries[key]
+	return ok && by == id
 }
 
 // Enter records that the calling goroutine holds key, and returns the func
@@ -91,15 +91,15 @@ func (g *reentryGuard) Enter(key string) (leave func()) {
 	id := goroutineID()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.holders == nil {
-		g.holders = make(map[string]uint64)
+	if g.entries == nil {
+		g.entries = make(map[string]uint64)
 	}
-	g.holders[key] = id
+	g.entries[key] = id
 	return func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		if g.holders[key] == id {
-			delete(g.holders, key)
+		if g.entries[key] == id {
+			delete(g.entries, key)
 		}
 	}
 }

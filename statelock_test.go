@@ -42,7 +42,7 @@ func TestStateLockReentryFailsAtOnce(t *testing.T) {
 
 	key, err := filepath.Abs(filepath.Join(dir, stateLockName))
 	require.NoError(t, err)
-	assert.False(t, stateLockHolders.Held(key))
+	assert.False(t, stateLockEntries.Held(key))
 	require.NoError(t, withStateLockCtx(ended, dir, func() error { return nil }), "free again")
 }
 
@@ -56,7 +56,7 @@ func TestGoroutineID(t *testing.T) {
 }
 
 // TestReentryGuard: a key is held by the goroutine that entered it, and by no other
-// goroutine; leaving ends the hold, and keys are independent.
+// goroutine; leaving ends the entry, and keys are independent.
 func TestReentryGuard(t *testing.T) {
 	var g reentryGuard
 	assert.False(t, g.Held("a"))
@@ -69,9 +69,9 @@ func TestReentryGuard(t *testing.T) {
 	leave()
 	assert.False(t, g.Held("a"))
 
-	// A stale leave does not end a later hold by another goroutine.
-	stale := g.Enter("a")
-	stale()
+	// A second call of a leave does not end a later entry by another goroutine.
+	leaveAgain := g.Enter("a")
+	leaveAgain()
 	entered, left := make(chan struct{}), make(chan struct{})
 	go func() {
 		l := g.Enter("a")
@@ -81,7 +81,7 @@ func TestReentryGuard(t *testing.T) {
 		seen <- g.Held("a")
 	}()
 	<-entered
-	stale()
+	leaveAgain()
 	close(left)
 	assert.True(t, <-seen, "the holder still holds it")
 }

@@ -28,16 +28,16 @@ type Report struct {
 	// names it (ext4, tmpfs, fuse.bindfs, nfs4...; macOS f_fstypename), or
 	// omitted when it cannot be read.
 	Filesystem string `json:"filesystem,omitempty"`
-	// Starting is the process a Start is starting, while it lives and is
-	// not yet ready (its Instance is empty: it is read before the process
-	// picks one). Omitted when no start is in progress.
+	// Starting is the child of a Start attempt in progress, while it lives
+	// and is not ready yet (its Instance is empty: it is read before the
+	// child picks one). Omitted when no attempt is in progress.
 	Starting Identity `json:"starting,omitzero"`
 }
 
 // Status reports dir's state: whether a runner holds the lock and who it is,
 // the pending restart request, the starters waiting to take over, the stale
 // pids the files still name, the orphans of a previous runner's tree, the
-// process a Start is starting (Starting, read from start.json), and
+// child of a Start attempt in progress (Starting, read from start.json), and
 // warnings about anything odd. Like Running it creates nothing, modifies
 // nothing and never makes an Acquire fail. Naming orphans scans every
 // process's descriptors (only while a tree lock is held without a runner).

@@ -736,8 +736,8 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 				gap := time.Duration(ns - cur.last)
 				if cur.ended == "" {
 					fig.diedHolding++
-					for _, owner := range workerOf {
-						if owner == cur.proc {
+					for _, runner := range workerOf {
+						if runner == cur.proc {
 							fig.orphans++
 						}
 					}
@@ -785,17 +785,17 @@ func analyseWitness(t *testing.T, data []byte) *chaosFigures {
 				}
 			}
 		case "ostart", "otick":
-			owner := args[0]
+			runner := args[0]
 			if kind == "ostart" {
 				fig.workers++
-				workerOf[proc] = owner
+				workerOf[proc] = runner
 			}
-			if cur == nil || cur.proc != owner {
+			if cur == nil || cur.proc != runner {
 				holder := "none"
 				if cur != nil {
 					holder = cur.proc
 				}
-				t.Errorf("witness line %d: worker %s of runner %s wrote %q while %s held the directory: an orphan outlived its runner into the next one's time", i+1, proc, owner, kind, holder)
+				t.Errorf("witness line %d: worker %s of runner %s wrote %q while %s held the directory: an orphan outlived its runner into the next one's time", i+1, proc, runner, kind, holder)
 			}
 		case "signal":
 			target := args[0]
@@ -920,7 +920,7 @@ func TestTakeoverNeverSignalsAfterRelease(t *testing.T) {
 	require.NoError(t, err)
 	id, ok := parseLockContent(data)
 	require.True(t, ok)
-	// A takeover attempt against this holder whose grace ran out long ago,
+	// A takeover's escalation against this holder whose grace ran out long ago,
 	// kept alive by a waiting starter (this process, older than the one to
 	// come): the SIGTERM is due at the new starter's first look.
 	now := time.Now()
@@ -1234,7 +1234,7 @@ func startChaosWorker(dir string) *exec.Cmd {
 		return nil
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$", dir)
-	cmd.Env = append(os.Environ(), testharness.RoleEnv+"=chaos-worker", envOwner+"="+selfKey())
+	cmd.Env = append(os.Environ(), testharness.RoleEnv+"=chaos-worker", envWorkerOf+"="+selfKey())
 	if err := Inherit(dir, cmd); err != nil {
 		return nil
 	}
@@ -1253,13 +1253,13 @@ func stopChaosWorker(cmd *exec.Cmd) {
 	cmd.Wait()
 }
 
-// envOwner names, for a chaos worker, the runner whose tree it is in.
-const envOwner = "RUNNERSTATE_TEST_OWNER"
+// envWorkerOf names, for a chaos worker, the runner whose tree it is in.
+const envWorkerOf = "RUNNERSTATE_TEST_WORKER_OF"
 
 func init() { registerRole("chaos-worker", roleChaosWorker) }
 
-// chaos-worker: a runner's worker, in its tree. It says "ostart <owner>" in
-// the witness log, then "otick <owner>" every 3 ms until it is signalled;
+// chaos-worker: a runner's worker, in its tree. It says "ostart <runner>" in
+// the witness log, then "otick <runner>" every 3 ms until it is signalled;
 // it reads no stdin, so a runner killed with kill -9 leaves it running, an
 // orphan, as a real worker would be.
 func roleChaosWorker(string) int {
@@ -1267,16 +1267,16 @@ func roleChaosWorker(string) int {
 	if err != nil {
 		return 1
 	}
-	owner := os.Getenv(envOwner)
+	runner := os.Getenv(envWorkerOf)
 	terms := make(chan os.Signal, 1)
 	signal.Notify(terms, syscall.SIGTERM)
-	witnessLine(w, "ostart", owner)
+	witnessLine(w, "ostart", runner)
 	tick := time.NewTicker(chaosTick)
 	defer tick.Stop()
 	for {
 		select {
 		case <-tick.C:
-			witnessLine(w, "otick", owner)
+			witnessLine(w, "otick", runner)
 		case <-terms:
 			return 0
 		}

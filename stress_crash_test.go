@@ -24,7 +24,7 @@ import (
 )
 
 // Crash consistency: a writer killed with SIGKILL at a random instant, a few
-// hundred times, never leaves a torn or unparsable state file, never loses a
+// hundred times, never leaves a torn or unparsable state file, never drops a
 // line it acknowledged, and never lets temporary files pile up.
 //
 // RUNNERSTATE_CRASH_KILLS sets how many kills (default 300, 60 with -short);
@@ -118,7 +118,7 @@ func crashWorker(t *testing.T, dir string, n int, deadline time.Time, rng *rand.
 			time.Sleep(time.Duration(rng.IntN(25_000)) * time.Microsecond)
 		}
 		w.c.Kill()
-		acks := w.drain(t)
+		acks := w.readToEnd(t)
 		w.c.Wait()
 		settled := next - 1 // the generation every file held at least when the writer started
 		if len(acks) > 0 {
@@ -164,7 +164,7 @@ func crashWorker(t *testing.T, dir string, n int, deadline time.Time, rng *rand.
 	w.expectReady(t)
 	w.c.Expect("ack " + strconv.Itoa(next))
 	w.c.Kill()
-	w.drain(t)
+	w.readToEnd(t)
 	w.c.Wait()
 	release, err := Acquire(dir)
 	require.NoError(t, err)
@@ -207,9 +207,9 @@ func (w *crashWriter) expectAck(t *testing.T) {
 	w.read(t, func() bool { return len(w.acks) > n })
 }
 
-// drain reads what the killed writer said to the end and returns the
+// readToEnd reads what the killed writer said to the end and returns the
 // generations it acknowledged.
-func (w *crashWriter) drain(t *testing.T) []int {
+func (w *crashWriter) readToEnd(t *testing.T) []int {
 	t.Helper()
 	w.read(t, func() bool { return false })
 	return w.acks
@@ -254,7 +254,7 @@ func checkCrashedDir(t *testing.T, dir string, pid, lockPID, settled, lastAck in
 	t.Helper()
 	// The generations a file may hold: the settled one, or the one in flight
 	// when the writer died. Files are written in order, a generation at a
-	// time, so nothing else: not older (lost), not newer (made up), not mixed
+	// time, so nothing else: not older (undone), not newer (made up), not mixed
 	// (torn).
 	okGen := func(g int) bool { return g == settled || g == settled+1 }
 
@@ -300,11 +300,11 @@ func checkCrashedDir(t *testing.T, dir string, pid, lockPID, settled, lastAck in
 	require.NoError(t, err)
 	for i, l := range journal {
 		if l != "line "+strconv.Itoa(i) {
-			t.Errorf("journal line %d is %q: lost or torn", i, l)
+			t.Errorf("journal line %d is %q: dropped or torn", i, l)
 			break
 		}
 	}
-	assert.GreaterOrEqual(t, len(journal)-1, lastAck, "an acknowledged line was lost")
+	assert.GreaterOrEqual(t, len(journal)-1, lastAck, "an acknowledged line was dropped")
 	assert.True(t, okGen(len(journal)-1), "the journal ends at line %d, settled %d", len(journal)-1, settled)
 
 	// The lock went with the writer.

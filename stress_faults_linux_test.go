@@ -43,7 +43,7 @@ import (
 // The smoke subset, which the ordinary go test ./... runs in a few seconds,
 // is four operations (Acquire, Publish, release, SaveLines), the first
 // occurrence of each class of call, its first error; TestFaultRegressions
-// (every bug the matrix found, pinned) runs by default too. The full matrix
+// (every bug the matrix found, kept as a regression) runs by default too. The full matrix
 // (about 20 s on 2 cores, its figures logged as "fault matrix figures: ...")
 // is .ci/run's step "fault injection (strace)".
 //
@@ -892,7 +892,7 @@ var faultOps = []*faultOp{
 		}
 		assertNotTorn(t, filepath.Join(c.root, RecordName))
 		rec, state, _ := readRecord(c.root)
-		assert.Equal(t, fileOK, state, "the record acknowledged before is never lost")
+		assert.Equal(t, fileOK, state, "the record acknowledged before is never dropped")
 		want := "v1"
 		if o.res.Err == "" || o.res.NotDurable {
 			want = "v2"
@@ -915,7 +915,7 @@ var faultOps = []*faultOp{
 	}, check: func(t *testing.T, c *faultCase, o *faultOutcome) {
 		expectLocks(t, o, nil)
 		mode, ok := readRestartFile(t, c.root)
-		assert.True(t, ok, "the pending request is never lost")
+		assert.True(t, ok, "the pending request is never dropped")
 		want := RestartDrain
 		if o.res.Err == "" || o.res.NotDurable {
 			want = RestartNow
@@ -928,7 +928,7 @@ var faultOps = []*faultOp{
 	}, check: func(t *testing.T, c *faultCase, o *faultOutcome) {
 		expectLocks(t, o, nil)
 		mode, ok := readRestartFile(t, c.root)
-		assert.True(t, ok, "the pending request is never lost")
+		assert.True(t, ok, "the pending request is never dropped")
 		assert.Equal(t, RestartNow, mode, "a request never weakens a pending one")
 	}},
 	{name: "clearrestart", seed: func(t *testing.T, root string) {

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Each bug the fault matrix found, pinned: one cell of the matrix, named by
+// Each bug the fault matrix found, kept as a regression: one cell of the matrix, named by
 // its operation, the class of call, which occurrence and the error, and
 // planned from a dry run like every cell (no call count is written down
 // here). Each runs in the default suite; see TestFaultMatrix for the whole

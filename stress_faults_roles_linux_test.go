@@ -176,7 +176,7 @@ var faultRuns = map[string]faultRun{
 		return err
 	}},
 	"gate": {run: func(st *faultState) error {
-		// An ended context: one attempt, with its registration in the
+		// An ended context: one try, with its registration in the
 		// gate and its withdrawal, and nothing that waits on a clock.
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()

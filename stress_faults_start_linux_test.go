@@ -18,7 +18,7 @@ import (
 )
 
 // Start's files in the fault matrix (stress_faults_linux_test.go): start.lock,
-// start.json and runner.log, written by the starter ("start") and by the
+// start.json and runner.log, written by the caller ("start") and by the
 // runner's first Publish, which marks its attempt ready ("start-mark").
 
 func init() {
@@ -138,7 +138,7 @@ func checkMark(t *testing.T, c *faultCase, o *faultOutcome) {
 	assert.True(t, o.res.Holds)
 	assertNotTorn(t, filepath.Join(c.root, startName))
 	a, ok := readAttempt(c.root)
-	assert.True(t, ok, "the attempt record is never lost")
+	assert.True(t, ok, "the attempt record is never dropped")
 	if !a.Ready {
 		assert.Contains(t, o.res.Log, "could not record in the start attempt that this runner is ready", "a mark not written is logged")
 	}

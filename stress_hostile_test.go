@@ -29,7 +29,7 @@ import (
 
 // Hostile and broken environments. Every operation either works or answers
 // with an error that names the offending path; nothing is followed through a
-// symlink, nothing that was there is lost, nothing blocks, nothing is read
+// symlink, nothing that was there is destroyed, nothing blocks, nothing is read
 // whole that could be huge, and nothing foreign is signalled.
 
 // Environment of the "ops" role.

@@ -18,7 +18,7 @@ import (
 )
 
 // Leak checks. goleak runs after all the package's tests (TestMain); these
-// tests pin leaks on the calls that make them: every call that opens a file
+// tests trace leaks to the calls that make them: every call that opens a file
 // or a pidfd, watches a directory, or starts a goroutine, gives it back by
 // the time it returns, its release is called, or its context ends (a parked
 // lock waiter: once the holder lets go). The one inotify instance the
@@ -121,7 +121,7 @@ func TestNoLeaksAcrossTheAPI(t *testing.T) {
 	}
 
 	// Against other processes: a takeover of a live runner (a pidfd pins
-	// it), a standby that watches an owner exit (a pidfd and a goroutine),
+	// it), a standby that watches a holder exit (a pidfd and a goroutine),
 	// and lock waits that end early while another process holds the lock
 	// (a parked goroutine that stays until the holder lets go).
 	old := startRunner(t, dir, "obey")
@@ -131,18 +131,18 @@ func TestNoLeaksAcrossTheAPI(t *testing.T) {
 	require.NoError(t, old.Wait())
 	release()
 
-	owner := startChild(t, "acquire", dir)
-	owner.Expect("acquired")
+	runner := startChild(t, "acquire", dir)
+	runner.Expect("acquired")
 	standby := make(chan error, 1)
 	go func() {
 		_, err := Standby(background(t), dir, StandbyOptions{})
 		standby <- err
 	}()
-	eventually(t, "the standby pins the owner", func() bool {
+	eventually(t, "the standby pins the holder", func() bool {
 		return strings.Contains(strings.Join(mapValues(openFDs(t)), " "), "pidfd")
 	})
-	owner.Kill()
-	owner.Wait()
+	runner.Kill()
+	runner.Wait()
 	require.NoError(t, <-standby)
 
 	lockPath := filepath.Join(dir, "waited.lock")

@@ -61,7 +61,7 @@ func SyncRunning(ctx context.Context, root string) (release func(), err error) {
 		return nil, errorf("SyncRunning: the data root is empty")
 	}
 	path := filepath.Join(root, syncLockName)
-	for attempt := 0; ; attempt++ {
+	for recreated := 0; ; recreated++ {
 		if err := ensureDir(root); err != nil {
 			return nil, err
 		}
@@ -73,7 +73,7 @@ func SyncRunning(ctx context.Context, root string) (release func(), err error) {
 		if errors.As(err, &be) {
 			return nil, err
 		}
-		if isNotExist(err) && attempt < maxRecreated {
+		if isNotExist(err) && recreated < maxRecreated {
 			continue // root was removed while we waited: make it again and lock there
 		}
 		logger().Warn("runnerstate: the sync mark cannot be taken; this sync runs unmarked, and resets are refused until the mark is fixed",
@@ -112,7 +112,7 @@ func NoSyncRunning(root string) (release func(), err error) {
 		return nil, errorf("NoSyncRunning: the data root is empty")
 	}
 	path := filepath.Join(root, syncLockName)
-	for attempt := 0; ; attempt++ {
+	for recreated := 0; ; recreated++ {
 		if err := ensureDir(root); err != nil {
 			return nil, err
 		}
@@ -122,7 +122,7 @@ func NoSyncRunning(root string) (release func(), err error) {
 			return l.Release, nil
 		case errors.Is(err, filelock.ErrWouldBlock):
 			return nil, syncBusy(path)
-		case isNotExist(err) && attempt < maxRecreated:
+		case isNotExist(err) && recreated < maxRecreated:
 			continue // root was removed under us: make it again
 		}
 		return nil, syncUnknown(root, path, public(err))

@@ -388,7 +388,7 @@ func (t *takeover) target(held heldLock) (at stepTarget, ok bool, err error) {
 		if !t.opts.NoSignal && occ.verified() && st.verdict == liveness.Alive {
 			at.signal, at.holder = pinnedHolder, liveness.Identity(st.holder)
 		} else if t.opts.NoSignal || !occ.verified() {
-			warnOnceTo(t.log, fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
+			infoOnceTo(t.log, fmt.Sprintf("takeover-unverified:%s:%d:%s", t.dir, st.pid, st.holder.Instance),
 				"runnerstate: takeover will not signal the holder; it leaves a restart request and waits", "dir", t.dir, "pid", st.pid, "why", st.reason, "no_signal", t.opts.NoSignal)
 		}
 	case occ == occLostFile:
@@ -697,12 +697,4 @@ func runnerBusy(dir string, occ occupancy, cause error) error {
 		return treeBusyError(dir, cause)
 	}
 	return busyError(filepath.Join(dir, LockName), cause, inspectRunnerLock)
-}
-
-// warnOnceTo is warnOnce for the caller's logger, at info level: a standby
-// says once what it waits for.
-func warnOnceTo(log *slog.Logger, key, msg string, args ...any) {
-	if firstTime(key) {
-		log.Info(msg, args...)
-	}
 }

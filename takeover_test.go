@@ -320,15 +320,15 @@ func TestTakeoverUnverifiableHolderIsNeverSignalled(t *testing.T) {
 }
 
 func TestStandby(t *testing.T) {
-	t.Run("no owner", func(t *testing.T) {
+	t.Run("no holder", func(t *testing.T) {
 		res, err := Standby(background(t), tempDir(t), StandbyOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, StandbyResult{Resumed: true}, res)
 	})
-	t.Run("owner exits", func(t *testing.T) {
+	t.Run("holder exits", func(t *testing.T) {
 		dir := tempDir(t)
-		owner := startChild(t, "acquire", dir)
-		owner.Expect("acquired")
+		holder := startChild(t, "acquire", dir)
+		holder.Expect("acquired")
 		logs := captureLog(t)
 		got := make(chan StandbyResult, 1)
 		go func() {
@@ -336,17 +336,17 @@ func TestStandby(t *testing.T) {
 			assert.NoError(t, err)
 			got <- res
 		}()
-		eventually(t, "standby names the owner", func() bool { return strings.Contains(logs.String(), "standing by") })
-		owner.Kill()
-		owner.Wait()
+		eventually(t, "standby names the holder", func() bool { return strings.Contains(logs.String(), "standing by") })
+		holder.Kill()
+		holder.Wait()
 		res := <-got
-		assert.Equal(t, StandbyResult{Resumed: true, PreviousOwnerPID: owner.PID()}, res)
+		assert.Equal(t, StandbyResult{Resumed: true, PreviousOwnerPID: holder.PID()}, res)
 		assert.Equal(t, 1, strings.Count(logs.String(), "standing by"), "logged once")
 	})
 	t.Run("work completed", func(t *testing.T) {
 		dir := tempDir(t)
-		owner := startChild(t, "acquire", dir)
-		owner.Expect("acquired")
+		holder := startChild(t, "acquire", dir)
+		holder.Expect("acquired")
 		var mu sync.Mutex
 		done := false
 		go func() {
@@ -361,19 +361,19 @@ func TestStandby(t *testing.T) {
 			return done
 		}})
 		require.NoError(t, err)
-		assert.Equal(t, StandbyResult{PreviousOwnerPID: owner.PID(), WorkCompleted: true}, res)
-		require.NoError(t, owner.Stop())
+		assert.Equal(t, StandbyResult{PreviousOwnerPID: holder.PID(), WorkCompleted: true}, res)
+		require.NoError(t, holder.Stop())
 	})
 	t.Run("context ends", func(t *testing.T) {
 		dir := tempDir(t)
-		owner := startChild(t, "acquire", dir)
-		owner.Expect("acquired")
+		holder := startChild(t, "acquire", dir)
+		holder.Expect("acquired")
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		_, err := Standby(ctx, dir, StandbyOptions{})
 		assert.ErrorIs(t, err, ErrBusy)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		require.NoError(t, owner.Stop())
+		require.NoError(t, holder.Stop())
 	})
 }
 
@@ -477,7 +477,7 @@ func TestTakeoverContextEndsDuringAdmission(t *testing.T) {
 	awaitHolder(t, "the starter holds the kernel lock, awaiting the old runner's exit", filepath.Join(dir, LockName), os.Getpid())
 	// Held by the starter itself, not by the parked goroutine on its way to
 	// hand it over: cancelling then would end a wait, not an admission.
-	eventually(t, "the lock is handed over to the starter", func() bool { return filelock.Parked() == 0 })
+	eventually(t, "the lock is handed off to the starter", func() bool { return filelock.Parked() == 0 })
 	cancel()
 	err := <-done
 	assert.ErrorIs(t, err, ErrBusy)

@@ -109,7 +109,7 @@ func tryOwnLock(path string) (*filelock.File, error) {
 	return l, public(err)
 }
 
-// tryRunnerLock makes a non-blocking attempt on a runner lock, creating it
+// tryRunnerLock makes one try (non-blocking) on a runner lock, creating it
 // 0600 (see filelock.TryExclusive): a *BusyError naming the holder when it is held.
 func tryRunnerLock(lockPath string) (*filelock.File, error) {
 	l, err := filelock.TryExclusive(lockPath)

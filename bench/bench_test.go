@@ -443,25 +443,25 @@ func BenchmarkTakeover(b *testing.B) {
 }
 
 // ---------------------------------------------------------------------------
-// Standby wake-up after the owner exits.
+// Standby wake-up after the holder exits.
 
 func BenchmarkStandbyWake(b *testing.B) {
 	dir := b.TempDir()
 	var samples []time.Duration
 	for b.Loop() {
-		owner := testharness.Start(b, "obey-runner", dir)
-		owner.Expect("ready")
+		holder := testharness.Start(b, "obey-runner", dir)
+		holder.Expect("ready")
 		got := make(chan time.Time, 1)
 		go func() {
 			runnerstate.Standby(context.Background(), dir, runnerstate.StandbyOptions{})
 			got <- time.Now()
 		}()
-		// Let Standby see the owner first.
+		// Let Standby see the holder first.
 		time.Sleep(20 * time.Millisecond)
 		t0 := time.Now()
-		owner.Kill()
+		holder.Kill()
 		samples = append(samples, (<-got).Sub(t0))
-		owner.Wait()
+		holder.Wait()
 	}
 	reportLatency(b, "standby", samples)
 }

@@ -54,17 +54,17 @@ const (
 	// clients then send up to 8,000 requests a second, and leave the two
 	// cores room for the servers' own start.
 	clientPause = time.Millisecond
-	// upgradeHandoffs is the fixed count of handoffs of one scenario.
-	upgradeHandoffs = 20
+	// upgradeCount is the fixed count of upgrades of one scenario.
+	upgradeCount = 20
 	// upgradeClients is the count of client processes.
 	upgradeClients = 8
-	// steadyGap is how long the clients run between two handoffs.
+	// steadyGap is how long the clients run between two upgrades.
 	steadyGap = 100 * time.Millisecond
-	// settle is how long after a handoff (the old server reaped) latency is
+	// settle is how long after an upgrade (the old server reaped) latency is
 	// not counted as steady state either.
 	settle = 10 * time.Millisecond
-	// upgradeWait bounds each step of a handoff, and the old server's Grace:
-	// generous, because a handoff was seen to take 19 s beside two CPU hogs
+	// upgradeWait bounds each step of an upgrade, and the old server's Grace:
+	// generous, because an upgrade was seen to take 19 s beside two CPU hogs
 	// (binding anew, while the refused clients kept the cores busy).
 	upgradeWait = time.Minute
 )
@@ -206,7 +206,7 @@ func echoDaemon(base string) int {
 }
 
 // echo-bind-anew: ours without handover, today's behaviour: Takeover
-// (asking the server there to restart now), remove the stale socket file,
+// (asking the server there to restart now), remove the leftover socket file,
 // listen anew, Publish; on a restart request, close the listener, finish
 // what was accepted, let go and exit.
 func echoBindAnew(base string) int {
@@ -515,8 +515,8 @@ func (p *serverProcs) errors() string {
 	return strings.TrimSpace(string(data))
 }
 
-// upgradeHandoff is one handoff as the harness saw it.
-type upgradeHandoff struct {
+// upgradeSeen is one upgrade as the harness saw it.
+type upgradeSeen struct {
 	old, new int
 	begun    int64 // the harness started the next server (or sent SIGHUP)
 	done     int64 // the harness reaped the old server
@@ -525,18 +525,18 @@ type upgradeHandoff struct {
 // upgradeRun is what one scenario measured.
 type upgradeRun struct {
 	window, steady []time.Duration // successful requests' latencies
-	lengths        []time.Duration // the handoff windows' lengths
+	lengths        []time.Duration // the upgrade windows' lengths
 	failed, total  int
 	byOutcome      [reqOther + 1]int
 	overlaps       int             // accepts of an old server after its successor's first
-	overlapping    int             // handoffs whose two accept loops ran at once
-	overlapTimes   []time.Duration // how long they did, each handoff (0: never)
+	overlapping    int             // upgrades whose two accept loops ran at once
+	overlapTimes   []time.Duration // how long they did, each upgrade (0: never)
 	closes         []time.Duration // handing over: the old server's Close
 	admits         []time.Duration // handing over: from its return to the successor's accept loop
 }
 
 // runUpgrade runs one scenario: a first server, eight clients, then
-// upgradeHandoffs handoffs steadyGap apart.
+// upgradeCount upgrades steadyGap apart.
 func runUpgrade(b *testing.B, impl string) upgradeRun {
 	base, err := os.MkdirTemp("", "rsb")
 	if err != nil {
@@ -566,9 +566,9 @@ func runUpgrade(b *testing.B, impl string) upgradeRun {
 		c.Expect("ready")
 	}
 	time.Sleep(steadyGap)
-	var hs []upgradeHandoff
-	for range upgradeHandoffs {
-		h := upgradeHandoff{old: cur, begun: monotonic()}
+	var hs []upgradeSeen
+	for range upgradeCount {
+		h := upgradeSeen{old: cur, begun: monotonic()}
 		if impl == "tableflip" {
 			if err := unix.Kill(cur, unix.SIGHUP); err != nil {
 				b.Fatal(err)
@@ -642,21 +642,21 @@ func readEvents(b *testing.B, logs string, pid int) serverEvents {
 	return ev
 }
 
-// measureUpgrade reads the servers' and clients' logs. A handoff's window
+// measureUpgrade reads the servers' and clients' logs. An upgrade's window
 // runs from the old server's restart request (for tableflip, the SIGHUP it
 // received; handing over, the moment it stopped accepting, a little
 // earlier) to its successor's first accept; a request is in it when the
-// two overlap. Steady state is every request that overlaps no handoff at
+// two overlap. Steady state is every request that overlaps no upgrade at
 // all, from the harness starting the next server to settle after it
 // reaped the old one.
-func measureUpgrade(b *testing.B, logs string, hs []upgradeHandoff) upgradeRun {
+func measureUpgrade(b *testing.B, logs string, hs []upgradeSeen) upgradeRun {
 	var run upgradeRun
 	type span struct{ from, to int64 }
 	var windows, periods []span
 	for _, h := range hs {
 		old, next := readEvents(b, logs, h.old), readEvents(b, logs, h.new)
 		if old.request == 0 {
-			b.Fatalf("handoff %d→%d: the old server saw no restart request", h.old, h.new)
+			b.Fatalf("upgrade %d→%d: the old server saw no restart request", h.old, h.new)
 		}
 		if len(next.accepts) == 0 {
 			continue // no client reached it (a machine too busy): no window to measure
@@ -736,7 +736,7 @@ func measureUpgrade(b *testing.B, logs string, hs []upgradeHandoff) upgradeRun {
 
 // Upgrade under load: eight client processes that never try a request
 // again (dial, one line, read the answer, close, pause 1 ms, in a loop)
-// through 20 handoffs of a small echo server, three ways, in one run:
+// through 20 upgrades of a small echo server, three ways, in one run:
 // ours with handover (daemon.Listen, restart now: the old server's drain
 // is instant), ours without it (Takeover plus net.Listen, binding anew:
 // the behaviour before package daemon), and cloudflare/tableflip's upgrade
@@ -746,9 +746,9 @@ func measureUpgrade(b *testing.B, logs string, hs []upgradeHandoff) upgradeRun {
 //
 // It reports, per scenario: failed requests (refused, no socket, reset,
 // unanswered), their share, the clients' p50 and p99 latency of the
-// requests in the handoff windows and in steady state, the windows' p50
+// requests in the upgrade windows and in steady state, the windows' p50
 // length, and overlaps: accepts of an old server after its successor's
-// first accept, the handoffs in which the two servers' accept loops ran at
+// first accept, the upgrades in which the two servers' accept loops ran at
 // once (from the new one's start of Accept to the old one's last return
 // from it), and how long they did at p50. Handing over, where the window goes: the
 // old server's Close (close-p50-µs), and from its return to the

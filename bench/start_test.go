@@ -128,7 +128,7 @@ func readStamps(b *testing.B, dir string) []int64 {
 }
 
 // stopRunner asks dir's runner to go and waits until the directory is free
-// and the starter has recorded its exit in start.json (its reaper writes
+// and the caller that started it has recorded its exit in start.json (its reaper writes
 // there once the runner has exited: the directory can be removed then).
 func stopRunner(b *testing.B, dir string) {
 	if err := runnerstate.RequestRestart(dir, runnerstate.RestartNow); err != nil {

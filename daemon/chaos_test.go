@@ -40,7 +40,7 @@ import (
 //   - no refused connect (ECONNREFUSED, ENOENT, EAGAIN) except between a
 //     SIGKILL and the next server's admission (Listen returned);
 //   - every connection Dial returned was answered by a server that had
-//     published Ready before it accepted it, or was lost with a server
+//     published Ready before it accepted it, or was dropped with a server
 //     killed meanwhile.
 //
 // RUNNERSTATE_CHAOS sets the duration (default 8s, 3s with -short). The
@@ -190,7 +190,7 @@ func TestChaos(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	defer cancel()
-	type outcome struct{ answered, lost, failed int }
+	type outcome struct{ answered, dropped, failed int }
 	results := make(chan outcome, 4)
 	var clients sync.WaitGroup
 	for range 4 {
@@ -217,7 +217,7 @@ func TestChaos(t *testing.T) {
 				}
 				c.Close()
 				if err != nil || !strings.HasPrefix(line, "pong ") {
-					o.lost++ // its server was killed with it in the backlog
+					o.dropped++ // its server was killed with it in the backlog
 					continue
 				}
 				o.answered++
@@ -249,7 +249,7 @@ func TestChaos(t *testing.T) {
 	var total outcome
 	for o := range results {
 		total.answered += o.answered
-		total.lost += o.lost
+		total.dropped += o.dropped
 		total.failed += o.failed
 	}
 	testHookDial = nil
@@ -339,6 +339,6 @@ func TestChaos(t *testing.T) {
 	assert.Zero(t, outside, "connects refused outside a kill's gap")
 	assert.Zero(t, total.failed, "Dials that failed")
 	assert.Positive(t, total.answered)
-	t.Logf("figures: %v, %d rounds, %d servers admitted, %d killed; %d requests answered, %d lost with a killed server; %d connects, %d refused (all in a kill's gap: %d outside)",
-		duration, rounds, len(admissions), len(kills), total.answered, total.lost, connects, len(refused), outside)
+	t.Logf("figures: %v, %d rounds, %d servers admitted, %d killed; %d requests answered, %d dropped with a killed server; %d connects, %d refused (all in a kill's gap: %d outside)",
+		duration, rounds, len(admissions), len(kills), total.answered, total.dropped, connects, len(refused), outside)
 }

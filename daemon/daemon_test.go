@@ -36,7 +36,7 @@ func TestListenPublishesStartingThenReady(t *testing.T) {
 	rec, held, err := runnerstate.Running(dir)
 	require.NoError(t, err)
 	require.True(t, held)
-	assert.False(t, rec.Ready, "starting until Ready")
+	assert.False(t, rec.Ready, "the admission record until Ready")
 	assert.Equal(t, "idxd", rec.Program)
 	assert.Equal(t, "v1.2.0", rec.Version)
 	require.Len(t, rec.Endpoints, 2)
@@ -167,7 +167,7 @@ func TestIdleServerLeaves(t *testing.T) {
 
 // Point 1: a server B taking dir over from a server A that serves through
 // Listen inherits A's listening socket; a client that dials all through
-// the handoff is never refused, and each request is answered.
+// the handover is never refused, and each request is answered.
 func TestHandoverNeverRefusesAClient(t *testing.T) {
 	if !handsOver {
 		t.Skip("this platform binds anew")
@@ -193,7 +193,7 @@ func TestHandoverNeverRefusesAClient(t *testing.T) {
 				c, err := net.Dial("unix", path)
 				if err != nil {
 					refused.Add(1)
-					t.Errorf("dial refused during the handoff: %v", err)
+					t.Errorf("dial refused during the handover: %v", err)
 					return
 				}
 				line, err := ping(c, "ping")

@@ -65,7 +65,7 @@ var ErrIncompatible = errors.New("daemon: the server that runs will not do for t
 // ready server that is not leaving, and any other error, is returned naming
 // the endpoint (docs/operations.md says how long a refusing server is given
 // to show it is exiting). With a nil cmd, Dial waits (bounded by ctx) for a
-// server starting or leaving, and returns ErrNotRunning once nothing holds
+// server not ready yet or leaving, and returns ErrNotRunning once nothing holds
 // dir.
 //
 // Errors: ErrNotRunning; ErrIncompatible, naming both versions; an error

@@ -18,10 +18,10 @@ type listener struct {
 	file         socketFile     // the unix socket file this server may remove
 	mu           sync.Mutex     //
 	stop         bool           // Accept returns no connection any more
-	drain        bool           // idle: Accept returns what is queued, then stops
+	emptying     bool           // idle: Accept returns what is queued, then stops
 	closed       bool           // the caller closed it
 	inflight     sync.WaitGroup // Accept calls under way
-	drained      chan struct{}  // closed when draining found the queue empty
+	emptied      chan struct{}  // closed when emptying found the queue empty
 }
 
 // deadliner is a listener whose Accept a deadline can wake.
@@ -38,7 +38,7 @@ func (l *listener) Accept() (net.Conn, error) {
 			l.mu.Unlock()
 			return nil, l.closedError()
 		}
-		if l.drain {
+		if l.emptying {
 			l.mu.Unlock()
 			if c, ok := acceptQueued(l.Listener); ok {
 				return l.s.track(c), nil
@@ -46,7 +46,7 @@ func (l *listener) Accept() (net.Conn, error) {
 			l.mu.Lock()
 			if !l.stop {
 				l.stop = true // what was queued has been returned
-				close(l.drained)
+				close(l.emptied)
 			}
 			l.mu.Unlock()
 			continue
@@ -61,11 +61,11 @@ func (l *listener) Accept() (net.Conn, error) {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
 			l.mu.Lock()
-			woken := l.stop || l.closed || l.drain
+			woken := l.stop || l.closed || l.emptying
 			l.mu.Unlock()
 			if !woken {
 				if d, ok := l.Listener.(deadliner); ok {
-					d.SetDeadline(time.Time{}) // a stale deadline
+					d.SetDeadline(time.Time{}) // a deadline nothing wants now
 				}
 			}
 			continue
@@ -87,7 +87,7 @@ func (l *listener) Close() error {
 		return nil
 	}
 	l.closed = true
-	leaving := l.stop || l.drain || l.s.isLeaving()
+	leaving := l.stop || l.emptying || l.s.isLeaving()
 	l.mu.Unlock()
 	l.wake()
 	if leaving {
@@ -108,21 +108,21 @@ func (l *listener) halt() {
 	l.inflight.Wait()
 }
 
-// drainQueue makes Accept return what is already queued and then stop, and
+// emptyQueue makes Accept return what is already queued and then stop, and
 // returns once it has (or after bound, when nobody calls Accept).
-func (l *listener) drainQueue(bound time.Duration) {
+func (l *listener) emptyQueue(bound time.Duration) {
 	l.mu.Lock()
 	if l.stop || l.closed {
 		l.mu.Unlock()
 		return
 	}
-	l.drain = true
+	l.emptying = true
 	l.mu.Unlock()
 	l.wake()
 	t := time.NewTimer(bound)
 	defer t.Stop()
 	select {
-	case <-l.drained:
+	case <-l.emptied:
 	case <-t.C:
 	}
 	l.halt()

@@ -148,7 +148,7 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 		return nil, err
 	}
 	rv.close()
-	if err := bridge.PublishStarting(dir, runnerstate.Record{Program: opts.Program, Version: opts.Version, Endpoints: s.bound}); err != nil {
+	if err := bridge.PublishAdmission(dir, runnerstate.Record{Program: opts.Program, Version: opts.Version, Endpoints: s.bound}); err != nil {
 		s.closeSockets(true)
 		release()
 		return nil, err
@@ -199,7 +199,7 @@ func (s *Server) open(eps []endpoint, rv *rendezvous) error {
 		socks[i] = ln
 	}
 	for i, e := range eps {
-		l := &listener{Listener: socks[i], s: s, ep: e, file: fileOf(e), drained: make(chan struct{})}
+		l := &listener{Listener: socks[i], s: s, ep: e, file: fileOf(e), emptied: make(chan struct{})}
 		if ul, ok := socks[i].(*net.UnixListener); ok {
 			ul.SetUnlinkOnClose(false)
 		}
@@ -414,7 +414,7 @@ func (s *Server) leaveIdle() {
 	}
 	var wg sync.WaitGroup
 	for _, l := range s.lns {
-		wg.Go(func() { l.drainQueue(time.Second) })
+		wg.Go(func() { l.emptyQueue(time.Second) })
 	}
 	wg.Wait()
 	for _, l := range s.lns {

@@ -17,10 +17,10 @@ import (
 // The figures of DESIGN's targets, against an etcd in this process with the
 // other side a real process. Run:
 //
-//	go test -run '^$' -bench 'Txn|Handoff' -benchtime 50x
+//	go test -run '^$' -bench 'Txn|CooperativeTakeover' -benchtime 50x
 //	go test -run '^$' -bench 'Failover|Partition' -benchtime 5x
 //
-// Handoffs are reported as p50/p90 in ms and as a ratio to the floor: one
+// Cooperative takeovers are reported as p50/p90 in ms and as a ratio to the floor: one
 // bare etcd Txn (a compare and a put, the shape of a fenced write) measured
 // in the same run. A failover's floor is the TTL (nobody can be admitted
 // before the dead leader's lease expires), so it is reported against it.
@@ -61,16 +61,16 @@ func percentile(ds []time.Duration, p int) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// BenchmarkHandoff is a cooperative handoff: a Takeover call to its return,
+// BenchmarkCooperativeTakeover is a cooperative takeover: a Takeover call to its return,
 // the leader being another process that steps down when asked.
-func BenchmarkHandoff(b *testing.B) { benchHandoff(b, false) }
+func BenchmarkCooperativeTakeover(b *testing.B) { benchCooperativeTakeover(b, false) }
 
-// BenchmarkHandoffDir is the same with Options.Dir on both sides, one dir
-// (the leader on the same machine): the local lock is handed over first
+// BenchmarkCooperativeTakeoverDir is the same with Options.Dir on both sides, one dir
+// (the leader on the same machine): the local lock is taken over first
 // (runnerstate.Takeover), then the cluster.
-func BenchmarkHandoffDir(b *testing.B) { benchHandoff(b, true) }
+func BenchmarkCooperativeTakeoverDir(b *testing.B) { benchCooperativeTakeover(b, true) }
 
-func benchHandoff(b *testing.B, withDir bool) {
+func benchCooperativeTakeover(b *testing.B, withDir bool) {
 	s := startEtcd(b)
 	cli := client(b, s.addr)
 	o := Options{TTL: testTTL, Grace: time.Hour, KillAfter: time.Hour, Logger: slog.New(slog.DiscardHandler)}

@@ -18,7 +18,7 @@ import (
 // Campaign waits its turn to lead key, as a standby, and returns the
 // *Leadership once admitted. It never disturbs a leader: it is admitted when
 // the key is free (the leader released it, or its lease expired about one TTL
-// after it died or lost etcd), no Takeover starter is waiting, and no older
+// after it died or was cut off from etcd), no Takeover starter is waiting, and no older
 // standby is. Standbys are admitted in the order they came (Status's
 // Standby); a standby killed with -9 keeps its place until its lease
 // expires. When the leader's key vanishes before its lease could have
@@ -28,7 +28,7 @@ import (
 // for a TTL) registers again, at the back.
 //
 // With o.Dir set, it first waits with runnerstate.Standby while a local
-// runner owns the directory (or a local Takeover starter is being admitted
+// runner holds the directory (or a local Takeover starter is being admitted
 // to it), then takes it with runnerstate.Acquire, and only then campaigns on
 // the cluster; the local lock is held until Release.
 // The leadership lasts until Release or Lost, whatever happens to ctx, which
@@ -47,7 +47,7 @@ import (
 // says etcd could not be reached (not runnerstate.ErrBusy); etcd's error,
 // wrapped, when etcd refuses.
 func Campaign(ctx context.Context, cli *clientv3.Client, key string, o Options) (*Leadership, error) {
-	a, err := newAttempt(cli, key, o, false)
+	a, err := newCandidacy(cli, key, o, false)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,7 @@ func Campaign(ctx context.Context, cli *clientv3.Client, key string, o Options) 
 // it waits; the core's errors for Dir; etcd's error, wrapped, when etcd
 // refuses.
 func Takeover(ctx context.Context, cli *clientv3.Client, key string, o Options) (*Leadership, error) {
-	a, err := newAttempt(cli, key, o, true)
+	a, err := newCandidacy(cli, key, o, true)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func Takeover(ctx context.Context, cli *clientv3.Client, key string, o Options) 
 
 // lead takes Dir with local first when it is set, then the cluster; a
 // cluster failure releases Dir again.
-func (a *attempt) lead(ctx context.Context, local func(context.Context, Options) (func(), error)) (*Leadership, error) {
+func (a *candidacy) lead(ctx context.Context, local func(context.Context, Options) (func(), error)) (*Leadership, error) {
 	var release func()
 	if a.o.Dir != "" {
 		var err error
@@ -121,7 +121,7 @@ func takeLocal(ctx context.Context, o Options) (func(), error) {
 	})
 }
 
-// standbyLocal waits while a local runner owns o.Dir, then acquires it.
+// standbyLocal waits while a local runner holds o.Dir, then acquires it.
 func standbyLocal(ctx context.Context, o Options) (func(), error) {
 	for {
 		if _, err := runnerstate.Standby(ctx, o.Dir, runnerstate.StandbyOptions{Logger: o.Logger}); err != nil {
@@ -138,8 +138,8 @@ func standbyLocal(ctx context.Context, o Options) (func(), error) {
 	}
 }
 
-// attempt is one Campaign or Takeover call.
-type attempt struct {
+// candidacy is one Campaign or Takeover call.
+type candidacy struct {
 	cli      *clientv3.Client
 	k        keys
 	o        Options
@@ -149,13 +149,13 @@ type attempt struct {
 	start    time.Time // the grace clock, monotonic: set when the cluster part starts
 
 	ls   *lease
-	mark string // this attempt's key under K/standby/ or K/waiting/
+	mark string // this candidacy's key under K/standby/ or K/waiting/
 
 	asked       int64     // mod revision of the restart request this starter wrote, or 0
 	forcedRev   int64     // mod revision of the K/forced seen, or 0
 	forcedUntil time.Time // admission waits until then
 
-	heard  contact // when etcd last answered this attempt
+	heard  contact // when etcd last answered this candidacy
 	warned bool    // the silence was logged
 
 	// The leader last seen, and the earliest its lease could expire by
@@ -170,7 +170,7 @@ type attempt struct {
 	released   int64     // the token the last K/released seen named
 }
 
-func newAttempt(cli *clientv3.Client, key string, o Options, takeover bool) (*attempt, error) {
+func newCandidacy(cli *clientv3.Client, key string, o Options, takeover bool) (*candidacy, error) {
 	o, err := o.resolve()
 	if err != nil {
 		return nil, err
@@ -186,19 +186,19 @@ func newAttempt(cli *clientv3.Client, key string, o Options, takeover bool) (*at
 		o.Logger.Warn("runnerstate/etcd: TTL under the default: an etcd leader election can outlast the leader's safe window and cost it its leadership (with etcd's default heartbeat of 100 ms and election timeout of 1000 ms an election takes 1 to 2 s, 2 to 4 s with a split vote)",
 			"key", key, "ttl", o.TTL, "default", DefaultTTL)
 	}
-	return &attempt{cli: cli, k: k, o: o, log: o.Logger, takeover: takeover, self: runnerstate.Self()}, nil
+	return &candidacy{cli: cli, k: k, o: o, log: o.Logger, takeover: takeover, self: runnerstate.Self()}, nil
 }
 
 // quiet is how long without an answer from etcd makes it unreachable for
-// this attempt: a few seconds, and at least two keepalive intervals.
-func (a *attempt) quiet() time.Duration {
+// this candidacy: a few seconds, and at least two keepalive intervals.
+func (a *candidacy) quiet() time.Duration {
 	return max(unreachableAfter, (a.o.TTL-a.o.SafetyMargin)/2)
 }
 
 // ended is the error when ctx ended before admission: etcd unreachable when
 // no member answered during the last quiet, else a *BusyError naming the
 // leader last seen.
-func (a *attempt) ended(ctx context.Context, last view) error {
+func (a *candidacy) ended(ctx context.Context, last view) error {
 	if d, ok := a.heard.silent(); !ok || d >= a.quiet() {
 		return unreachable(a.cli, a.k.leader, a.quiet(), ok, context.Cause(ctx))
 	}
@@ -206,7 +206,7 @@ func (a *attempt) ended(ctx context.Context, last view) error {
 }
 
 // noteSilence logs, once per silence, that etcd has not answered for quiet.
-func (a *attempt) noteSilence() {
+func (a *candidacy) noteSilence() {
 	d, ok := a.heard.silent()
 	switch {
 	case ok && d < a.quiet():
@@ -223,7 +223,7 @@ func (a *attempt) noteSilence() {
 
 // run registers and waits, registering again when a standby's lease runs
 // out.
-func (a *attempt) run(ctx context.Context) (*Leadership, error) {
+func (a *candidacy) run(ctx context.Context) (*Leadership, error) {
 	a.start = time.Now() // after Dir's local takeover: the cluster's own grace
 	for {
 		if err := a.register(ctx); err != nil {
@@ -243,9 +243,9 @@ func (a *attempt) run(ctx context.Context) (*Leadership, error) {
 	}
 }
 
-// register grants this attempt's lease and puts its mark, retrying while
+// register grants this candidacy's lease and puts its mark, retrying while
 // etcd is unreachable.
-func (a *attempt) register(ctx context.Context) error {
+func (a *candidacy) register(ctx context.Context) error {
 	prefix := a.k.standby
 	if a.takeover {
 		prefix = a.k.waiting
@@ -272,7 +272,7 @@ func (a *attempt) register(ctx context.Context) error {
 	}
 }
 
-func (a *attempt) tryRegister(ctx context.Context, prefix, id string) error {
+func (a *candidacy) tryRegister(ctx context.Context, prefix, id string) error {
 	opCtx, cancel := context.WithTimeout(ctx, a.quiet())
 	defer cancel()
 	if a.ls == nil || a.ls.cause() != nil {
@@ -298,10 +298,10 @@ func (a *attempt) tryRegister(ctx context.Context, prefix, id string) error {
 	return err
 }
 
-// withdraw ends a failed attempt: its lease is revoked, which removes its
+// withdraw ends a failed candidacy: its lease is revoked, which removes its
 // mark, and a restart request it left is taken back unless another starter
 // waits or it was superseded (the newer starter wants the same).
-func (a *attempt) withdraw(superseded bool) {
+func (a *candidacy) withdraw(superseded bool) {
 	if a.ls == nil {
 		return
 	}
@@ -317,9 +317,9 @@ func (a *attempt) withdraw(superseded bool) {
 	).Then(clientv3.OpDelete(a.k.restart)).Commit()
 }
 
-// wait is the attempt's loop: read the key's state in one read, act on it,
+// wait is the candidacy's loop: read the key's state in one read, act on it,
 // sleep until etcd says something changed or a clock step is due.
-func (a *attempt) wait(ctx context.Context) (*Leadership, error) {
+func (a *candidacy) wait(ctx context.Context) (*Leadership, error) {
 	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer wcancel()
 	var events clientv3.WatchChan
@@ -369,7 +369,7 @@ func (a *attempt) wait(ctx context.Context) (*Leadership, error) {
 // look reads the state once and takes the step it calls for. It returns the
 // leadership once admitted, or when to look again at the latest (zero: when
 // etcd says something changed).
-func (a *attempt) look(ctx context.Context, last *view, events *clientv3.WatchChan, wctx context.Context) (*Leadership, time.Time, error) {
+func (a *candidacy) look(ctx context.Context, last *view, events *clientv3.WatchChan, wctx context.Context) (*Leadership, time.Time, error) {
 	opCtx, cancel := context.WithTimeout(ctx, a.quiet())
 	defer cancel()
 	v, err := readView(opCtx, a.cli, a.k)
@@ -393,7 +393,7 @@ func (a *attempt) look(ctx context.Context, last *view, events *clientv3.WatchCh
 	}
 	if mine == nil {
 		// The mark went with its lease (expired, or revoked by etcd):
-		// register again on a new one, keeping what this attempt saw.
+		// register again on a new one, keeping what this candidacy saw.
 		a.ls.expire(errLeaseGone)
 		return nil, time.Time{}, errorf("key %s: %w", a.k.leader, errLeaseLost)
 	}
@@ -452,7 +452,7 @@ func (a *attempt) look(ctx context.Context, last *view, events *clientv3.WatchCh
 // may not have stopped (its own deadline is ahead), so admission waits one
 // TTL from now, by which time that deadline has passed. It returns when
 // the next look is due for the next question (zero: none due).
-func (a *attempt) notice(ctx context.Context, v view, now time.Time) time.Time {
+func (a *candidacy) notice(ctx context.Context, v view, now time.Time) time.Time {
 	if v.release != nil {
 		a.released = releasedBy(v.release)
 	}
@@ -478,7 +478,7 @@ func (a *attempt) notice(ctx context.Context, v view, now time.Time) time.Time {
 		return a.probedAt.Add(every)
 	}
 	a.probedAt = now
-	pctx, cancel := context.WithTimeout(ctx, a.ls.attempt)
+	pctx, cancel := context.WithTimeout(ctx, a.ls.perTry)
 	defer cancel()
 	resp, err := a.cli.TimeToLive(pctx, clientv3.LeaseID(a.seenLease))
 	if err == nil && resp.TTL > 0 {
@@ -492,8 +492,8 @@ func (a *attempt) notice(ctx context.Context, v view, now time.Time) time.Time {
 }
 
 // admit tries to create the leader key in one Txn that also checks, at the
-// same revision, that the turn is this attempt's.
-func (a *attempt) admit(ctx context.Context, v view, mine *mvccpb.KeyValue) (*Leadership, error) {
+// same revision, that the turn is this candidacy's.
+func (a *candidacy) admit(ctx context.Context, v view, mine *mvccpb.KeyValue) (*Leadership, error) {
 	admitted := time.Now()
 	rec := a.o.Record
 	self := runnerstate.Self()
@@ -534,7 +534,7 @@ func (a *attempt) admit(ctx context.Context, v view, mine *mvccpb.KeyValue) (*Le
 		return nil, errorf("key %s: %w", a.k.leader, errLeaseLost)
 	}
 	if err != nil || !resp.Succeeded {
-		return nil, err // lost the race: look again
+		return nil, err // another won the race: look again
 	}
 	l := &Leadership{
 		cli: a.cli, k: a.k, o: a.o, log: a.log, ls: a.ls,
@@ -550,7 +550,7 @@ func (a *attempt) admit(ctx context.Context, v view, mine *mvccpb.KeyValue) (*Le
 // escalate is a starter's step while a leader holds the key: ask, upgrade
 // to "now" after Grace, remove by force after KillAfter more. It returns
 // when the next step is due.
-func (a *attempt) escalate(ctx context.Context, v view, now time.Time) (time.Time, error) {
+func (a *candidacy) escalate(ctx context.Context, v view, now time.Time) (time.Time, error) {
 	token := v.leader.CreateRevision
 	graceEnd := a.start.Add(a.o.Grace)
 	forceAt := graceEnd.Add(a.o.KillAfter)
@@ -576,7 +576,7 @@ func (a *attempt) escalate(ctx context.Context, v view, now time.Time) (time.Tim
 
 // ask leaves a restart request of mode for the leader in v, on the leader's
 // lease, so that it goes with that leader and is never read by the next.
-func (a *attempt) ask(ctx context.Context, v view, mode string) error {
+func (a *candidacy) ask(ctx context.Context, v view, mode string) error {
 	data, _ := json.Marshal(restartRequest{Mode: mode, RequestedAt: time.Now().UTC().Format(time.RFC3339Nano), By: a.self, For: v.leader.CreateRevision})
 	resp, err := putRequest(ctx, a.cli, a.k, v, string(data))
 	if err != nil || !resp.Succeeded {
@@ -601,7 +601,7 @@ func putRequest(ctx context.Context, cli *clientv3.Client, k keys, v view, data 
 
 // force removes v's leader: its key is deleted and a K/forced mark put in
 // the same Txn (so no admission can miss it), then its lease is revoked.
-func (a *attempt) force(ctx context.Context, v view) error {
+func (a *candidacy) force(ctx context.Context, v view) error {
 	victim := clientv3.LeaseID(v.leader.Lease)
 	ttl := int64(a.o.TTL / time.Second)
 	if resp, err := a.cli.TimeToLive(ctx, victim); err != nil {

@@ -149,7 +149,7 @@ func TestClusterFaults(t *testing.T) {
 			}
 		}
 	}
-	drain := func() {
+	takePending := func() {
 		for {
 			select {
 			case e := <-sink:
@@ -165,7 +165,7 @@ func TestClusterFaults(t *testing.T) {
 		t.Helper()
 		cur := nextAdmission(0)
 		for {
-			drain()
+			takePending()
 			cur = admissions[len(admissions)-1]
 			e := cur.c.find(func(e event) bool {
 				return e.Token == cur.e.Token && (e.Ev == "lost" || e.Ev == "published" && e.OK && e.Rev > since)
@@ -241,7 +241,7 @@ func TestClusterFaults(t *testing.T) {
 	for _, ch := range everyone {
 		ch.stop()
 	}
-	drain()
+	takePending()
 
 	// The checker.
 	accepted, stale := verifyWitness(t, cli, key)

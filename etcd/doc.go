@@ -19,9 +19,9 @@
 // is rejected, however late it arrives. Lost() closes on the leader's own
 // clock (one that counts a suspend: CLOCK_BOOTTIME on Linux) at least
 // SafetyMargin before etcd can admit anyone else, even when cut off from
-// etcd: a lost leadership does not revoke its lease, which runs out by
+// etcd: a leadership that ended does not revoke its lease, which runs out by
 // itself; only Release, called once the work has stopped, revokes it, so a
-// cooperative handoff stays fast.
+// cooperative takeover stays fast.
 //
 // Check Valid() before each action, fenced or not. It is decided at the
 // call, so a leader paused (SIGSTOP, a long GC, a frozen VM) past its
@@ -40,7 +40,7 @@
 // own to each member (dialled with the client's settings, which are not
 // changed), the member that answers first; each keepalive is bounded by a
 // fraction of the margin and sent again at once to the next member, and
-// Publish hedges its attempts across members. The
+// Publish hedges its tries across members. The
 // user's own Txns go through the user's client: bound each with a short
 // timeout and send it again (see the module's README for the client
 // settings).
@@ -66,7 +66,7 @@
 //
 //	// in the store, for each write, atomically:
 //	if w.Token < highest {
-//		return ErrStaleLeader // a leader that lost, writing late
+//		return ErrStaleLeader // a leader whose leadership ended, writing late
 //	}
 //	highest = w.Token
 //	apply(w)

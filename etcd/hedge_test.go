@@ -12,10 +12,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// TestHedgeRoutesAroundAStuckAttempt: an attempt that never answers (as on
+// TestHedgeRoutesAroundAStuckTry: a try that never answers (as on
 // a frozen member) does not hold the call; the stuck one is cancelled and
 // waited for before hedge returns.
-func TestHedgeRoutesAroundAStuckAttempt(t *testing.T) {
+func TestHedgeRoutesAroundAStuckTry(t *testing.T) {
 	var calls, ended atomic.Int32
 	v, err := hedge(ctxT(t), readHedge/30, func(ctx context.Context) (string, error) {
 		if calls.Add(1) == 1 {
@@ -27,7 +27,7 @@ func TestHedgeRoutesAroundAStuckAttempt(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Equal(t, "ok", v)
-	assert.Equal(t, int32(1), ended.Load(), "the stuck attempt ended before hedge returned")
+	assert.Equal(t, int32(1), ended.Load(), "the stuck try ended before hedge returned")
 }
 
 func TestHedgeRetriesTransientAndStopsAtRefusal(t *testing.T) {
@@ -46,8 +46,8 @@ func TestHedgeRetriesTransientAndStopsAtRefusal(t *testing.T) {
 // TestMembersLeaveAFailedOneLast: a member that did not answer is tried
 // last until it answers again; the others keep the client's order.
 func TestMembersLeaveAFailedOneLast(t *testing.T) {
-	a, b, c := &pin{ep: "a"}, &pin{ep: "b"}, &pin{ep: "c"}
-	m := &members{all: []*pin{a, b, c}}
+	a, b, c := &memberConn{ep: "a"}, &memberConn{ep: "b"}, &memberConn{ep: "c"}
+	m := &members{all: []*memberConn{a, b, c}}
 	eps := func() (out []string) {
 		for _, p := range m.order() {
 			out = append(out, p.ep)
@@ -63,12 +63,12 @@ func TestMembersLeaveAFailedOneLast(t *testing.T) {
 	assert.Equal(t, []string{"a", "c", "b"}, eps(), "an answer brings it back")
 }
 
-// TestHedgeOnMovesToTheNextMember: an attempt stuck on one member is
+// TestHedgeOnMovesToTheNextMember: a try stuck on one member is
 // followed by one on the next, and the stuck member is noted as failed.
 func TestHedgeOnMovesToTheNextMember(t *testing.T) {
-	stuck, ok := &pin{ep: "stuck"}, &pin{ep: "ok"}
-	m := &members{all: []*pin{stuck, ok}}
-	v, err := hedgeOn(ctxT(t), m, readHedge/30, func(ctx context.Context, p *pin) (string, error) {
+	stuck, ok := &memberConn{ep: "stuck"}, &memberConn{ep: "ok"}
+	m := &members{all: []*memberConn{stuck, ok}}
+	v, err := hedgeOn(ctxT(t), m, readHedge/30, func(ctx context.Context, p *memberConn) (string, error) {
 		if p == stuck {
 			<-ctx.Done()
 			return "", ctx.Err()

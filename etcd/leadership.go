@@ -15,7 +15,7 @@ import (
 )
 
 // Leadership is one admission to lead a key, from Campaign or Takeover until
-// Release or loss. Its methods are safe for concurrent use.
+// Release or Lost. Its methods are safe for concurrent use.
 //
 // Trust: Lost is this process's own verdict, made in time: it closes before
 // etcd can admit anyone else. Only writes made with Fence are excluded
@@ -45,7 +45,7 @@ type Leadership struct {
 }
 
 // start runs the leadership's goroutines: the watch of its key, the restart
-// delivery, and the clean-up at loss.
+// delivery, and the clean-up when it ends.
 func (l *Leadership) start(local func()) {
 	l.local = local
 	l.reqMoved = make(chan struct{}, 1)
@@ -56,7 +56,7 @@ func (l *Leadership) start(local func()) {
 		localRestart = runnerstate.WatchRestart(l.ls.ctx, l.o.Dir)
 		// Ready false until the leader's own Publish, as a runner's record
 		// at admission (runnerstate.Start waits for it).
-		if err := bridge.PublishStarting(l.o.Dir, l.rec); err != nil {
+		if err := bridge.PublishAdmission(l.o.Dir, l.rec); err != nil {
 			l.log.Warn("runnerstate/etcd: could not publish the record in the local directory", "dir", l.o.Dir, "err", err)
 		}
 	}
@@ -139,12 +139,12 @@ func (l *Leadership) Restart() <-chan string { return l.restart }
 // admission time when zero, and Ready is set (the record written at
 // admission, on the key and in Dir, has Ready false). With Options.Dir set it also publishes rec in
 // the directory's runner.json (runnerstate.Publish). It checks Valid first,
-// and again before each attempt. Attempts go through the package's own
+// and again before each try. Tries go through the package's own
 // connection to each member (dialled with the client's own settings; the
 // client is not changed), the member that answered first, and are hedged:
 // while none has answered, another is sent to the next member every quarter
 // of SafetyMargin (150 to 500 ms), so one frozen member delays it by about
-// that much, not by all of ctx; an attempt that arrives late never puts an
+// that much, not by all of ctx; a try that arrives late never puts an
 // older record over a newer one. ctx bounds the whole.
 //
 // Errors: an error wrapping runnerstate.ErrNotHolder once Valid is false, or
@@ -169,11 +169,11 @@ func (l *Leadership) Publish(ctx context.Context, rec runnerstate.Record) error 
 	l.mu.Unlock()
 	for {
 		// The put is fenced, and also conditional on the record this
-		// leadership last wrote: an attempt that arrives late (held by a
+		// leadership last wrote: a try that arrives late (held by a
 		// frozen member) can never put an older record over a newer one.
-		// Attempts are hedged: one on a frozen member costs a fraction of
+		// Tries are hedged: one on a frozen member costs a fraction of
 		// the margin, not the call.
-		resp, err := hedgeOn(ctx, l.ls.pins, l.ls.attempt, func(ctx context.Context, p *pin) (*clientv3.TxnResponse, error) {
+		resp, err := hedgeOn(ctx, l.ls.conns, l.ls.perTry, func(ctx context.Context, p *memberConn) (*clientv3.TxnResponse, error) {
 			if err := l.notHolder(); err != nil {
 				return nil, err
 			}
@@ -198,7 +198,7 @@ func (l *Leadership) Publish(ctx context.Context, rec runnerstate.Record) error 
 		}
 		prev = kvs[0].ModRevision
 		if string(kvs[0].Value) == string(data) {
-			break // an earlier attempt of this call put it
+			break // an earlier try of this call put it
 		}
 		// Another Publish of this leadership's came between: go on top.
 	}
@@ -228,9 +228,9 @@ func (l *Leadership) notHolder() error {
 // Release, so the waiters admit the next at once; then the lease is revoked
 // (which removes the mark and the rest on it), then Dir's local lock is
 // released. Call it once
-// the leader's work has stopped (after a loss too: the README's pattern
+// the leader's work has stopped (after Lost too: the README's pattern
 // ends the work through Context, then its deferred Release runs): the revoke
-// lets a successor in at once, where a loss alone leaves the lease to run
+// lets a successor in at once, where Lost alone leaves the lease to run
 // out. It returns within about one TTL even when etcd cannot be reached (the
 // lease then expires by itself). Idempotent and safe for concurrent use;
 // every leadership must be released, or it renews its lease for as long as
@@ -252,7 +252,7 @@ func (l *Leadership) Release() {
 // token, on this leadership's lease, in the same Txn (the revoke right after
 // removes it): the waiters, who see it, read the end as cooperative and
 // admit at once, where a key that vanishes before its lease's time makes
-// them wait a TTL (see attempt.notice). Bounded by one TTL; no answer
+// them wait a TTL (see candidacy.notice). Bounded by one TTL; no answer
 // leaves the revoke, then the lease's expiry, to end it.
 func (l *Leadership) markReleased() {
 	ctx, cancel := context.WithTimeout(context.Background(), l.ls.ttl())
@@ -260,14 +260,14 @@ func (l *Leadership) markReleased() {
 	data, _ := json.Marshal(struct {
 		Token int64 `json:"token"`
 	}{l.token})
-	_, _ = hedge(ctx, l.ls.attempt, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	_, _ = hedge(ctx, l.ls.perTry, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return l.cli.Txn(ctx).If(l.Fence()).Then(
 			clientv3.OpDelete(l.k.leader), clientv3.OpDelete(l.k.restart), clientv3.OpPut(l.k.released, string(data), clientv3.WithLease(l.ls.id)),
 		).Commit()
 	})
 }
 
-// cleanup waits for the loss, says why, and stops the renewals. It does not
+// cleanup waits for the leadership's end (Lost), says why, and stops the renewals. It does not
 // revoke: only Release, called once the work has stopped, does.
 func (l *Leadership) cleanup() {
 	defer close(l.cleaned)
@@ -279,7 +279,7 @@ func (l *Leadership) cleanup() {
 }
 
 // watch follows the leader key and the restart request from the admission
-// on: the key deleted or replaced is a loss; a request addressed to this
+// on: the key deleted or replaced ends the leadership; a request addressed to this
 // leadership is handed to deliver.
 func (l *Leadership) watch() {
 	defer l.wg.Done()
@@ -296,7 +296,7 @@ func (l *Leadership) watch() {
 			}
 			from = wr.Header.Revision + 1
 		}
-		// The watch ended: etcd lost its leader, the history was
+		// The watch ended: etcd has no raft leader, the history was
 		// compacted, or the client closed. Read the state and watch again.
 		if pause(ctx, retryRenew) != nil {
 			return
@@ -346,7 +346,7 @@ func (l *Leadership) apply(kv *mvccpb.KeyValue, deleted bool) {
 }
 
 // deliver hands the requests to the Restart channel's receiver, and closes
-// it at the loss.
+// it when the leadership ends.
 func (l *Leadership) deliver(local <-chan string) {
 	defer l.wg.Done()
 	defer close(l.restart)

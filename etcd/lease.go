@@ -34,13 +34,13 @@ import (
 // would block every other one forever), and it is not revoked either: only
 // Release says the holder's work has stopped.
 type lease struct {
-	cli     *clientv3.Client
-	id      clientv3.LeaseID
-	margin  time.Duration
-	attempt time.Duration // bound of one keepalive
-	heard   *contact
-	pins    *members // the package's own connections, for keepalives and Publish
-	closed  sync.Once
+	cli    *clientv3.Client
+	id     clientv3.LeaseID
+	margin time.Duration
+	perTry time.Duration // bound of one keepalive, or of one try of a Publish or Release
+	heard  *contact
+	conns  *members // the package's own connections, for keepalives and Publish
+	closed sync.Once
 
 	ctx    context.Context // ends when lost or stopped
 	cancel context.CancelFunc
@@ -58,15 +58,15 @@ type lease struct {
 // retryRenew is how soon a failed step that answered at once is retried.
 const retryRenew = 100 * time.Millisecond
 
-// attemptTimeout is the bound of one keepalive (and one Publish or Release
-// attempt): a quarter of the margin, between 150 and 500 ms, so that a
+// tryTimeout is the bound of one keepalive (and one try of a Publish or
+// Release): a quarter of the margin, between 150 and 500 ms, so that a
 // request stuck on a frozen member is given up in time to be retried,
 // several times over, on another one before the deadline.
-func attemptTimeout(margin time.Duration) time.Duration {
+func tryTimeout(margin time.Duration) time.Duration {
 	return min(max(margin/4, 150*time.Millisecond), 500*time.Millisecond)
 }
 
-// contact is when etcd last answered this process's calls of one attempt
+// contact is when etcd last answered this process's calls of one candidacy
 // or leadership (zero: never).
 type contact struct{ last atomic.Int64 }
 
@@ -95,9 +95,9 @@ func grantLease(ctx context.Context, cli *clientv3.Client, ttl, margin time.Dura
 		cli:      cli,
 		id:       resp.ID,
 		margin:   margin,
-		attempt:  attemptTimeout(margin),
+		perTry:   tryTimeout(margin),
 		heard:    heard,
-		pins:     dialMembers(cli),
+		conns:    dialMembers(cli),
 		deadline: sent + int64(granted-margin),
 		granted:  granted,
 		moved:    make(chan struct{}, 1),
@@ -177,9 +177,9 @@ func (l *lease) keepDeadline() {
 }
 
 // renew sends keepalives, a quarter of the safe window after the last
-// acknowledged one; each is bounded by attempt, and one that fails is sent
+// acknowledged one; each is bounded by perTry, and one that fails is sent
 // again at once, to another member (see members), so a frozen member costs
-// one attempt, not the window.
+// one try, not the window.
 func (l *lease) renew() {
 	defer l.wg.Done()
 	t := time.NewTimer(l.interval())
@@ -214,16 +214,16 @@ func (l *lease) interval() time.Duration {
 	return max((l.granted-l.margin)/4, 10*time.Millisecond)
 }
 
-// keepAlive sends one keepalive, bounded by attempt, and moves the deadline
+// keepAlive sends one keepalive, bounded by perTry, and moves the deadline
 // on its answer. It asks for an answer from a member that has a raft
 // leader, so a member cut off from the others refuses at once.
 func (l *lease) keepAlive(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), l.attempt)
+	ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), l.perTry)
 	defer cancel()
-	p := l.pins.order()[0]
+	p := l.conns.order()[0]
 	sent := now()
 	resp, err := p.lease.KeepAliveOnce(ctx, l.id)
-	l.pins.note(p, err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound))
+	l.conns.note(p, err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound))
 	if err != nil {
 		return err
 	}
@@ -233,7 +233,7 @@ func (l *lease) keepAlive(ctx context.Context) error {
 	return nil
 }
 
-// refresh renews at once, up to a few attempts within ctx, for a waiter
+// refresh renews at once, up to a few tries within ctx, for a waiter
 // about to be admitted.
 func (l *lease) refresh(ctx context.Context) error {
 	var err error
@@ -296,10 +296,10 @@ func (l *lease) ttl() time.Duration {
 func (l *lease) stop() {
 	l.expire(errReleased)
 	l.wg.Wait()
-	l.closed.Do(l.pins.close)
+	l.closed.Do(l.conns.close)
 }
 
-// revoke stops the lease and revokes it, in attempts bounded together by one
+// revoke stops the lease and revokes it, in tries bounded together by one
 // TTL (each on the next member); etcd deletes every key attached to it. A
 // lease that cannot be revoked (etcd unreachable) expires by itself within
 // its TTL.
@@ -308,7 +308,7 @@ func (l *lease) revoke() {
 	ctx, cancel := context.WithTimeout(context.Background(), l.ttl())
 	defer cancel()
 	for ctx.Err() == nil {
-		actx, acancel := context.WithTimeout(ctx, max(2*l.attempt, time.Second))
+		actx, acancel := context.WithTimeout(ctx, max(2*l.perTry, time.Second))
 		_, err := l.cli.Revoke(actx, l.id)
 		acancel()
 		if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) || !transient(err) {

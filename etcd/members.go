@@ -19,15 +19,15 @@ import (
 // client is never reconfigured, and its own requests are not affected.
 //
 // A member that did not answer in time is tried last until it answers
-// again: after one failed attempt, a frozen member is left alone, where the
+// again: after one failed try, a frozen member is left alone, where the
 // user's client's round robin keeps sending it every third request.
 type members struct {
 	mu  sync.Mutex
-	all []*pin
+	all []*memberConn
 }
 
-// pin is one endpoint's connection and its record.
-type pin struct {
+// memberConn is one endpoint's connection and its record.
+type memberConn struct {
 	ep       string
 	conn     *grpc.ClientConn // nil: the user's client itself (no endpoint could be dialled)
 	kv       clientv3.KV
@@ -45,22 +45,22 @@ func dialMembers(cli *clientv3.Client) *members {
 		if err != nil {
 			continue
 		}
-		m.all = append(m.all, &pin{ep: ep, conn: conn,
+		m.all = append(m.all, &memberConn{ep: ep, conn: conn,
 			kv: clientv3.NewKVFromKVClient(pb.NewKVClient(conn), cli), lease: clientv3.NewLeaseFromLeaseClient(pb.NewLeaseClient(conn), cli, 0)})
 	}
 	if len(m.all) == 0 {
-		m.all = []*pin{{ep: "the client's", kv: cli.KV, lease: cli.Lease}}
+		m.all = []*memberConn{{ep: "the client's", kv: cli.KV, lease: cli.Lease}}
 	}
 	return m
 }
 
 // order is the members best first: those with no failure since their last
 // answer, in the client's order, then the others, the oldest failure first.
-func (m *members) order() []*pin {
+func (m *members) order() []*memberConn {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := slices.Clone(m.all)
-	slices.SortStableFunc(out, func(a, b *pin) int {
+	slices.SortStableFunc(out, func(a, b *memberConn) int {
 		ha, hb := a.failedAt <= a.okAt, b.failedAt <= b.okAt
 		switch {
 		case ha && !hb:
@@ -75,8 +75,8 @@ func (m *members) order() []*pin {
 	return out
 }
 
-// note records an attempt's outcome on p: an answer, or no answer in time.
-func (m *members) note(p *pin, answered bool) {
+// note records a try's outcome on p: an answer, or no answer in time.
+func (m *members) note(p *memberConn, answered bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if answered {
@@ -97,17 +97,17 @@ func (m *members) close() {
 }
 
 // hedgeOn makes call on the best member, and on the next one every `every`
-// while no attempt has answered (each member at most once at a time, and
-// at most hedgeInFlight at once), and on the next one at once when an
-// attempt fails with a transient error. The first answer that is a success
+// while no try has answered (each member at most once at a time, and
+// at most hedgeInFlight at once), and on the next one at once when a
+// try fails with a transient error. The first answer that is a success
 // or a refusal is returned; the others are cancelled and waited for, and
 // those that had not answered within `every` are noted as failed. call must
 // be safe to repeat.
-func hedgeOn[T any](ctx context.Context, m *members, every time.Duration, call func(context.Context, *pin) (T, error)) (T, error) {
+func hedgeOn[T any](ctx context.Context, m *members, every time.Duration, call func(context.Context, *memberConn) (T, error)) (T, error) {
 	order := m.order()
-	busy := map[*pin]bool{}
+	busy := map[*memberConn]bool{}
 	next := 0
-	pick := func() (*pin, bool) {
+	pick := func() (*memberConn, bool) {
 		for range order {
 			p := order[next%len(order)]
 			next++
@@ -118,14 +118,14 @@ func hedgeOn[T any](ctx context.Context, m *members, every time.Duration, call f
 		}
 		return nil, false
 	}
-	ended := func(r hedgeResult[T], how attemptEnd) {
+	ended := func(r hedgeResult[T], how tryEnd) {
 		delete(busy, r.p)
 		switch {
-		case how == attemptAnswered:
+		case how == tryAnswered:
 			m.note(r.p, r.err == nil || !transient(r.err))
-		case how == attemptFailed:
+		case how == tryFailed:
 			m.note(r.p, false)
-		case how == attemptCancelled && time.Since(r.started) >= every:
+		case how == tryCancelled && time.Since(r.started) >= every:
 			m.note(r.p, false)
 		}
 	}

@@ -27,7 +27,8 @@ type Options struct {
 	// then log one warning naming the risk.
 	TTL time.Duration
 	// SafetyMargin is how long before its lease can expire the leader counts
-	// itself lost (default max(TTL/5, 300 ms)). It must be under half the TTL.
+	// its leadership ended and closes Lost (default max(TTL/5, 300 ms)). It
+	// must be under half the TTL.
 	SafetyMargin time.Duration
 	// Mode is the restart request Takeover leaves for the leader first:
 	// runnerstate.RestartNow (the default) or runnerstate.RestartDrain.
@@ -54,8 +55,8 @@ type Options struct {
 	// runner.json when Dir is set). PID and Process are filled in with this
 	// process's identity; StartedAt with the admission time when zero.
 	Record runnerstate.Record
-	// Logger receives the steps (a request left, a forced removal, a loss);
-	// nil means slog.Default().
+	// Logger receives the steps (a request left, a forced removal, a
+	// leadership's end); nil means slog.Default().
 	Logger *slog.Logger
 }
 

@@ -38,11 +38,11 @@ func TestKill9Failover(t *testing.T) {
 	b.stop()
 }
 
-func TestCooperativeHandoff(t *testing.T) {
+func TestCooperativeTakeover(t *testing.T) {
 	s := startEtcd(t)
 	a := startRunner(t, spec{Endpoint: s.addr, Key: "/coop", How: "campaign", Obey: true})
 	first := a.next("admitted")
-	// A long Grace: the handoff must not need it.
+	// A long Grace: the takeover must not need it.
 	b := startRunner(t, spec{Endpoint: s.addr, Key: "/coop", How: "takeover", Grace: time.Hour, KillAfter: time.Hour})
 	start := b.next("start")
 	asked := a.next("restart")
@@ -52,7 +52,7 @@ func TestCooperativeHandoff(t *testing.T) {
 	assert.Greater(t, second.Token, first.Token)
 	assert.Less(t, asked.Mono, releasing.Mono)
 	assert.Less(t, releasing.Mono, second.Mono, "the old leader's work stopped before the new one was admitted")
-	t.Logf("cooperative handoff (starter start to admitted, processes): %v", time.Duration(second.Mono-start.Mono))
+	t.Logf("cooperative takeover (starter start to admitted, processes): %v", time.Duration(second.Mono-start.Mono))
 	b.stop()
 }
 
@@ -135,7 +135,7 @@ func TestFencingTokensStrictlyIncrease(t *testing.T) {
 	s := startEtcd(t)
 	cli := client(t, s.addr)
 	ctx := ctxT(t)
-	// Three standbys that hand over on every request, and campaign again.
+	// Three standbys that step down on every request, and campaign again.
 	var kids []*child
 	for range 3 {
 		kids = append(kids, startRunner(t, spec{Endpoint: s.addr, Key: "/tok", How: "campaign", Obey: true, Loop: true}))

@@ -7,7 +7,7 @@
 //	               its socket, and run the runner
 //	daemon add N   add N to the total in the foreground, borrowing the runner role
 //
-// The server owns two directories under --dir (default
+// The server holds two directories under --dir (default
 // $TMPDIR/runnerstate-daemon): stack/, the server's, and runner/, the
 // runner role, which its runner holds while no foreground command borrows
 // it. A second serve (a new build, say) takes the stack over: the first
@@ -250,7 +250,7 @@ func (d app) answer(ln net.Listener, r *runnerRole) {
 // foreground command borrows it.
 type runnerRole struct {
 	holding atomic.Bool
-	tried   chan struct{} // closed after its first attempt at the role
+	tried   chan struct{} // closed after its first try at the role
 	stopped chan struct{}
 }
 

@@ -50,7 +50,7 @@ func run() int {
 	if *wait > 0 {
 		admit, cancelAdmit = context.WithTimeout(ctx, *wait)
 	} else {
-		// An ended context: AcquireScope and Lock make one attempt and do
+		// An ended context: AcquireScope and Lock make one try and do
 		// not wait.
 		admit, cancelAdmit = context.WithCancel(ctx)
 		cancelAdmit()

@@ -43,7 +43,7 @@ func For(err error) string {
 	case unix.ENAMETOOLONG:
 		return "use a shorter path"
 	case unix.ESTALE:
-		return "the network filesystem lost the file: try again, or remount it"
+		return "the network filesystem no longer knows the file: try again, or remount it"
 	case unix.ENOLCK:
 		return "move the directory to a local disk"
 	}

@@ -10,14 +10,14 @@ import (
 	"log/slog"
 )
 
-// PublishStarting writes rec, a runnerstate.Record, as dir's runner.json
-// for this process's hold of dir, with Ready false: the record a runner has
-// at admission, before its own first Publish. The cluster module writes a
+// PublishAdmission writes rec, a runnerstate.Record, as dir's runner.json
+// for this process's hold of dir, with Ready false: the admission record, a
+// runner's until its own first Publish. The cluster module writes a
 // leader's local record with it when the leadership is taken, and package
 // daemon a server's until its Ready, so that runnerstate.Start and Status
 // wait for their own Publish. Its errors are runnerstate.Publish's. Set by
 // the root package.
-var PublishStarting func(dir string, rec any) error
+var PublishAdmission func(dir string, rec any) error
 
 // MarkLeaving marks this process's hold of dir as going, for why (a
 // restart mode, runnerstate.RestartLost, "idle" or "closed"): its

@@ -2,7 +2,7 @@
 // changed: at once through the kernel's change notification where there is
 // one (inotify on Linux), and otherwise by looking again every PollInterval.
 // A wake-up is a hint to look, never a description of what changed: the
-// owner reads the files again each time.
+// caller reads the files again each time.
 package dirwatch
 
 import (
@@ -14,11 +14,11 @@ import (
 const PollInterval = 20 * time.Millisecond
 
 // SafetyInterval is how often a Watcher with kernel notification wakes
-// anyway, in case an event was lost (an overflowed queue, a directory
+// anyway, in case an event was dropped (an overflowed queue, a directory
 // replaced under the watch).
 const SafetyInterval = 250 * time.Millisecond
 
-// Watcher wakes its owner when files in one directory may have changed. It
+// Watcher wakes its caller when files in one directory may have changed. It
 // is for one goroutine at a time.
 type Watcher struct {
 	notify *notifier // kernel notification, or nil: poll

@@ -74,7 +74,7 @@ func DecodeObject(data []byte, v any) error {
 // Last remembers the last decoding of one kind of small file, keyed by the
 // file's exact bytes, so that a reader that sees the same bytes again and
 // again (a probe while a runner runs) decodes them once. It can never be
-// stale: other bytes are decoded afresh. What it hands out is a copy, which
+// out of date: other bytes are decoded afresh. What it hands out is a copy, which
 // the caller may change. It is safe for concurrent use.
 type Last[T any] struct {
 	decode func([]byte) (T, error)

@@ -39,7 +39,7 @@ const (
 )
 
 var (
-	// ErrWouldBlock is the answer of an attempt that found the lock held.
+	// ErrWouldBlock is the answer of a try that found the lock held.
 	ErrWouldBlock = errors.New("lock is held by another process")
 	// ErrUnsupported is the answer of a filesystem (or a system) that
 	// refuses file locks: ENOLCK, EOPNOTSUPP, some network and FUSE
@@ -61,12 +61,12 @@ func (e *UnsupportedError) Error() string        { return ErrUnsupported.Error()
 func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
 func (e *UnsupportedError) Unwrap() error        { return e.Err }
 
-// maxReplaced bounds how often an attempt retries when the file it locked
+// maxReplaced bounds how often a try locks again when the file it locked
 // was replaced or unlinked under it. Each retry means somebody else is
 // deleting the lock file; a handful of rounds tells a race from a loop.
 const maxReplaced = 16
 
-// TryLock makes one attempt, without waiting, to lock the file at path in
+// TryLock makes one try, without waiting, to lock the file at path in
 // mode, creating it with perm when it does not exist. It returns
 // ErrWouldBlock (in an *fs.PathError) when the lock is held.
 func TryLock(path string, mode Mode, perm fs.FileMode) (*File, error) {
@@ -83,7 +83,7 @@ func TryLock(path string, mode Mode, perm fs.FileMode) (*File, error) {
 // tryLock is TryLock, but when the lock is held it also returns the open,
 // unlocked File, for a waiter to block on without opening the file again.
 func tryLock(path string, mode Mode, perm fs.FileMode) (*File, error) {
-	for attempt := 0; ; attempt++ {
+	for replaced := 0; ; replaced++ {
 		f, err := open(path, mode, perm)
 		if err != nil {
 			return nil, err
@@ -124,7 +124,7 @@ func tryLock(path string, mode Mode, perm fs.FileMode) (*File, error) {
 			return f, nil
 		}
 		f.Release()
-		if attempt >= maxReplaced {
+		if replaced >= maxReplaced {
 			return nil, &fs.PathError{Op: "lock", Path: path, Err: ErrReplaced}
 		}
 	}

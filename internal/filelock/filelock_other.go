@@ -8,7 +8,7 @@ import (
 )
 
 // File is a lock file on a system without file locks (js, wasip1, plan9):
-// none can be taken, and every attempt answers ErrUnsupported at run time.
+// none can be taken, and every try answers ErrUnsupported at run time.
 type File struct{ path string }
 
 var errNoLocks = errors.New("this system has no file locks")

@@ -27,7 +27,7 @@ type File struct {
 	size atomic.Int64
 	perm atomic.Uint32
 	// local says the filesystem's own kind excludes (judge): only there is
-	// size never stale (a network or FUSE mount may not have seen another
+	// size never out of date (a network or FUSE mount may not have seen another
 	// mount's write yet).
 	local atomic.Bool
 	//lint:ignore U1000 judge reads it on Linux; elsewhere it is empty and unread
@@ -192,7 +192,7 @@ func (f *File) WriteContent(b []byte) error {
 
 // Empty reports whether the file was empty when this process last saw its
 // length (AtPath's stat, or its own write), on a filesystem whose own kind
-// excludes (where that length is never stale): nothing in it to read.
+// excludes (where that length is never out of date): nothing in it to read.
 func (f *File) Empty() bool { return f.local.Load() && f.size.Load() == 0 }
 
 // ReadContent reads up to max bytes of the file through the locked

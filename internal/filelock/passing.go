@@ -14,7 +14,7 @@ import (
 // waiting for a holder, but tries again while the busy answer is only
 // passing (see passage): at once and then after pauses that double from
 // 50 µs, for up to passingWait while nobody holds the lock, or for five
-// attempts a millisecond apart where the holders cannot all be seen. It
+// tries a millisecond apart where the holders cannot all be seen. It
 // answers ErrWouldBlock when held; any other error is TryLock's.
 func TryExclusive(path string) (*File, error) {
 	l, err := TryLock(path, Exclusive, 0o600)
@@ -95,7 +95,7 @@ func (b BusyAnswer) String() string {
 }
 
 // passage says whether the lock of path, found busy, is held or only
-// passing, so that an attempt is worth making again. It is passing
+// passing, so that a try is worth making again. It is passing
 //
 //   - while a reader of the holder's /proc/<pid>/fdinfo (a probe) has the
 //     holder's file, which the holder has just closed: the last reference

@@ -12,7 +12,7 @@ import (
 // Lock waits until the file at path is locked in mode, creating it with
 // perm when it does not exist, or until ctx ends: then it returns an
 // *fs.PathError whose Err satisfies errors.Is for both ErrWouldBlock and
-// ctx.Err(). A ctx already ended gets one attempt without waiting.
+// ctx.Err(). A ctx already ended gets one try without waiting.
 //
 // A blocked flock(2) cannot be cancelled (signals restart it; closing the
 // descriptor does not wake it), and polling costs latency, so one goroutine
@@ -98,7 +98,7 @@ type table struct {
 var parked = &table{queues: make(map[key]*queue)}
 
 // wait queues for the lock of k.path. spare is an open, unlocked File of
-// the path (from the failed attempt): a new parked goroutine blocks on it
+// the path (from the failed try): a new parked goroutine blocks on it
 // instead of opening the file again; otherwise it is closed.
 func (t *table) wait(ctx context.Context, k key, perm fs.FileMode, spare *File) (*File, error) {
 	w := &waiter{ch: make(chan handoff, 1)}
@@ -130,7 +130,7 @@ func (t *table) wait(ctx context.Context, k key, perm fs.FileMode, spare *File) 
 	if removed {
 		return nil, ended(k.path, ctx.Err())
 	}
-	// Handed over at the same instant the context ended: the lock is the
+	// Handed off at the same instant the context ended: the lock is the
 	// caller's, who decides what to do with it.
 	r := <-w.ch
 	return r.f, r.err
@@ -157,7 +157,7 @@ func (t *table) park(k key, q *queue, spare *File) {
 		if fn := testHookGot.Load(); err == nil && fn != nil {
 			(*fn)(true)
 		}
-		if !t.handOver(k, q, f, err) {
+		if !t.handOff(k, q, f, err) {
 			return
 		}
 		// Let the waiter, now first in this P's run queue, run at once: left
@@ -211,9 +211,9 @@ func (t *table) abandoned(k key, q *queue) bool {
 	return true
 }
 
-// handOver gives the first waiter the lock f, or every waiter err. It
+// handOff gives the first waiter the lock f, or every waiter err. It
 // reports whether the parked goroutine goes on.
-func (t *table) handOver(k key, q *queue, f *File, err error) bool {
+func (t *table) handOff(k key, q *queue, f *File, err error) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {
@@ -268,14 +268,14 @@ func SetGotHook(fn func(got bool)) (restore func()) {
 }
 
 // testHookQueued, when set, is called by a waiter once it is queued, with a
-// func that reports whether its lock has been handed over.
-var testHookQueued func(handedOver func() bool)
+// func that reports whether its lock has been handed off.
+var testHookQueued func(handedOff func() bool)
 
 // SetQueuedHook makes fn be called by every waiter once it is queued, with
-// a func that reports whether the lock has been handed over to it, and
+// a func that reports whether the lock has been handed off to it, and
 // returns a func that removes the hook. For tests that make a handoff and
 // the end of a context cross; not safe for concurrent use with waits.
-func SetQueuedHook(fn func(handedOver func() bool)) (restore func()) {
+func SetQueuedHook(fn func(handedOff func() bool)) (restore func()) {
 	old := testHookQueued
 	testHookQueued = fn
 	return func() { testHookQueued = old }

@@ -16,7 +16,7 @@ import (
 // told (the lock itself then says what it can); an *Error otherwise. local
 // says the filesystem's own kind (its magic number, or the hook's answer)
 // excludes, which a trusted type does not make it: only there is what this
-// process sees of the file (its length) never stale.
+// process sees of the file (its length) never out of date.
 func Judge(fd int, file string) (local bool, err error) {
 	if off.Load() {
 		return false, nil

@@ -12,7 +12,7 @@ import (
 // identity (durable.Key: device and inode on Unix), so that two spellings of
 // one directory find one hold, and by its absolute path, so that a hold
 // whose directory was removed or renamed under it is still found by the name
-// it was taken under. Both are map lookups. The zero Index is ready to use;
+// it was taken under. Both are map lookups. The zero Index can be used as is;
 // it is safe for concurrent use.
 type Index struct {
 	mu     sync.Mutex

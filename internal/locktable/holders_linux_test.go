@@ -59,12 +59,12 @@ func TestHoldersOfNeverMissesSilently(t *testing.T) {
 	dir := t.TempDir()
 	// On one CPU, all the locks are in one of the kernel's per-CPU lists, in
 	// the order taken, and so are the churners' changes.
-	unpin := onCPU0(t)
+	restore := onCPU0(t)
 	held := lockedFile(t, filepath.Join(dir, "held"))
 	for i := range 1000 {
 		lockedFile(t, filepath.Join(dir, fmt.Sprint("other", i)))
 	}
-	unpin()
+	restore()
 	ino, err := InodeOf(held.Name())
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestHoldersOfNeverMissesSilently(t *testing.T) {
 // not call "no holder" known from it.
 func TestHoldersOfLongRecordEndsAPassEarly(t *testing.T) {
 	dir := t.TempDir()
-	unpin := onCPU0(t) // one per-CPU list, newest lock first
+	restore := onCPU0(t) // one per-CPU list, newest lock first
 	held := lockedFile(t, filepath.Join(dir, "held"))
 	var blocker *os.File
 	for i := range 200 {
@@ -148,7 +148,7 @@ func TestHoldersOfLongRecordEndsAPassEarly(t *testing.T) {
 			blocker = f
 		}
 	}
-	unpin()
+	restore()
 	var wg sync.WaitGroup
 	t.Cleanup(func() { blocker.Close(); wg.Wait() }) // each waiter in turn gets the lock and lets go
 	for range 40 {
@@ -211,7 +211,7 @@ func lockedFile(t *testing.T, path string) *os.File {
 
 // onCPU0 keeps the calling goroutine on one thread, allowed only CPU 0,
 // until the returned func.
-func onCPU0(t *testing.T) (unpin func()) {
+func onCPU0(t *testing.T) (restore func()) {
 	runtime.LockOSThread()
 	var was, one unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &was); err != nil {

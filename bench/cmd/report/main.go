@@ -69,17 +69,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 			files[name] = filepath.Join(filepath.Dir(*in), beside)
 		}
 	}
-	stale, err := report(files, *doc, *check)
+	changed, err := report(files, *doc, *check)
 	switch {
 	case err != nil:
 		fmt.Fprintf(stderr, "report: %v\n", err)
 		return 2
-	case *check && len(stale) > 0:
+	case *check && len(changed) > 0:
 		fmt.Fprintf(stderr, "report: %s: the figures of table %s differ from %s: write them with `cd bench && go run ./cmd/report`, never by hand\n",
-			*doc, strings.Join(stale, ", "), *in)
+			*doc, strings.Join(changed, ", "), *in)
 		return 1
-	case len(stale) > 0:
-		fmt.Fprintf(stdout, "report: wrote %s in %s\n", strings.Join(stale, ", "), *doc)
+	case len(changed) > 0:
+		fmt.Fprintf(stdout, "report: wrote %s in %s\n", strings.Join(changed, ", "), *doc)
 	}
 	return 0
 }
@@ -109,18 +109,18 @@ func report(files map[string]string, doc string, check bool) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	updated, stale, err := splice(old, texts)
+	updated, changed, err := splice(old, texts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", doc, err)
 	}
-	if check || len(stale) == 0 {
-		return stale, nil
+	if check || len(changed) == 0 {
+		return changed, nil
 	}
 	fi, err := os.Stat(doc)
 	if err != nil {
 		return nil, err
 	}
-	return stale, os.WriteFile(doc, updated, fi.Mode().Perm())
+	return changed, os.WriteFile(doc, updated, fi.Mode().Perm())
 }
 
 const (
@@ -136,7 +136,7 @@ const (
 // texts, closed before the next one opens.
 func splice(doc []byte, texts map[string]string) ([]byte, []string, error) {
 	var out bytes.Buffer
-	var stale []string
+	var changed []string
 	seen := map[string]bool{}
 	open, body := "", ""
 	for line := range strings.Lines(string(doc)) {
@@ -160,7 +160,7 @@ func splice(doc []byte, texts map[string]string) ([]byte, []string, error) {
 		case end:
 			text := texts[open] + "\n"
 			if body != text {
-				stale = append(stale, open)
+				changed = append(changed, open)
 			}
 			out.WriteString(text)
 			out.WriteString(line)
@@ -179,7 +179,7 @@ func splice(doc []byte, texts map[string]string) ([]byte, []string, error) {
 			return nil, nil, errors.New("no table " + name + ": mark where it goes with " + beginMark + name + markTail + " and " + endMark + name + markTail)
 		}
 	}
-	return out.Bytes(), stale, nil
+	return out.Bytes(), changed, nil
 }
 
 // marker says whether line is a begin or end marker, and of which name.

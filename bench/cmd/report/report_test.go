@@ -129,10 +129,10 @@ func TestReportRefusesArguments(t *testing.T) {
 func TestSpliceMarkers(t *testing.T) {
 	b, e := func(n string) string { return beginMark + n + markTail + "\n" }, func(n string) string { return endMark + n + markTail + "\n" }
 	texts := map[string]string{"one": "| a |\n", "two": "| b |\n"}
-	got, stale, err := splice([]byte("x\n"+b("one")+"old\n"+e("one")+"y\n"+b("two")+"| b |\n\n"+e("two")), texts)
+	got, changed, err := splice([]byte("x\n"+b("one")+"old\n"+e("one")+"y\n"+b("two")+"| b |\n\n"+e("two")), texts)
 	require.NoError(t, err)
 	assert.Equal(t, "x\n"+b("one")+"| a |\n\n"+e("one")+"y\n"+b("two")+"| b |\n\n"+e("two"), string(got))
-	assert.Equal(t, []string{"one"}, stale, "only the table whose text changed")
+	assert.Equal(t, []string{"one"}, changed, "only the table whose text changed")
 
 	for _, tc := range []struct{ name, doc, says string }{
 		{"a table not marked", b("one") + e("one"), "no table two: mark where it goes with " + strings.TrimSpace(b("two"))},

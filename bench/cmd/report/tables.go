@@ -61,14 +61,14 @@ func upgradeFailuresRow(r *results) row {
 	failed := upgrade(r, "daemon-handover", "failed")
 	anewFailed, anewRefused := upgrade(r, "bind-anew", "failed"), upgrade(r, "bind-anew", "refused")
 	return row{
-		what: "upgrade under load: 8 client processes that never retry, 20 handoffs",
-		ours: fmt.Sprintf("handing the sockets over (`Listen`, restart now): %s failed of %s requests; old and new accepting at once in %s handoffs, %s accepts by an old server after its successor's first",
+		what: "upgrade under load: 8 client processes that never retry, 20 upgrades",
+		ours: fmt.Sprintf("handing the sockets over (`Listen`, restart now): %s failed of %s requests; old and new accepting at once in %s upgrades, %s accepts by an old server after its successor's first",
 			whole(failed), count(upgrade(r, "daemon-handover", "requests")), whole(upgrade(r, "daemon-handover", "overlap-handoffs")), whole(upgrade(r, "daemon-handover", "overlaps"))),
-		peer: fmt.Sprintf("binding anew (`Takeover` + `net.Listen`): %s failed (%s refused or no socket) of %s; tableflip: %s failed, old and new accepting at once in %s of 20 handoffs (p50 %s each), %s accepts by the old after the new one's first",
+		peer: fmt.Sprintf("binding anew (`Takeover` + `net.Listen`): %s failed (%s refused or no socket) of %s; tableflip: %s failed, old and new accepting at once in %s of 20 upgrades (p50 %s each), %s accepts by the old after the new one's first",
 			count(anewFailed), count(anewRefused), count(upgrade(r, "bind-anew", "requests")),
 			whole(upgrade(r, "tableflip", "failed")), whole(upgrade(r, "tableflip", "overlap-handoffs")),
 			us(upgrade(r, "tableflip", "overlap-p50-µs")), whole(upgrade(r, "tableflip", "overlaps"))),
-		ratio: fmt.Sprintf("failed requests: %s against %s binding anew; handoffs with two servers accepting: %s against tableflip's %s",
+		ratio: fmt.Sprintf("failed requests: %s against %s binding anew; upgrades with two servers accepting: %s against tableflip's %s",
 			whole(failed), count(anewFailed), whole(upgrade(r, "daemon-handover", "overlap-handoffs")), whole(upgrade(r, "tableflip", "overlap-handoffs"))),
 		// Every run, not the median: the targets are absolute.
 		target: fmt.Sprintf("0 failed in every run %s; 0 overlaps in every run %s",
@@ -85,7 +85,7 @@ func upgradeLatencyRow(r *results) row {
 	aw50, aw99, _, as99 := lat("bind-anew")
 	tw50, tw99, _, ts99 := lat("tableflip")
 	return row{
-		what: "the clients' latency in the handoff windows (from the restart request, or tableflip's SIGHUP, to the successor's first accept) against steady state",
+		what: "the clients' latency in the upgrade windows (from the restart request, or tableflip's SIGHUP, to the successor's first accept) against steady state",
 		ours: fmt.Sprintf("handing over: window p50 %s, p99 %s; steady p50 %s, p99 %s; a window lasts %s (p50): the old server's `Close` %s, then %s to the successor's accept loop",
 			us(w50), us(w99), us(s50), us(s99), us(upgrade(r, "daemon-handover", "win-len-p50-µs")),
 			us(upgrade(r, "daemon-handover", "close-p50-µs")), us(upgrade(r, "daemon-handover", "close-to-next-p50-µs"))),
@@ -202,7 +202,7 @@ func takeoverRow(r *results) row {
 func standbyRow(r *results) row {
 	worst := r.median("StandbyWake", "max-µs")
 	return row{
-		what:   "standby wakes after the owner exits",
+		what:   "standby wakes after the holder exits",
 		ours:   fmt.Sprintf("`Standby` p50 %s, max %s", us(r.median("StandbyWake", "p50-µs")), us(worst)),
 		target: fmt.Sprintf("≤ 50 ms %s, see below", mark(worst <= 50e3)),
 	}

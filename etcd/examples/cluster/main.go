@@ -470,7 +470,7 @@ func serveEtcd(listen, dir string) (addr string, stop func(), err error) {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
 		stop()
-		return "", nil, fmt.Errorf("etcd on %s did not become ready within 30s", listen)
+		return "", nil, fmt.Errorf("etcd on %s did not start serving within 30s", listen)
 	}
 	return e.Clients[0].Addr().String(), stop, nil
 }
