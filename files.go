@@ -26,6 +26,13 @@ const (
 	corruptSuffix = ".corrupt"    // an unreadable state file set aside by a fresh holder: <name>.corrupt-<time>, the 10 newest kept
 )
 
+// Start's files in a runner directory.
+const (
+	startLockName = "start.lock" // serialises Start's attempts
+	startName     = "start.json" // the current attempt
+	logName       = "runner.log" // a started runner's output, by default
+)
+
 // The files of a scope directory and of a data root.
 const (
 	scopeLockName  = "scope.lock"       // the scope's kernel lock; the holder's identity in it
@@ -51,7 +58,7 @@ var dirFiles = []dirFile{
 	{name: gateName, kind: kindState, home: homeRunner, mode: 0o644, writer: "Takeover",
 		purpose: "the takeover gate: the waiting starters and the current escalation"},
 	{name: startLockName, kind: kindLock, home: homeRunner, mode: 0o600, writer: "Start",
-		purpose: "serialises Start's attempts; held only while one begins"},
+		purpose: "serialises Start's attempts: held while one begins, while its end is recorded, and while its child marks it ready"},
 	{name: startName, kind: kindState, home: homeRunner, mode: 0o644, writer: "Start",
 		purpose: "Start's current attempt, and how it ended when it died before it was ready"},
 	{name: logName, kind: kindLog, home: homeRunner, mode: 0o600, writer: "a runner Start started",

@@ -60,10 +60,6 @@ func updateGateLocked(dir string, fn func(g *gateState) error) error {
 }
 
 func init() {
-	bridge.Logger = logger
-	bridge.OtherProgram = func(dir string, pid int, holderProgram, program string) error {
-		return otherProgram(dir, Record{PID: pid, Program: holderProgram}, program)
-	}
 	bridge.Successors = successors
 	bridge.Waiting = func(dir string) int {
 		ids, _ := waitingStarters(dir)

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+
+	"github.com/runnerstate/runnerstate/internal/bridge"
 )
 
 var loggerPtr atomic.Pointer[slog.Logger]
@@ -103,3 +105,6 @@ var warned = struct {
 	sync.Mutex
 	keys map[string]struct{}
 }{keys: make(map[string]struct{})}
+
+// Package daemon logs through the same logger (bridge.Logger).
+func init() { bridge.Logger = logger }

@@ -89,3 +89,11 @@ func otherProgram(dir string, rec Record, program string) error {
 	be := &BusyError{Path: filepath.Join(dir, LockName), PID: rec.PID, Verified: true}
 	return fmt.Errorf("%w: %s is held by %q (pid %d), not %q: %w", ErrOtherProgram, dir, rec.Program, rec.PID, program, be)
 }
+
+// Package daemon refuses another program's server with the same error
+// (bridge.OtherProgram).
+func init() {
+	bridge.OtherProgram = func(dir string, pid int, holderProgram, program string) error {
+		return otherProgram(dir, Record{PID: pid, Program: holderProgram}, program)
+	}
+}

@@ -152,13 +152,6 @@ func (e *StartError) Is(target error) bool { return target == ErrStartFailed }
 // Unwrap returns Err.
 func (e *StartError) Unwrap() error { return e.Err }
 
-// The start files of a runner directory.
-const (
-	startLockName = "start.lock" // serialises Start's attempts
-	startName     = "start.json" // the current attempt
-	logName       = "runner.log" // a started runner's output, by default
-)
-
 // How Start rotates the log it opens (StartOptions.LogMaxBytes).
 const (
 	defaultLogMax = 8 << 20 // bytes, when LogMaxBytes is 0

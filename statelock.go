@@ -56,8 +56,9 @@ var stateLockEntries reentryGuard
 // errStateLockReentered is what withStateLockCtx refuses a re-entry with.
 var errStateLockReentered = errors.New("state lock is not reentrant")
 
-// stateLockWait bounds the wait for a directory's state lock, which is only
-// ever held for one small file write.
+// stateLockWait bounds the wait for a directory's state lock, which is held
+// for one read-modify-write of the state files: a few small writes, and the
+// reads of /proc that decide them (a takeover's admission, say).
 const stateLockWait = 30 * time.Second
 
 // reentryGuard records, for each key held, the goroutine that holds it, so
