@@ -78,9 +78,9 @@ func newerProtocolError(path string, n int) error {
 	return fmt.Errorf("%w: %s says protocol %d, and this build speaks protocol %d; it is left as it is: upgrade this program, or let the newer build's runner go first (see docs/protocol.md)", ErrNewerProtocol, path, n, protocolVersion)
 }
 
-// newer reports whether n, protocolOf's, is a protocol this build does not
+// newerProtocol reports whether n, protocolOf's, is a protocol this build does not
 // speak.
-func newer(n int) bool { return n != protocolVersion && (n == 0 || n > protocolVersion) }
+func newerProtocol(n int) bool { return n != protocolVersion && (n == 0 || n > protocolVersion) }
 
 // The files whose protocol number the calls that write or admit check:
 // the JSON state files, and the lock files' identity lines. Running and
@@ -115,7 +115,7 @@ func checkProtocol(dir string, locks bool) error {
 		if i := bytes.IndexByte(data, '\n'); lock && i >= 0 {
 			data = data[:i] // the identity line
 		}
-		if n := protocolOf(data); newer(n) {
+		if n := protocolOf(data); newerProtocol(n) {
 			return newerProtocolError(path, n)
 		}
 	}

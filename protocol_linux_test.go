@@ -63,7 +63,7 @@ func TestProtocolOfAFile(t *testing.T) {
 		{"{\"protocol\":3}\n", 3},
 	} {
 		assert.Equal(t, c.want, protocolOf([]byte(c.data)), c.data)
-		assert.Equal(t, c.want == 0 || c.want > protocolVersion, newer(c.want), c.data)
+		assert.Equal(t, c.want == 0 || c.want > protocolVersion, newerProtocol(c.want), c.data)
 	}
 	line, err := protocolLine(struct{}{})
 	require.NoError(t, err)

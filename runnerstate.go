@@ -342,7 +342,7 @@ func Running(dir string) (Record, bool, error) {
 		return Record{}, false, nil
 	}
 	sr, state, _ := readStoredRecord(dir)
-	if state == fileOK && newer(sr.protocol) {
+	if state == fileOK && newerProtocol(sr.protocol) {
 		// What its fields mean is not known here: only the pid is said.
 		return Record{PID: st.pid}, true, newerProtocolError(filepath.Join(dir, RecordName), sr.protocol)
 	}

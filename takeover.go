@@ -201,7 +201,7 @@ const maxLost = 16
 // previous runner's process to exit (awaitPrevious), and enters; it takes
 // the pair again when admission lost it, at most maxLost times.
 func (t *takeover) run(ctx context.Context) (*hold.Hold, error) {
-	supCtx, stop := t.newer(ctx)
+	supCtx, stop := t.untilNewer(ctx)
 	defer stop()
 	for lost := 0; ; lost++ {
 		p, err := t.takePair(ctx, supCtx)
@@ -220,10 +220,10 @@ func (t *takeover) run(ctx context.Context) (*hold.Hold, error) {
 	}
 }
 
-// newer returns a context that ends with ctx or as soon as a newer starter
+// untilNewer returns a context that ends with ctx or as soon as a newer starter
 // registers, so that a wait for the lock ends at once then; stop ends the
 // watch.
-func (t *takeover) newer(ctx context.Context) (context.Context, func()) {
+func (t *takeover) untilNewer(ctx context.Context) (context.Context, func()) {
 	return dirwatch.Until(ctx, t.dir, func() bool {
 		g, _ := readGate(t.dir)
 		return g.NewerThan(t.seq)
@@ -241,7 +241,7 @@ const (
 
 // takePair tries the pair of locks and, while it is busy, takes the next
 // step against whoever holds it (step) and waits until that step is due,
-// the lock is free, a newer starter comes (supCtx, from newer, ends), or
+// the lock is free, a newer starter comes (supCtx, from untilNewer, ends), or
 // ctx ends. An ended ctx gets its one try, never a request or a signal.
 func (t *takeover) takePair(ctx, supCtx context.Context) (pair, error) {
 	for {
@@ -326,7 +326,13 @@ func (t *takeover) step(ctx context.Context, held heldLock) (time.Time, error) {
 		// Released, or changed, since the try: try again at once.
 		return now, err
 	}
-	canSignal := at.signal == treeHolders || at.signal == pinnedHolder && t.pin(at.holder)
+	// A holder is signalled only through a pin, taken (or kept) now, before
+	// the gate is asked what is due; orphans are pinned one by one as they
+	// are signalled.
+	canSignal := at.signal == treeHolders
+	if at.signal == pinnedHolder {
+		canSignal = t.pin(at.holder)
+	}
 	due, next, err := t.decide(ctx, now, at, canSignal)
 	if err != nil {
 		return now, err
@@ -408,7 +414,9 @@ func (t *takeover) target(held heldLock) (at stepTarget, ok bool, err error) {
 // decide records this step in the gate, under the state lock: the
 // escalation (a new one when the holder changed), the restart request it
 // asks for, and, when the holder may be signalled, the signal due now
-// (escalate; recorded as sent) and when the next step is due. Admissions
+// (escalate) and when the next step is due. A due signal is recorded as
+// sent before it is sent, so that no other starter sends it again; one that
+// then finds the holder gone, or fails, is logged, and not sent again. Admissions
 // happen under this same lock, so a starter that is no longer the newest
 // never asks or signals the holder just admitted: errNotNewest.
 func (t *takeover) decide(ctx context.Context, now time.Time, at stepTarget, canSignal bool) (due liveness.Signal, next time.Time, err error) {
