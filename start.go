@@ -455,7 +455,7 @@ func (c *startCall) run(ctx context.Context) (Record, error) {
 		if err != nil {
 			return Record{}, err
 		}
-		rec, err := c.locked(ctx, release)
+		rec, err := c.decide(ctx, release)
 		if err != errAgain {
 			return rec, err
 		}
@@ -493,9 +493,9 @@ func (c *startCall) probe() (Record, bool, bool, error) {
 	return rec, held, ready, err
 }
 
-// locked decides, holding start.lock (which it releases), what this call
+// decide decides, holding start.lock (which it releases), what this call
 // does: return the runner, wait for an attempt or a holder, or start cmd.
-func (c *startCall) locked(ctx context.Context, release func()) (Record, error) {
+func (c *startCall) decide(ctx context.Context, release func()) (Record, error) {
 	rec, held, ready, err := c.probe()
 	if err != nil {
 		release()
@@ -563,7 +563,11 @@ func (c *startCall) await(ctx context.Context, a startAttempt) (Record, error) {
 	var goneAt time.Time
 	woke := time.Now()
 	for {
-		if rec, done, err := c.judge(c.lookAfter(woke), a, own); done {
+		l := c.lookAfter(woke)
+		if own != nil && l.err == nil && l.ready && startedBy(a, l.rec) {
+			own.ready.Store(true) // settle then knows it was ready, whatever its exit
+		}
+		if rec, done, err := c.judge(l, a); done {
 			return rec, err
 		}
 		if !goneAt.IsZero() {
@@ -592,15 +596,12 @@ func (c *startCall) await(ctx context.Context, a startAttempt) (Record, error) {
 // judge is what a look l says of a wait on attempt a: done with a record
 // or an error (errAgain: look at the directory again from the start), or
 // not done, to wait on. This is where an attempt is over.
-func (c *startCall) judge(l startLook, a startAttempt, own *ownChild) (rec Record, done bool, err error) {
+func (c *startCall) judge(l startLook, a startAttempt) (rec Record, done bool, err error) {
 	rec, ready := l.rec, l.ready
 	if l.err != nil {
 		return Record{}, true, l.err
 	}
 	if ready && startedBy(a, rec) {
-		if own != nil {
-			own.ready.Store(true)
-		}
 		switch {
 		case c.accept(rec):
 			return rec, true, nil
