@@ -39,7 +39,7 @@ type Options struct {
 	// for its drain until ctx ends.
 	Grace, KillAfter time.Duration
 	// IdleTimeout makes the server leave (Reason "idle") after this long
-	// with no connection open that it accepted and no Busy hold, counted
+	// with no connection open that it accepted and no Busy call outstanding, counted
 	// from Ready, the last such connection's close or the last Busy
 	// release, whichever is latest. Zero: never.
 	IdleTimeout time.Duration
@@ -83,7 +83,7 @@ type Server struct {
 	reason    string
 	ready     bool
 	conns     int // connections accepted and not closed
-	busy      int // Busy holds
+	busy      int // Busy calls not yet ended
 	idle      *time.Timer
 	sent      map[string]bool // the rendezvous the sockets went to
 	handedOut bool
@@ -288,7 +288,7 @@ func (s *Server) Reason() string {
 	return s.reason
 }
 
-// Busy holds off IdleTimeout while work runs with no connection open: call
+// Busy puts off IdleTimeout while work runs with no connection open: call
 // done when it ends (once; more calls do nothing).
 func (s *Server) Busy() (done func()) {
 	s.mu.Lock()
@@ -485,7 +485,7 @@ func (s *Server) untrack() {
 func (s *Server) isLeaving() bool { return s.Reason() != "" }
 
 // idleCheck starts the idle clock when the server is ready, has no
-// connection open and no Busy hold.
+// connection open and no Busy call outstanding.
 func (s *Server) idleCheck() {
 	if s.opts.IdleTimeout <= 0 {
 		return

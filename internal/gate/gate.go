@@ -38,7 +38,7 @@ type Entry struct {
 // asked, since when, and which signals were sent. gate.json keeps it under
 // the member name "attempt", which the protocol fixes.
 type Escalation struct {
-	For            string    `json:"for"` // the holder's instance ("" when it names none)
+	For            string    `json:"for"` // the holder's instance, "tree:orphans" against a gone runner's orphans ("" when it names none)
 	PID            int       `json:"pid"`
 	Mode           string    `json:"mode"`             // the restart mode requested
 	FirstRequestAt time.Time `json:"first_request_at"` // the grace clock starts here
