@@ -30,9 +30,8 @@ import (
 // With o.Dir set, it first waits with runnerstate.Standby while a local
 // runner holds the directory (or a local Takeover starter is being admitted
 // to it), then takes it with runnerstate.Acquire, and only then campaigns on
-// the cluster; the local lock is held until Release.
-// The leadership lasts until Release or Lost, whatever happens to ctx, which
-// bounds only the wait.
+// the cluster; the local lock is held until Release. The leadership lasts
+// until Release or Lost, whatever happens to ctx, which bounds only the wait.
 //
 // While no etcd member answers it keeps waiting (etcd may come back), and
 // logs a warning after a few seconds (3 s, or half the safe window when
@@ -76,7 +75,6 @@ func Campaign(ctx context.Context, cli *clientv3.Client, key string, o Options) 
 // (Mode, Grace, KillAfter, NoForce as NoSignal), then the cluster; the local
 // lock is held until Release. When ctx ends first, the starter withdraws
 // its waiting mark, and its own restart request when no other starter waits.
-//
 // An unreachable etcd is waited for, and warned about, as Campaign does.
 //
 // Errors: runnerstate.ErrBadMode (wrapped) for a bad o.Mode; ErrSuperseded;
