@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -31,8 +32,8 @@ func TestWatchRestartMarksTheHolderLeaving(t *testing.T) {
 	defer release()
 	require.NoError(t, Publish(dir, Record{Specs: []string{"index"}}))
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	modes := WatchRestart(ctx, dir)
+	testharness.EndWatch(t, cancel, modes)
 
 	// Offered, not yet read: the record already says the runner is going.
 	require.NoError(t, RequestRestart(dir, RestartDrain))

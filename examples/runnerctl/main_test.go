@@ -270,9 +270,10 @@ func TestStopWaitsForTheServerToLetGo(t *testing.T) {
 	// A holder that goes when asked (the request above withdrawn first).
 	require.NoError(t, runnerstate.ClearRestart(dir))
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	restarts := runnerstate.WatchRestart(ctx, dir)
+	testharness.EndWatch(t, cancel, restarts)
 	go func() {
-		<-runnerstate.WatchRestart(ctx, dir)
+		<-restarts
 		release()
 	}()
 	code, out, errOut = ctl("stop", "--dir", dir)

@@ -246,6 +246,32 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// EndWatch ends a watch (a WatchRestart, a channel closed when its context
+// ends) before the test's directories are removed: at cleanup it cancels
+// the watch's context and drains ch until it is closed, at most Wait. Call
+// it after TempDir, since cleanups run last registered first. Under Wine 8
+// a file removed while a reader has it open stays in its directory until
+// the reader closes it, so a watch still reading fails TempDir's cleanup
+// with "The directory is not empty".
+func EndWatch[T any](t testing.TB, cancel context.CancelFunc, ch <-chan T) {
+	t.Cleanup(func() {
+		cancel()
+		timer := time.NewTimer(Wait)
+		defer timer.Stop()
+		for {
+			select {
+			case _, ok := <-ch:
+				if !ok {
+					return
+				}
+			case <-timer.C:
+				t.Errorf("the watch was not over %v after its context ended", Wait)
+				return
+			}
+		}
+	})
+}
+
 // Bounded is a context for calls that must not wait in a test: it bounds
 // them by Wait, so that a bug fails the test instead of hanging it.
 func Bounded(t testing.TB) context.Context {
