@@ -117,17 +117,7 @@ func StartCmd(t testing.TB, cmd *exec.Cmd, role string) *Child {
 	if cmd.Stderr == nil {
 		cmd.Stderr = &logWriter{t: t, prefix: role + ": "}
 	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout := start(t, cmd)
 	lines := make(chan string, 64)
 	c := &Child{Cmd: cmd, Lines: lines, t: t, stdin: stdin, done: make(chan struct{})}
 	go func() {
@@ -140,6 +130,39 @@ func StartCmd(t testing.TB, cmd *exec.Cmd, role string) *Child {
 	}()
 	t.Cleanup(func() { c.Kill(); c.Wait() })
 	return c
+}
+
+// startTries bounds the starts of one child when process creation fails as
+// only Wine's does (startFault).
+const startTries = 3
+
+// start starts cmd with pipes to its stdin and its stdout, and returns the
+// command that started: cmd, or a copy of it when Wine's process creation
+// failed (startFault) and the start was tried again. It fails the test on
+// any other error, and after startTries such failures.
+func start(t testing.TB, cmd *exec.Cmd) (*exec.Cmd, io.WriteCloser, io.ReadCloser) {
+	t.Helper()
+	blank := *cmd // before the pipes are attached to cmd: what a retry starts from
+	for try := 1; ; try++ {
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = cmd.Start()
+		if err == nil {
+			return cmd, stdin, stdout
+		}
+		if !startFault(err) || try == startTries {
+			t.Fatal(err)
+		}
+		t.Logf("%v (Wine's process creation: the new process ended before it started; trying again)", err)
+		next := blank
+		cmd = &next
+	}
 }
 
 // PID is the child's pid.
