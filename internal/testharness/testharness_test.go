@@ -20,7 +20,7 @@ func (f *fakeT) Fatal(...any)        { f.fatals++; runtime.Goexit() }
 // start tries again, on a copy of the command, only after a start fault, and
 // gives up after startTries; any other error fails at once.
 func TestStartTriesAgainOnlyAfterAStartFault(t *testing.T) {
-	missing := filepath.Join(t.TempDir(), "missing")
+	missing := filepath.Join(TempDir(t), "missing")
 	for _, tc := range []struct {
 		name   string
 		fault  bool
