@@ -275,7 +275,7 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 // it after TempDir, since cleanups run last registered first. Under Wine 8
 // a file removed while a reader has it open stays in its directory until
 // the reader closes it, so a watch still reading fails TempDir's cleanup
-// with "The directory is not empty".
+// with "Directory is not empty".
 func EndWatch[T any](t testing.TB, cancel context.CancelFunc, ch <-chan T) {
 	t.Cleanup(func() {
 		cancel()
