@@ -426,6 +426,7 @@ type Stat struct {
 	State      byte   // field 3: 'R', 'S', 'D', 'Z', 'X', ...
 	PPID       int    // field 4: parent pid
 	StartTicks uint64 // field 22: start time in clock ticks since boot
+	Flags      uint32 // field 9: the kernel's PF_* flags (include/linux/sched.h)
 }
 
 // ParseStat parses the contents of /proc/<pid>/stat. The command name
@@ -433,7 +434,8 @@ type Stat struct {
 // newlines, so the fields are read after the last ')'. It returns an error,
 // never panics, for anything that is not a well-formed stat line: no
 // "(comm)", fewer than 22 fields, a state that is not one ASCII letter, a
-// negative or non-decimal ppid, a start time that is not a decimal uint64.
+// negative or non-decimal ppid, flags that are not a decimal uint32, a
+// start time that is not a decimal uint64.
 func ParseStat(data []byte) (Stat, error) {
 	open := strings.IndexByte(string(data), '(')
 	end := strings.LastIndexByte(string(data), ')')
@@ -457,6 +459,11 @@ func ParseStat(data []byte) (Stat, error) {
 		return Stat{}, fmt.Errorf("liveness: stat: bad ppid: %w", err)
 	}
 	st.PPID = int(ppid)
+	flags, err := strconv.ParseUint(f[9-3], 10, 32)
+	if err != nil {
+		return Stat{}, fmt.Errorf("liveness: stat: bad flags: %w", err)
+	}
+	st.Flags = uint32(flags)
 	if st.StartTicks, err = strconv.ParseUint(f[22-3], 10, 64); err != nil {
 		return Stat{}, fmt.Errorf("liveness: stat: bad start time: %w", err)
 	}

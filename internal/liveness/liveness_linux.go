@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -578,6 +579,40 @@ func (p *Process) wait(ctx context.Context) error {
 			return fmt.Errorf("liveness: wait pid %d: %w", p.id.PID, err)
 		}
 	}
+}
+
+// pfExiting is PF_EXITING, the kernel's flag on a task in do_exit
+// (include/linux/sched.h).
+const pfExiting = 0x4
+
+// Exiting reports whether id's process is on its way out: every thread of
+// it has PF_EXITING set (/proc/<pid>/task/<tid>/stat, field 9), as once a
+// SIGKILL has been acted on. Such a process may already have closed its
+// files (the kernel closes them before the exit completes and its pidfd is
+// readable), and nothing can stop its exit. A process that is not id's, or
+// whose threads cannot be read, is not reported exiting.
+func Exiting(id Identity) bool {
+	st, err := readStat(procFile(procRoot, id.PID, "stat"))
+	if err != nil || id.StartTicks == 0 || st.StartTicks != id.StartTicks {
+		return false
+	}
+	task := procFile(procRoot, id.PID, "task")
+	tids, err := os.ReadDir(task)
+	if err != nil {
+		return false
+	}
+	seen := 0
+	for _, tid := range tids {
+		st, err := readStat(filepath.Join(task, tid.Name(), "stat"))
+		switch {
+		case notExist(err):
+			continue // that thread is gone already
+		case err != nil || st.Flags&pfExiting == 0:
+			return false
+		}
+		seen++
+	}
+	return seen > 0
 }
 
 // Stopped reports whether id's process is stopped (/proc/<pid>/stat state

@@ -513,3 +513,29 @@ func TestZombieLeaderLives(t *testing.T) {
 	v, why := Check(id)
 	assert.Equal(t, Dead, v, why)
 }
+
+// TestExiting: a process is exiting once every thread of it is (a killed
+// process not yet reaped, the one such state a test can hold), never while
+// it runs, nor when only its main thread has exited, nor for another
+// process at its pid, nor once it is reaped.
+func TestExiting(t *testing.T) {
+	c := startHelper(t, "block")
+	id := mustLookup(t, c.PID())
+	reused := id
+	reused.StartTicks++
+	assert.False(t, Exiting(id), "alive")
+	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGKILL))
+	waitZombie(t, c.PID())
+	assert.True(t, Exiting(id), "killed, not reaped")
+	assert.False(t, Exiting(reused), "another process at its pid")
+	c.Wait()
+	assert.False(t, Exiting(id), "reaped")
+
+	l := startHelper(t, "leader-exit")
+	deadline := time.Now().Add(10 * time.Second)
+	for procState(t, l.PID()) != 'Z' {
+		require.True(t, time.Now().Before(deadline), "main thread of %d did not exit", l.PID())
+		time.Sleep(time.Millisecond) // nothing to block on: the process does not exit
+	}
+	assert.False(t, Exiting(mustLookup(t, l.PID())), "its main thread exited, its other threads run")
+}
