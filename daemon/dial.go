@@ -159,8 +159,11 @@ func (d *dialing) dial(ctx context.Context, rec runnerstate.Record) (net.Conn, r
 	if retryable(err) && ctx.Err() == nil {
 		now, held, _ := runnerstate.Running(d.dir)
 		stillReady := held && now.Ready && now.Leaving == "" && now.Process.Instance == rec.Process.Instance
-		if !stillReady || exiting(now.Process) {
+		if !stillReady || exiting(ctx, now.Process) {
 			return nil, rec, nil, true // it went, or is going: look again
+		}
+		if ended(ctx) {
+			return nil, rec, d.ended(ctx, rec), false // while it was given dyingBound
 		}
 	}
 	hint := ""
@@ -170,19 +173,28 @@ func (d *dialing) dial(ctx context.Context, rec runnerstate.Record) (net.Conn, r
 	return nil, rec, fmt.Errorf("daemon: dial %s %s (the server of %s, pid %d): %w%s", ep.Network, ep.Address, d.dir, rec.PID, err, hint), false
 }
 
-// dyingBound is how long a ready server that refused a connection is given
-// to show it is exiting (killed: its socket closes before its lock goes).
+// dyingBound is how long a ready server that refused a connection, and is
+// not yet seen exiting, is given to show it is: killed, a process closes its
+// socket and its lock file in one step of its exit, and a look may fall
+// between the two.
 const dyingBound = 250 * time.Millisecond
 
-// exiting reports whether the process id exits within dyingBound: then a
-// refusal was its death, not its answer.
-func exiting(id runnerstate.Identity) bool {
+// exiting reports whether the process id is going, so that its refusal was
+// its death and not its answer: gone already, seen exiting
+// (liveness.Exiting, as once a SIGKILL is acted on: then it is waited for,
+// bounded by ctx only, since nothing can stop that exit, however long a
+// loaded machine takes to finish it), or exiting within dyingBound.
+func exiting(ctx context.Context, id runnerstate.Identity) bool {
 	p, v, _ := liveness.Pin(liveness.Identity(id))
 	if p == nil {
 		return v == liveness.Dead || v == liveness.Stale
 	}
 	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), dyingBound)
+	if liveness.Exiting(liveness.Identity(id)) {
+		p.Wait(ctx)
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, dyingBound)
 	defer cancel()
 	return p.Wait(ctx) == nil
 }
