@@ -310,16 +310,11 @@ func roleLostRunner(dir string) int {
 	if os.Getenv(envBehaviour) == "watch-first" {
 		early = WatchRestart(ctx, dir) // before the hold exists
 	}
-	release, err := Acquire(dir)
-	if err != nil {
-		say("error %v", err)
+	release, ok := acquirePublished(dir, Record{Specs: []string{"lost"}})
+	if !ok {
 		return 1
 	}
 	defer release()
-	if err := Publish(dir, Record{Specs: []string{"lost"}}); err != nil {
-		say("error %v", err)
-		return 1
-	}
 	restarts := WatchRestart(ctx, dir)
 	if early != nil {
 		restarts = early

@@ -92,13 +92,8 @@ func roleRhold(path string) int {
 // process and says "read", or "read <err>" where a held lock file cannot
 // be read (Windows).
 func roleAcquire(dir string) int {
-	release, err := Acquire(dir)
-	if err != nil {
-		say("error %v", err)
-		return 1
-	}
-	if err := Publish(dir, Record{MaxParallel: 2, Specs: []string{"demo"}}); err != nil {
-		say("error %v", err)
+	release, ok := acquirePublished(dir, Record{MaxParallel: 2, Specs: []string{"demo"}})
+	if !ok {
 		return 1
 	}
 	say("acquired")
@@ -122,6 +117,22 @@ func roleAcquire(dir string) int {
 	}
 	release()
 	return 0
+}
+
+// acquirePublished is a role's Acquire of dir and Publish of rec. On an
+// error it says "error <err>", lets dir go, and reports false.
+func acquirePublished(dir string, rec Record) (release func(), ok bool) {
+	release, err := Acquire(dir)
+	if err != nil {
+		say("error %v", err)
+		return nil, false
+	}
+	if err := Publish(dir, rec); err != nil {
+		say("error %v", err)
+		release()
+		return nil, false
+	}
+	return release, true
 }
 
 // idle: live for ten minutes (it is killed long before), as sleep(1) would,
@@ -154,16 +165,11 @@ func roleAppend(dir string) int {
 func roleRunner(dir string) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM)
-	release, err := Acquire(dir)
-	if err != nil {
-		say("error %v", err)
+	release, ok := acquirePublished(dir, Record{Specs: []string{"old"}})
+	if !ok {
 		return 1
 	}
 	defer release()
-	if err := Publish(dir, Record{Specs: []string{"old"}}); err != nil {
-		say("error %v", err)
-		return 1
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	restarts := WatchRestart(ctx, dir)
