@@ -344,28 +344,26 @@ func TestCrashLeftoversOfDeadWriters(t *testing.T) {
 		require.NoError(t, os.WriteFile(p, []byte("partial"), 0o644))
 		planted = append(planted, p)
 	}
+	// writeEach takes dir over and writes each name once.
+	writeEach := func() {
+		release, err := Takeover(background(t), dir, TakeoverOptions{})
+		require.NoError(t, err)
+		require.NoError(t, Publish(dir, Record{}))
+		require.NoError(t, RequestRestart(dir, RestartNow))
+		require.NoError(t, SaveLines(dir, crashState, nil))
+		require.NoError(t, AppendLine(dir, crashJournal, "x"))
+		release()
+	}
 	// While the writer lives, nobody removes its files (they may be half
 	// written right now).
-	release, err := Takeover(background(t), dir, TakeoverOptions{})
-	require.NoError(t, err)
-	require.NoError(t, Publish(dir, Record{}))
-	require.NoError(t, RequestRestart(dir, RestartNow))
-	require.NoError(t, SaveLines(dir, crashState, nil))
-	require.NoError(t, AppendLine(dir, crashJournal, "x"))
-	release()
+	writeEach()
 	for _, p := range planted {
 		assert.FileExists(t, p, "a live writer's temporary file was removed")
 	}
 	// Killed, its leftovers go with the next write of each name.
 	w.Kill()
 	w.Wait()
-	release, err = Takeover(background(t), dir, TakeoverOptions{})
-	require.NoError(t, err)
-	require.NoError(t, Publish(dir, Record{}))
-	require.NoError(t, RequestRestart(dir, RestartNow))
-	require.NoError(t, SaveLines(dir, crashState, nil))
-	require.NoError(t, AppendLine(dir, crashJournal, "x"))
-	release()
+	writeEach()
 	for _, p := range planted {
 		assert.NoFileExists(t, p, "a dead writer's temporary file survived the next write")
 	}
