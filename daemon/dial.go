@@ -153,18 +153,17 @@ func (d *dialing) dial(ctx context.Context, rec runnerstate.Record) (net.Conn, r
 	if err == nil {
 		return c, rec, nil, false
 	}
-	if ended(ctx) {
-		return nil, rec, d.ended(ctx, rec), false // the dial's timeout was ctx's
-	}
-	if retryable(err) && ctx.Err() == nil {
+	if retryable(err) && !ended(ctx) {
 		now, held, _ := runnerstate.Running(d.dir)
 		stillReady := held && now.Ready && now.Leaving == "" && now.Process.Instance == rec.Process.Instance
 		if !stillReady || exiting(ctx, now.Process) {
 			return nil, rec, nil, true // it went, or is going: look again
 		}
-		if ended(ctx) {
-			return nil, rec, d.ended(ctx, rec), false // while it was given dyingBound
-		}
+	}
+	if ended(ctx) {
+		// The dial's timeout was ctx's, or ctx ended while a refusing
+		// server was given dyingBound.
+		return nil, rec, d.ended(ctx, rec), false
 	}
 	hint := ""
 	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {

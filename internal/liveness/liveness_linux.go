@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -592,8 +591,7 @@ const pfExiting = 0x4
 // readable), and nothing can stop its exit. A process that is not id's, or
 // whose threads cannot be read, is not reported exiting.
 func Exiting(id Identity) bool {
-	st, err := readStat(procFile(procRoot, id.PID, "stat"))
-	if err != nil || id.StartTicks == 0 || st.StartTicks != id.StartTicks {
+	if id.StartTicks == 0 {
 		return false
 	}
 	task := procFile(procRoot, id.PID, "task")
@@ -601,18 +599,24 @@ func Exiting(id Identity) bool {
 	if err != nil {
 		return false
 	}
-	seen := 0
+	leader, identified := strconv.Itoa(id.PID), false
 	for _, tid := range tids {
-		st, err := readStat(filepath.Join(task, tid.Name(), "stat"))
+		st, err := readStat(task + "/" + tid.Name() + "/stat")
 		switch {
 		case notExist(err):
 			continue // that thread is gone already
 		case err != nil || st.Flags&pfExiting == 0:
 			return false
+		case tid.Name() == leader:
+			// The leader's start is the process's: it tells id's process
+			// from another at its pid.
+			if st.StartTicks != id.StartTicks {
+				return false
+			}
+			identified = true
 		}
-		seen++
 	}
-	return seen > 0
+	return identified
 }
 
 // Stopped reports whether id's process is stopped (/proc/<pid>/stat state
