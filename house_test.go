@@ -6,12 +6,14 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/mod/module"
 )
 
 // The house's measurable rules (docs/architecture.md, "How the house is
@@ -117,6 +119,33 @@ func TestHouseRootFiles(t *testing.T) {
 			}
 		}
 		assert.True(t, twin, "%s has no %s_test.go", path, base)
+	}
+}
+
+// TestHouseModulePaths: every file git tracks is a valid path in a module
+// (module.CheckFilePath: no name Windows reserves, such as nul or con, no
+// character a file system refuses), and no two differ only in case. A
+// module proxy zips the module with golang.org/x/mod/zip, which refuses the
+// whole module over one such path, and a clone on Windows cannot check the
+// file out.
+func TestHouseModulePaths(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git on PATH: the tracked paths are git's to list")
+	}
+	out, err := exec.Command("git", "ls-files", "-z").Output()
+	if err != nil {
+		t.Skipf("not a git work tree (git ls-files: %v): the tracked paths are git's to list", err)
+	}
+	paths := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	require.NotEmpty(t, paths)
+	folded := make(map[string]string)
+	for _, path := range paths {
+		assert.NoError(t, module.CheckFilePath(path), "a tracked path a module cannot hold: rename it")
+		key := strings.ToLower(path)
+		if other, ok := folded[key]; ok {
+			t.Errorf("%s and %s differ only in case: a module zip refuses them, rename one", other, path)
+		}
+		folded[key] = path
 	}
 }
 
