@@ -3,6 +3,7 @@
 package runnerstate
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -56,4 +57,40 @@ func TestLines(t *testing.T) {
 	assert.Equal(t, "a\nb", string(old), "unchanged")
 	assert.Equal(t, "c\n", string(addLine(nil, "c")))
 	assert.Equal(t, "a\nc\n", string(addLine([]byte("a\n"), "c")))
+}
+
+// A record without the field, from a build older than v0.3, counts as
+// ready only once it carries MaxParallel, Specs or Meta: the placeholder
+// such a build writes at admission carries none of them.
+func TestStartRecordWithoutReadyCountsAsReadyOnlyWithContent(t *testing.T) {
+	for _, c := range []struct {
+		json  string
+		ready bool
+	}{
+		{`{"pid":12,"process":{"instance":"x","pid":12},"started_at":"2026-01-02T03:04:05Z"}`, false}, // the placeholder
+		{`{"pid":12,"specs":["a"]}`, true},
+		{`{"pid":12,"max_parallel":2}`, true},
+		{`{"pid":12,"meta":{"job_seconds":2}}`, true},
+		{`{"pid":12,"meta":null}`, false},
+		{`{"pid":12,"specs":[]}`, false},
+		{`{"pid":12,"ready":false,"specs":["a"]}`, false},
+		{`{"pid":12,"ready":true}`, true},
+	} {
+		rec, err := parseRecord([]byte(c.json))
+		require.NoError(t, err, c.json)
+		assert.Equal(t, c.ready, rec.Ready, c.json)
+	}
+	data, err := json.Marshal(Record{PID: 1})
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `"ready":false`)
+}
+
+// Case: the note that a failed Publish leaves the hold in place is for a
+// process that holds the directory, never for a bad call.
+func TestPublishNoteOnlyForAHolder(t *testing.T) {
+	for _, dir := range []string{"", t.TempDir()} {
+		err := Publish(dir, Record{})
+		require.Error(t, err)
+		assert.NotContains(t, err.Error(), "still holds", "Publish(%q)", dir)
+	}
 }

@@ -4,7 +4,6 @@ package runnerstate
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -285,16 +284,6 @@ func mustRequest(t *testing.T, dir string) restartRequest {
 	req, ok := readRestart(dir)
 	require.True(t, ok)
 	return req
-}
-
-// RestartLost is no mode anyone can ask for.
-func TestRestartLostIsNoRequest(t *testing.T) {
-	dir := t.TempDir()
-	assert.True(t, errors.Is(RequestRestart(dir, RestartLost), ErrBadMode))
-	writeJSON(t, filepath.Join(dir, RestartName), restartRequest{Mode: RestartLost, RequestedAt: time.Now()})
-	_, ok := RestartRequested(dir)
-	assert.False(t, ok, "a file that names it is not a request")
-	assert.False(t, strings.Contains(RestartLost, " "))
 }
 
 func init() { registerRole("lost-runner", roleLostRunner) }

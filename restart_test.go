@@ -4,6 +4,9 @@ package runnerstate
 
 import (
 	"context"
+	"errors"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +93,14 @@ func TestPublishIgnoresACallersLeaving(t *testing.T) {
 	rec := recordNow(t, dir)
 	assert.Empty(t, rec.Leaving)
 	assert.True(t, rec.Ready)
+}
+
+// RestartLost is no mode anyone can ask for.
+func TestRestartLostIsNoRequest(t *testing.T) {
+	dir := t.TempDir()
+	assert.True(t, errors.Is(RequestRestart(dir, RestartLost), ErrBadMode))
+	writeJSON(t, filepath.Join(dir, RestartName), restartRequest{Mode: RestartLost, RequestedAt: time.Now()})
+	_, ok := RestartRequested(dir)
+	assert.False(t, ok, "a file that names it is not a request")
+	assert.False(t, strings.Contains(RestartLost, " "))
 }

@@ -316,32 +316,6 @@ func TestStartReadyIsPublishedNotAdmitted(t *testing.T) {
 	assert.True(t, r.Holder.Ready)
 }
 
-// A record without the field, from a build older than v0.3, counts as
-// ready only once it carries MaxParallel, Specs or Meta: the placeholder
-// such a build writes at admission carries none of them.
-func TestStartRecordWithoutReadyCountsAsReadyOnlyWithContent(t *testing.T) {
-	for _, c := range []struct {
-		json  string
-		ready bool
-	}{
-		{`{"pid":12,"process":{"instance":"x","pid":12},"started_at":"2026-01-02T03:04:05Z"}`, false}, // the placeholder
-		{`{"pid":12,"specs":["a"]}`, true},
-		{`{"pid":12,"max_parallel":2}`, true},
-		{`{"pid":12,"meta":{"job_seconds":2}}`, true},
-		{`{"pid":12,"meta":null}`, false},
-		{`{"pid":12,"specs":[]}`, false},
-		{`{"pid":12,"ready":false,"specs":["a"]}`, false},
-		{`{"pid":12,"ready":true}`, true},
-	} {
-		rec, err := parseRecord([]byte(c.json))
-		require.NoError(t, err, c.json)
-		assert.Equal(t, c.ready, rec.Ready, c.json)
-	}
-	data, err := json.Marshal(Record{PID: 1})
-	require.NoError(t, err)
-	assert.Contains(t, string(data), `"ready":false`)
-}
-
 // An older runner's admission placeholder (no ready field, nothing of its
 // own) in a held directory is not ready for Running, nor for Start's
 // probe; the same runner's record with Specs is.
@@ -1377,43 +1351,6 @@ func TestStartReturnsSoonOnAnUnreadableRecord(t *testing.T) {
 	assert.Len(t, spawns(t, dir), 1, "nothing else was started")
 }
 
-// The bound on an unreadable record: only one that stays so under the same
-// verified holder for recordUnreadableFor fails a Start; a momentary
-// unreadable read (a file being replaced), a readable or absent record, or
-// another holder starts the count again.
-func TestUnreadableRecordBound(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	a := Identity{PID: 10, Instance: "a", StartTicks: 1}
-	b := Identity{PID: 11, Instance: "b", StartTicks: 2}
-	type seen struct {
-		after    time.Duration
-		holder   Identity
-		corrupt  bool
-		verified bool
-	}
-	for _, tc := range []struct {
-		name  string
-		looks []seen
-		fails bool
-	}{
-		{"one unreadable look", []seen{{0, a, true, true}}, false},
-		{"unreadable for the bound", []seen{{0, a, true, true}, {500 * time.Millisecond, a, true, true}, {recordUnreadableFor, a, true, true}}, true},
-		{"unreadable, then not, then again", []seen{{0, a, true, true}, {600 * time.Millisecond, a, false, true}, {700 * time.Millisecond, a, true, true}, {recordUnreadableFor + 100*time.Millisecond, a, true, true}}, false},
-		{"another holder", []seen{{0, a, true, true}, {recordUnreadableFor, b, true, true}}, false},
-		{"the holder not verified", []seen{{0, a, true, false}, {recordUnreadableFor, a, true, false}, {2 * recordUnreadableFor, a, true, false}}, false},
-		{"verified again after not", []seen{{0, a, true, false}, {recordUnreadableFor, a, true, true}, {2 * recordUnreadableFor, a, true, true}}, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var u unreadableSince
-			fails := false
-			for _, s := range tc.looks {
-				fails = u.still(s.holder, s.corrupt && s.verified, t0.Add(s.after))
-			}
-			assert.Equal(t, tc.fails, fails)
-		})
-	}
-}
-
 // The error a failed start returns carries the last line its
 // process wrote, so the cause is seen without opening the log.
 func TestStartErrorSaysTheLastLine(t *testing.T) {
@@ -1427,30 +1364,6 @@ func TestStartErrorSaysTheLastLine(t *testing.T) {
 	assert.Contains(t, err.Error(), "listen unix /x/idx.sock: bind: invalid argument")
 	assert.NotContains(t, err.Error(), "starting", "the last line only")
 	assert.Contains(t, err.Error(), filepath.Join(dir, logName))
-}
-
-// The line a StartError quotes: the last non-empty line of the tail, cut
-// to about 200 characters keeping its beginning and its end, printable.
-func TestStartErrorLastLine(t *testing.T) {
-	long := "panic: " + strings.Repeat("x", 300) + ": bind: invalid argument"
-	for _, tc := range []struct{ tail, want string }{
-		{"", ""},
-		{"\n\n", ""},
-		{"first\nlast\n", "last"},
-		{"first\nlast\r\n\n  \n", "last"},
-		{"no newline", "no newline"},
-		{"a\x1b[31mred\n", `a\x1b[31mred`},
-	} {
-		assert.Equal(t, tc.want, lastLogLine(tc.tail), "%q", tc.tail)
-	}
-	got := lastLogLine("before\n" + long + "\n")
-	assert.LessOrEqual(t, len([]rune(got)), 210)
-	assert.True(t, strings.HasPrefix(got, "panic: xxx"), got)
-	assert.True(t, strings.HasSuffix(got, ": bind: invalid argument"), got)
-	assert.Contains(t, got, "…")
-	e := &StartError{Dir: "/d", PID: 5, ExitCode: 1, Log: "/d/runner.log", LogTail: "x\n" + long}
-	assert.Contains(t, e.Error(), ": bind: invalid argument")
-	assert.LessOrEqual(t, len(e.Error()), 400)
 }
 
 // Accept is asked once per distinct record the call sees: here the

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,4 +98,65 @@ func TestStartPortable(t *testing.T) {
 	require.True(t, errors.As(err, &se), "%v", err)
 	assert.Equal(t, 3, se.ExitCode)
 	assert.Contains(t, se.LogTail, "boom")
+}
+
+// The bound on an unreadable record: only one that stays so under the same
+// verified holder for recordUnreadableFor fails a Start; a momentary
+// unreadable read (a file being replaced), a readable or absent record, or
+// another holder starts the count again.
+func TestUnreadableRecordBound(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := Identity{PID: 10, Instance: "a", StartTicks: 1}
+	b := Identity{PID: 11, Instance: "b", StartTicks: 2}
+	type seen struct {
+		after    time.Duration
+		holder   Identity
+		corrupt  bool
+		verified bool
+	}
+	for _, tc := range []struct {
+		name  string
+		looks []seen
+		fails bool
+	}{
+		{"one unreadable look", []seen{{0, a, true, true}}, false},
+		{"unreadable for the bound", []seen{{0, a, true, true}, {500 * time.Millisecond, a, true, true}, {recordUnreadableFor, a, true, true}}, true},
+		{"unreadable, then not, then again", []seen{{0, a, true, true}, {600 * time.Millisecond, a, false, true}, {700 * time.Millisecond, a, true, true}, {recordUnreadableFor + 100*time.Millisecond, a, true, true}}, false},
+		{"another holder", []seen{{0, a, true, true}, {recordUnreadableFor, b, true, true}}, false},
+		{"the holder not verified", []seen{{0, a, true, false}, {recordUnreadableFor, a, true, false}, {2 * recordUnreadableFor, a, true, false}}, false},
+		{"verified again after not", []seen{{0, a, true, false}, {recordUnreadableFor, a, true, true}, {2 * recordUnreadableFor, a, true, true}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var u unreadableSince
+			fails := false
+			for _, s := range tc.looks {
+				fails = u.still(s.holder, s.corrupt && s.verified, t0.Add(s.after))
+			}
+			assert.Equal(t, tc.fails, fails)
+		})
+	}
+}
+
+// The line a StartError quotes: the last non-empty line of the tail, cut
+// to about 200 characters keeping its beginning and its end, printable.
+func TestStartErrorLastLine(t *testing.T) {
+	long := "panic: " + strings.Repeat("x", 300) + ": bind: invalid argument"
+	for _, tc := range []struct{ tail, want string }{
+		{"", ""},
+		{"\n\n", ""},
+		{"first\nlast\n", "last"},
+		{"first\nlast\r\n\n  \n", "last"},
+		{"no newline", "no newline"},
+		{"a\x1b[31mred\n", `a\x1b[31mred`},
+	} {
+		assert.Equal(t, tc.want, lastLogLine(tc.tail), "%q", tc.tail)
+	}
+	got := lastLogLine("before\n" + long + "\n")
+	assert.LessOrEqual(t, len([]rune(got)), 210)
+	assert.True(t, strings.HasPrefix(got, "panic: xxx"), got)
+	assert.True(t, strings.HasSuffix(got, ": bind: invalid argument"), got)
+	assert.Contains(t, got, "…")
+	e := &StartError{Dir: "/d", PID: 5, ExitCode: 1, Log: "/d/runner.log", LogTail: "x\n" + long}
+	assert.Contains(t, e.Error(), ": bind: invalid argument")
+	assert.LessOrEqual(t, len(e.Error()), 400)
 }

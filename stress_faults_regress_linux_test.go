@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
@@ -82,15 +80,5 @@ func TestFaultRegressions(t *testing.T) {
 			}
 			t.Fatalf("%s makes no %s call to fault any more (%s occurrence): update the regression", r.op, r.class, r.occ)
 		})
-	}
-}
-
-// Case: the note that a failed Publish leaves the hold in place is for a
-// process that holds the directory, never for a bad call.
-func TestPublishNoteOnlyForAHolder(t *testing.T) {
-	for _, dir := range []string{"", t.TempDir()} {
-		err := Publish(dir, Record{})
-		require.Error(t, err)
-		assert.NotContains(t, err.Error(), "still holds", "Publish(%q)", dir)
 	}
 }

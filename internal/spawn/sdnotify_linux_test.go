@@ -34,10 +34,3 @@ func TestNotifyOneDatagram(t *testing.T) {
 		})
 	}
 }
-
-func TestNotifyErrors(t *testing.T) {
-	assert.ErrorIs(t, Notify("", "READY=1"), ErrNoNotifySocket)
-	err := Notify(filepath.Join(t.TempDir(), "nobody.sock"), "READY=1")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "nobody.sock")
-}
