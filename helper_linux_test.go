@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// What only Linux lets the portable tests do; helper_other_test.go has
+// What only Linux lets the portable tests do; helper_nolinux_test.go has
 // the answers elsewhere.
 
 // canInjectLockErrors: flock(2) can be made to fail with the errors the

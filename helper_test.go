@@ -98,7 +98,7 @@ func captureLog(t *testing.T) *testharness.LogBuffer {
 // the rest of the test still runs everywhere. What needs Linux itself
 // (injected flock errors, the kernel's list of blocked waiters, FIFOs) is in
 // helper_linux_test.go, with its answers elsewhere in
-// helper_other_test.go.
+// helper_nolinux_test.go.
 var (
 	// kernelNamesHolders: the kernel lists every lock's holders (Linux's
 	// /proc/locks), so a busy answer names the holder of any lock file.

@@ -149,6 +149,57 @@ func TestHouseModulePaths(t *testing.T) {
 	}
 }
 
+// buildSuffixes: what each file-name suffix of the house means, as the
+// file's //go:build line: one meaning per suffix, a set named by its
+// systems, "no" before what it leaves out. The
+// GOOS names (_linux, _darwin, _windows, _js, _plan9) are Go's own rule.
+var buildSuffixes = map[string]string{
+	"unix":                 "unix", // every Unix Go knows, the BSDs too
+	"other":                "!unix && !windows",
+	"nounix":               "!unix",
+	"nolinux":              "!linux",
+	"nowindows":            "!windows",
+	"linuxdarwin":          "linux || darwin",
+	"nolinuxdarwin":        "!linux && !darwin",
+	"nolinuxdarwinwindows": "!linux && !darwin && !windows",
+	"unixnolinux":          "unix && !linux",
+	"unixnolinuxdarwin":    "unix && !linux && !darwin",
+}
+
+// TestHouseBuildSuffixes: a Go file whose name ends in one of
+// buildSuffixes has that build line (docs/architecture.md, "How the house
+// is kept"), so a name says where the file builds.
+func TestHouseBuildSuffixes(t *testing.T) {
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".") && path != ".") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		name := strings.TrimSuffix(strings.TrimSuffix(d.Name(), ".go"), "_test")
+		suffix := name[strings.LastIndex(name, "_")+1:]
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ParseComments|parser.PackageClauseOnly)
+		require.NoError(t, err)
+		expr := ""
+		for _, g := range f.Comments {
+			for _, c := range g.List {
+				if line, ok := strings.CutPrefix(c.Text, "//go:build "); ok {
+					expr = strings.TrimSpace(line)
+				}
+			}
+		}
+		if want, ok := buildSuffixes[suffix]; ok && strings.Contains(name, "_") {
+			assert.Equal(t, want, expr, "%s: the suffix _%s means //go:build %s", path, suffix, want)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+}
+
 type houseFile struct {
 	fset *token.FileSet
 	file *ast.File
