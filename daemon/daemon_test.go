@@ -275,6 +275,7 @@ func TestDialWithoutAServer(t *testing.T) {
 	require.NoError(t, runnerstate.Publish(dir, runnerstate.Record{Specs: []string{"plain"}}))
 	_, _, err = Dial(background(t), dir, nil, DialOptions{})
 	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the holder (pid")
 	assert.Contains(t, err.Error(), "published no Endpoints")
 }
 

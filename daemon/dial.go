@@ -139,7 +139,7 @@ func (d *dialing) once(ctx context.Context) (net.Conn, runnerstate.Record, error
 // dial dials the ready server rec.
 func (d *dialing) dial(ctx context.Context, rec runnerstate.Record) (net.Conn, runnerstate.Record, error, bool) {
 	if len(rec.Endpoints) == 0 {
-		return nil, rec, fmt.Errorf("daemon: Dial %s: the runner (pid %d) published no Endpoints: it does not serve through package daemon", d.dir, rec.PID), false
+		return nil, rec, fmt.Errorf("daemon: Dial %s: the holder (pid %d) published no Endpoints: it is not a server of package daemon", d.dir, rec.PID), false
 	}
 	if d.opts.Endpoint < 0 || d.opts.Endpoint >= len(rec.Endpoints) {
 		return nil, rec, fmt.Errorf("daemon: Dial %s: endpoint %d asked, but the server (pid %d) publishes %d", d.dir, d.opts.Endpoint, rec.PID, len(rec.Endpoints)), false
