@@ -12,8 +12,8 @@ import (
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/fsinfo"
-	"github.com/runnerstate/runnerstate/internal/holder"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/lockholder"
 )
 
 // lockState is what inspectLock learned about a lock file: whether it is
@@ -109,12 +109,12 @@ func (st lockState) namedHolder() (id Identity, ok bool) {
 	return st.holder, true
 }
 
-// confirmation is how a holder was verified (holder.Via).
-type confirmation = holder.Via
+// confirmation is how a holder was verified (lockholder.Via).
+type confirmation = lockholder.Via
 
 const (
-	viaLockFile   = holder.ViaLockFile // the lock file's identity, held per the kernel
-	viaRecordLock = holder.ViaHintLock // runner.json's identity and lock descriptor, per its fdinfo
+	viaLockFile   = lockholder.ViaLockFile // the lock file's identity, held per the kernel
+	viaRecordLock = lockholder.ViaHintLock // runner.json's identity and lock descriptor, per its fdinfo
 )
 
 // warnings are what Status says about a held lock at lockPath.
@@ -137,22 +137,22 @@ func (st lockState) warnings(lockPath string) []string {
 }
 
 // inspectLock looks at the lock file at path without touching the lock
-// (holder.Inspect says how): who holds it, and whether the identity written
+// (lockholder.Inspect says how): who holds it, and whether the identity written
 // in it, as this package writes it (lockContent), is that holder and alive.
 func inspectLock(path string) lockState {
-	return stateOf(holder.Inspect(path, maxLockContent, parseHolder))
+	return stateOf(lockholder.Inspect(path, maxLockContent, parseHolder))
 }
 
-// stateOf is the lockState of what holder.Inspect read, in this package's
+// stateOf is the lockState of what lockholder.Inspect read, in this package's
 // words.
-func stateOf(h holder.State) lockState {
+func stateOf(h lockholder.State) lockState {
 	return lockState{
 		held: h.Held, pid: h.PID, verified: h.Verified, holder: Identity(h.Holder), named: h.Named,
 		verdict: h.Verdict, fd: h.FD, silent: h.Silent, hidden: h.Hidden, reason: h.Reason, err: public(h.Err),
 	}
 }
 
-// parseHolder is holder.Parse for the line a holder writes into its lock
+// parseHolder is lockholder.Parse for the line a holder writes into its lock
 // file (lockContent).
 func parseHolder(data []byte) (liveness.Identity, int, bool) {
 	lc, err := lockLineMemo.Parse(data)
@@ -209,15 +209,15 @@ func inspectRunnerLock(path string) lockState {
 }
 
 // inspectRunner is inspectLock for dir's runner lock, as the runner
-// protocol reads its directory (holder.InspectPair says how): runner.json
+// protocol reads its directory (lockholder.InspectPair says how): runner.json
 // also names the holder, with the descriptor it locks runner.lock through
 // (Record.LockFD), and tree.lock, held by the runner and the children it
 // started, says what holds the directory when runner.lock is free (lostFile:
 // the runner lost runner.lock and still runs; treeHeld: orphans).
 func inspectRunner(dir string) lockState {
-	p := holder.InspectPair(holder.Pair{
+	p := lockholder.InspectPair(lockholder.Pair{
 		Lock: filepath.Join(dir, LockName), Tree: filepath.Join(dir, treeLockName),
-		Limit: maxLockContent, Parse: parseHolder, Hint: func() (holder.Hint, bool) { return recordHint(dir) },
+		Limit: maxLockContent, Parse: parseHolder, Hint: func() (lockholder.Hint, bool) { return recordHint(dir) },
 	})
 	st := stateOf(p.State)
 	st.via, st.lostFile, st.treeHeld = p.Via, p.LostFile, p.TreeHeld
@@ -226,24 +226,24 @@ func inspectRunner(dir string) lockState {
 		st.heldThrough(dir, p.OtherMount)
 	case p.LostFile:
 		st.notes = append(st.notes, fmt.Sprintf("%s was lost (deleted, renamed or replaced while held): its holder still runs and holds %s", filepath.Join(dir, LockName), filepath.Join(dir, treeLockName)))
-	case p.Via == holder.ViaHint && filelock.CarriesContent: // elsewhere runner.json is how a holder is always named
+	case p.Via == lockholder.ViaHint && filelock.CarriesContent: // elsewhere runner.json is how a holder is always named
 		st.notes = append(st.notes, fmt.Sprintf("%s; the holder was named from %s", p.Unnamed, RecordName))
 	}
 	return st
 }
 
-// recordHint is the holder runner.json names, for holder.Pair.
-func recordHint(dir string) (holder.Hint, bool) {
+// recordHint is the holder runner.json names, for lockholder.Pair.
+func recordHint(dir string) (lockholder.Hint, bool) {
 	rec, state, _ := readRecord(dir)
 	if state != fileOK || rec.PID != rec.Process.PID {
-		return holder.Hint{}, false
+		return lockholder.Hint{}, false
 	}
-	return holder.Hint{ID: liveness.Identity(rec.Process), FD: rec.LockFD}, true
+	return lockholder.Hint{ID: liveness.Identity(rec.Process), FD: rec.LockFD}, true
 }
 
 // heldThrough makes st the state of dir's runner lock held by its named
 // holder through another mount, where the holder sees it at holderPath
-// (holder.Elsewhere), with the note Status gives: file locks exclude
+// (lockholder.Elsewhere), with the note Status gives: file locks exclude
 // nothing between the two mounts, but a runner runs.
 func (st *lockState) heldThrough(dir, holderPath string) {
 	st.held, st.pid, st.verified, st.via, st.otherMount = true, st.holder.PID, true, viaLockFile, true
@@ -251,7 +251,7 @@ func (st *lockState) heldThrough(dir, holderPath string) {
 		filepath.Join(dir, LockName), st.holder.PID, holderPath, cmp.Or(fsinfo.TypeOf(dir), "this filesystem")))
 }
 
-// elsewhereToo is, for Status, holder.Elsewhere asked of a lock found held
+// elsewhereToo is, for Status, lockholder.Elsewhere asked of a lock found held
 // whose named holder was not already found through another mount, for its
 // warning (the kernel may have matched the holder by inode number alone);
 // only where the lock file carries content.
@@ -259,7 +259,7 @@ func (st *lockState) elsewhereToo(dir string) {
 	if _, ok := st.namedHolder(); !ok || st.otherMount || !filelock.CarriesContent {
 		return
 	}
-	if holderPath, held := holder.Elsewhere(liveness.Identity(st.holder), st.fd, filepath.Join(dir, LockName)); held {
+	if holderPath, held := lockholder.Elsewhere(liveness.Identity(st.holder), st.fd, filepath.Join(dir, LockName)); held {
 		st.heldThrough(dir, holderPath)
 	}
 }

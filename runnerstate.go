@@ -474,7 +474,7 @@ func stalePIDs(dir string, st lockState) []int {
 		// runner.json names the verified holder, which wrote its identity
 		// into runner.lock when it took the lock, before any runner.json of
 		// its own: neither file names a predecessor, and runner.lock, which
-		// carries the lock, is left unopened (see holder.InspectPair).
+		// carries the lock, is left unopened (see lockholder.InspectPair).
 		return nil
 	}
 	var stale []int

@@ -142,7 +142,7 @@ func roleProbeOnce(dir string) int {
 // and Status about a directory whose verified runner published its record:
 // neither opens a file of the directory that carries a lock, nor makes any
 // flock call. Such an open and its close would wait behind every reader of
-// /proc/locks on the machine (see holder.InspectPair), whatever it costs.
+// /proc/locks on the machine (see lockholder.InspectPair), whatever it costs.
 func TestProbeTouchesNoLockedFile(t *testing.T) {
 	straceBin, err := exec.LookPath("strace")
 	if err != nil {

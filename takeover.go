@@ -15,8 +15,8 @@ import (
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/gate"
 	"github.com/runnerstate/runnerstate/internal/hold"
-	"github.com/runnerstate/runnerstate/internal/holder"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/lockholder"
 	"github.com/runnerstate/runnerstate/internal/locktable"
 )
 
@@ -517,7 +517,7 @@ func (t *takeover) signalOrphans(sig liveness.Signal, treePath string) {
 		t.log.Warn("runnerstate: takeover could not read every process's descriptors; an orphan may be missed", "dir", t.dir)
 	}
 	for _, pid := range pids {
-		p := holder.Pinned(pid, treePath)
+		p := lockholder.Pinned(pid, treePath)
 		if p == nil {
 			continue
 		}

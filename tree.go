@@ -11,8 +11,8 @@ import (
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/fsinfo"
 	"github.com/runnerstate/runnerstate/internal/hold"
-	"github.com/runnerstate/runnerstate/internal/holder"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/lockholder"
 	"github.com/runnerstate/runnerstate/internal/locktable"
 )
 
@@ -63,10 +63,10 @@ func tryPair(dir string) (pair, error) {
 // crossCheck refuses the runner lock l, just taken, when it is proven not
 // to exclude, whatever the filesystem claims to be: the identity in it is
 // another holder's, who holds it at the same time through another mount
-// (holder.Shared). The error is ErrLockingUnsupported naming that holder.
+// (lockholder.Shared). The error is ErrLockingUnsupported naming that holder.
 // Anything short of proof admits.
 func crossCheck(l *filelock.File) error {
-	pid, holderPath, shared := holder.Shared(l, maxLockContent, parseHolder)
+	pid, holderPath, shared := lockholder.Shared(l, maxLockContent, parseHolder)
 	if !shared {
 		return nil
 	}
@@ -164,9 +164,9 @@ func treeBusyError(dir string, cause error) *BusyError {
 }
 
 // verifiedTreeHolder pins pid when it is alive and holds dir's tree.lock,
-// checked after the pin (holder.Pinned); else nil. The caller closes it.
+// checked after the pin (lockholder.Pinned); else nil. The caller closes it.
 func verifiedTreeHolder(dir string, pid int) *liveness.Process {
-	return holder.Pinned(pid, filepath.Join(dir, treeLockName))
+	return lockholder.Pinned(pid, filepath.Join(dir, treeLockName))
 }
 
 // Inherit makes cmd's process part of the runner's tree: it passes cmd a

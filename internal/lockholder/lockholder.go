@@ -1,4 +1,4 @@
-// Package holder tells who holds a kernel lock on a file, as far as that can
+// Package lockholder tells who holds a kernel lock on a file, as far as that can
 // be proven, without touching the lock: from the identity its holder wrote
 // into the file, the holder's own descriptors (/proc/<pid>/fdinfo), the
 // kernel's lock list (/proc/locks) and, where none of these can answer, a
@@ -10,7 +10,7 @@
 // which files those are, is the caller's: it passes the parser and the
 // paths in. Errors are the system's (*fs.PathError) or the durable
 // package's sentinels, for the caller to word.
-package holder
+package lockholder
 
 import (
 	"bytes"

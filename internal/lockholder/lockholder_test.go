@@ -1,4 +1,4 @@
-package holder
+package lockholder
 
 import (
 	"encoding/json"
