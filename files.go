@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/gate"
 )
 
 // The files of a runner directory.
@@ -20,7 +21,7 @@ const (
 
 // Internal files of a runner directory.
 const (
-	gateName      = "gate.json"   // the takeover gate's waiting starters
+	gateName      = gate.Name     // the takeover gate's waiting starters
 	treeLockName  = "tree.lock"   // the tree lock, the other of a hold's pair, which Inherit hands on
 	stateLockName = ".state.lock" // the state lock, serialising state writes
 	corruptSuffix = ".corrupt"    // an unreadable state file set aside by a fresh holder: <name>.corrupt-<time>, the 10 newest kept

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/runnerstate/runnerstate/internal/bridge"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
@@ -158,18 +157,24 @@ func Publish(dir string, rec Record) error {
 	return err
 }
 
-// The cluster module writes a leader's admission record, and package daemon
-// a server's, through bridge.PublishAdmission: Ready false, like Takeover's
-// own.
-func init() {
-	bridge.PublishAdmission = func(dir string, rec any) error {
-		r, ok := rec.(Record)
-		if !ok {
-			return errorf("publish %s: %T is not a Record", filepath.Join(dir, RecordName), rec)
-		}
-		r.Ready = false
-		return publish(dir, r)
-	}
+// PublishNotReady writes rec as this runner's runner.json in dir as Publish
+// does, but with Ready false: the record of a runner that holds dir and is
+// not ready yet, for example one whose listeners are bound (rec.Endpoints)
+// while it loads its data. Start waits past it and Status reports it not
+// ready; it tells no readiness to Start's caller or a service manager, and
+// a runner marked leaving stays so. Package daemon's Listen writes a
+// server's record with it, and the etcd module a leader's; a runner built
+// on neither needs it for the same step.
+//
+// Errors: ErrNotHolder (wrapped, naming dir) unless this process holds
+// dir's runner lock through Acquire or Takeover and the lock file is still
+// the one it locked; a symlink or directory at runner.json is refused
+// naming the path; ErrNotDurable when the record is in place but its
+// directory could not be synced; otherwise the system's error naming the
+// path. Touches runner.json and a temporary file beside it.
+func PublishNotReady(dir string, rec Record) error {
+	rec.Ready = false
+	return publish(dir, rec)
 }
 
 // publish is Publish without the note that the hold stands, for an

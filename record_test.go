@@ -36,6 +36,33 @@ func TestPublishAfterLockFileReplaced(t *testing.T) {
 	assert.ErrorIs(t, Publish(dir, Record{}), ErrNotHolder, "a lock on an unlinked file protects nothing")
 }
 
+// PublishNotReady writes the holder's record with Ready false (whatever
+// rec says), which Running reports and a later Publish makes ready; a
+// process that does not hold dir is refused as Publish refuses it.
+func TestPublishNotReady(t *testing.T) {
+	dir := tempDir(t)
+	assert.ErrorIs(t, PublishNotReady(dir, Record{}), ErrNotHolder)
+	assert.NoFileExists(t, filepath.Join(dir, RecordName))
+	release, err := Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+
+	ep := []Endpoint{{Network: "tcp", Address: "127.0.0.1:7070"}}
+	require.NoError(t, PublishNotReady(dir, Record{Ready: true, Program: "idxd", Endpoints: ep}))
+	rec, held, err := Running(dir)
+	require.NoError(t, err)
+	require.True(t, held)
+	assert.False(t, rec.Ready, "not ready, whatever rec said")
+	assert.Equal(t, "idxd", rec.Program)
+	assert.Equal(t, ep, rec.Endpoints)
+	assert.Equal(t, os.Getpid(), rec.PID)
+
+	require.NoError(t, Publish(dir, Record{Program: "idxd", Endpoints: ep}))
+	rec, _, err = Running(dir)
+	require.NoError(t, err)
+	assert.True(t, rec.Ready, "Publish makes it ready")
+}
+
 // TestLines: what encodeLines writes, splitLines reads back; a line with a
 // "\n" is named by its index; AppendLine completes a last line first.
 func TestLines(t *testing.T) {

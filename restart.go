@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/runnerstate/runnerstate/internal/bridge"
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/hold"
@@ -489,15 +488,30 @@ func sameRequest(a, b restartRequest) bool {
 	return a.Mode == b.Mode && a.For == b.For && a.RequestedAt.Equal(b.RequestedAt)
 }
 
-func init() {
-	bridge.MarkLeaving = func(dir, why string) error {
-		h := holdOf(dir)
-		if h == nil {
-			return fmt.Errorf("%w: %s", ErrNotHolder, filepath.Join(dir, LockName))
-		}
-		markLeaving(context.Background(), h, why)
-		return nil
+// MarkLeaving marks this process's hold of dir as going, for why (a word of
+// the caller's: package daemon says "idle" and "closed"): from then on its
+// runner.json says Ready false and Leaving why, so that Start and Status
+// never take a runner that is going for a ready one, and a later Publish
+// keeps the mark. WatchRestart marks a runner so for the restart it
+// delivers; a runner that decides to go by itself calls MarkLeaving before
+// it lets dir go. The record is rewritten under the state lock (waited for
+// at most 30 s), only while it names this process and before the hold's
+// release, and not synced; the mark holds even after the hold lost its lock
+// file, when Publish refuses. A failure to write it is logged, not
+// returned: the runner is going either way.
+//
+// Errors: ErrNotHolder (wrapped, naming the lock file) when this process
+// does not hold dir; an empty why is refused, naming dir.
+func MarkLeaving(dir, why string) error {
+	if why == "" {
+		return errorf("MarkLeaving %s: why is empty: say why the runner is going (for example \"idle\")", dir)
 	}
+	h := holdOf(dir)
+	if h == nil {
+		return fmt.Errorf("%w: %s", ErrNotHolder, filepath.Join(dir, LockName))
+	}
+	markLeaving(context.Background(), h, why)
+	return nil
 }
 
 // markLeaving marks h's holder as going, for why (a restart mode,

@@ -91,3 +91,29 @@ func TestPublishIgnoresACallersLeaving(t *testing.T) {
 	assert.Empty(t, rec.Leaving)
 	assert.True(t, rec.Ready)
 }
+
+// MarkLeaving marks the holder's record leaving for the caller's word: not
+// ready, through a later Publish; it refuses an empty word, and a process
+// that does not hold dir.
+func TestMarkLeaving(t *testing.T) {
+	dir := tempDir(t)
+	assert.ErrorIs(t, MarkLeaving(dir, "idle"), ErrNotHolder)
+	release, err := Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+	require.NoError(t, Publish(dir, Record{Specs: []string{"index"}}))
+
+	err = MarkLeaving(dir, "")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), dir)
+	assert.True(t, recordNow(t, dir).Ready, "an empty word marks nothing")
+
+	require.NoError(t, MarkLeaving(dir, "idle"))
+	rec := recordNow(t, dir)
+	assert.Equal(t, "idle", rec.Leaving)
+	assert.False(t, rec.Ready)
+	require.NoError(t, Publish(dir, Record{Specs: []string{"index"}}))
+	rec = recordNow(t, dir)
+	assert.Equal(t, "idle", rec.Leaving, "a later Publish keeps the mark")
+	assert.False(t, rec.Ready)
+}

@@ -9,11 +9,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/runnerstate/runnerstate"
-	"github.com/runnerstate/runnerstate/internal/bridge"
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
@@ -111,7 +111,7 @@ func (d *dialing) once(ctx context.Context) (net.Conn, runnerstate.Record, error
 		return nil, rec, err, false
 	}
 	if held {
-		if err := bridge.OtherProgram(d.dir, rec.PID, rec.Program, d.opts.Program); err != nil {
+		if err := otherProgram(d.dir, rec, d.opts.Program); err != nil {
 			return nil, rec, err, false
 		}
 	}
@@ -246,7 +246,7 @@ func (d *dialing) start(ctx context.Context, was runnerstate.Record) (net.Conn, 
 		if _, held, _ := runnerstate.Running(d.dir); held {
 			return nil, was, nil, true
 		}
-		if bridge.Waiting(d.dir) > 0 {
+		if rep, err := runnerstate.Status(d.dir); err == nil && len(rep.Waiting) > 0 {
 			d.wait(ctx) // a starter is being admitted
 			return nil, was, nil, true
 		}
@@ -399,4 +399,17 @@ func sameHolder(a, b runnerstate.Record) bool {
 		return a.Process.Instance == b.Process.Instance
 	}
 	return a.PID == b.PID
+}
+
+// otherProgram refuses dir, whose verified holder's record is rec, when
+// that record names another program than program (both non-empty), as
+// runnerstate.Takeover and Start do: an error matching
+// runnerstate.ErrOtherProgram and runnerstate.ErrBusy (a
+// *runnerstate.BusyError) naming both programs; nil otherwise.
+func otherProgram(dir string, rec runnerstate.Record, program string) error {
+	if program == "" || rec.Program == "" || rec.Program == program {
+		return nil
+	}
+	be := &runnerstate.BusyError{Path: filepath.Join(dir, runnerstate.LockName), PID: rec.PID, Verified: true}
+	return fmt.Errorf("%w: %s is held by %q (pid %d), not %q: %w", runnerstate.ErrOtherProgram, dir, rec.Program, rec.PID, program, be)
 }

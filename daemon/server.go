@@ -148,7 +148,7 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 		return nil, err
 	}
 	rv.close()
-	if err := bridge.PublishAdmission(dir, runnerstate.Record{Program: opts.Program, Version: opts.Version, Endpoints: s.bound}); err != nil {
+	if err := runnerstate.PublishNotReady(dir, runnerstate.Record{Program: opts.Program, Version: opts.Version, Endpoints: s.bound}); err != nil {
 		s.closeSockets(true)
 		release()
 		return nil, err
@@ -226,7 +226,7 @@ func passOn(dir string, rv *rendezvous) {
 	for i, r := range got {
 		socks[i] = handable(r)
 	}
-	for _, succ := range bridge.Successors(dir) {
+	for _, succ := range successors(dir) {
 		if succ.Rendezvous != rv.address() && handTo(succ.Rendezvous, socks) {
 			break
 		}
@@ -384,7 +384,7 @@ func (s *Server) leave(why string) {
 	s.mu.Unlock()
 	if why == ReasonIdle || why == ReasonClosed {
 		// Restart modes and a lost lock file are marked by WatchRestart.
-		if err := bridge.MarkLeaving(s.dir, why); err != nil {
+		if err := runnerstate.MarkLeaving(s.dir, why); err != nil {
 			s.log.Info("daemon: could not mark the server leaving", "dir", s.dir, "err", err)
 		}
 	}
@@ -445,7 +445,7 @@ func (s *Server) handToSuccessors() {
 	if !handsOver || s.Reason() == ReasonIdle {
 		return
 	}
-	for _, succ := range bridge.Successors(s.dir) {
+	for _, succ := range successors(s.dir) {
 		key := succ.Rendezvous + " " + succ.Instance
 		s.mu.Lock()
 		done := s.sent[key] || succ.Rendezvous == s.rvAddr
@@ -518,5 +518,5 @@ func loggerOf(l *slog.Logger) *slog.Logger {
 	if l != nil {
 		return l
 	}
-	return bridge.Logger()
+	return runnerstate.Logger()
 }
