@@ -239,3 +239,40 @@ func TestHouseEtcdImportsNoInternal(t *testing.T) {
 	})
 	require.NoError(t, err)
 }
+
+// TestHouseTestSwitchesAreAtomic: a package variable that tests set (its
+// name begins with "test") is a sync/atomic value, one way everywhere, so
+// that setting it never races with a goroutine a test left running.
+func TestHouseTestSwitchesAreAtomic(t *testing.T) {
+	for _, path := range houseSources(t) {
+		f := parseHouseFile(t, path)
+		for _, d := range f.file.Decls {
+			gd, ok := d.(*ast.GenDecl)
+			if !ok || gd.Tok != token.VAR {
+				continue
+			}
+			for _, s := range gd.Specs {
+				vs := s.(*ast.ValueSpec)
+				for _, n := range vs.Names {
+					if !strings.HasPrefix(n.Name, "test") {
+						continue
+					}
+					atomic := false
+					if sel, ok := vs.Type.(*ast.SelectorExpr); ok {
+						atomic = isIdent(sel.X, "atomic")
+					} else if ix, ok := vs.Type.(*ast.IndexExpr); ok {
+						if sel, ok := ix.X.(*ast.SelectorExpr); ok {
+							atomic = isIdent(sel.X, "atomic")
+						}
+					}
+					assert.True(t, atomic, "%s: the test switch %s is not a sync/atomic value", path, n.Name)
+				}
+			}
+		}
+	}
+}
+
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
+}

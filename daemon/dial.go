@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -202,14 +203,14 @@ func exiting(ctx context.Context, id runnerstate.Identity) bool {
 func dialEndpoint(ctx context.Context, ep runnerstate.Endpoint) (net.Conn, error) {
 	var dialer net.Dialer
 	c, err := dialer.DialContext(ctx, ep.Network, ep.Address)
-	if h := testHookDial; h != nil {
-		h(err)
+	if h := testHookDial.Load(); h != nil {
+		(*h)(err)
 	}
 	return c, err
 }
 
 // testHookDial, when set, is told the outcome of every connect Dial makes.
-var testHookDial func(err error)
+var testHookDial atomic.Pointer[func(err error)]
 
 // retryable reports whether err is a refusal a server that is going, or not
 // yet there, gives.
