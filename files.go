@@ -226,7 +226,7 @@ func SaveLines(dir, name string, lines []string) error {
 	if err := ensureDir(dir); err != nil {
 		return err
 	}
-	return withStateLock(dir, func() error {
+	return withStateLock(dir, func(stateHeld) error {
 		return public(durable.Write(dir, name, data))
 	})
 }
@@ -305,7 +305,7 @@ func AppendLine(dir, name, line string) error {
 	if err := ensureDir(dir); err != nil {
 		return err
 	}
-	return withStateLock(dir, func() error {
+	return withStateLock(dir, func(stateHeld) error {
 		path := filepath.Join(dir, name)
 		old, err := readLines(path, "append")
 		if err != nil {
@@ -341,7 +341,7 @@ func MigrateFile(dir, oldName, newName string) error {
 	if oldName == newName {
 		return nil
 	}
-	return withStateLock(dir, func() error {
+	return withStateLock(dir, func(stateHeld) error {
 		return public(durable.Migrate(dir, oldName, newName))
 	})
 }

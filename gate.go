@@ -37,14 +37,17 @@ func readGate(dir string) (gateState, string) {
 }
 
 // updateGate runs fn on the gate under dir's state lock and writes the result
-// back. fn runs with the lock held and may touch other state files with the
-// *Locked helpers; it must not take the state lock itself (a call that does
-// fails at once, see withStateLockCtx).
+// back. fn runs with the lock held; it must not take the state lock itself
+// (see withStateLockCtx). One that touches other state files with the
+// *Locked helpers takes the lock with withStateLockCtx and calls
+// updateGateLocked with its token.
 func updateGate(ctx context.Context, dir string, fn func(g *gateState) error) error {
-	return withStateLockCtx(ctx, dir, func() error { return updateGateLocked(dir, fn) })
+	return withStateLockCtx(ctx, dir, func(held stateHeld) error { return updateGateLocked(held, fn) })
 }
 
-func updateGateLocked(dir string, fn func(g *gateState) error) error {
+// updateGateLocked is updateGate for a caller that holds the state lock.
+func updateGateLocked(held stateHeld, fn func(g *gateState) error) error {
+	dir := held.dir
 	g, _ := readGate(dir)
 	g.Prune()
 	if err := fn(&g); err != nil {

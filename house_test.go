@@ -276,3 +276,17 @@ func isIdent(e ast.Expr, name string) bool {
 	id, ok := e.(*ast.Ident)
 	return ok && id.Name == name
 }
+
+// TestHouseNoRuntimeStack: no library code reads a goroutine's stack
+// (runtime.Stack): Go gives goroutines no identity on purpose, and what
+// needs one (the state lock's holder) is passed a token instead.
+func TestHouseNoRuntimeStack(t *testing.T) {
+	for _, path := range houseSources(t) {
+		ast.Inspect(parseHouseFile(t, path).file, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok && isIdent(sel.X, "runtime") && sel.Sel.Name == "Stack" {
+				assert.Fail(t, "runtime.Stack outside tests", "%s calls runtime.Stack", path)
+			}
+			return true
+		})
+	}
+}

@@ -211,7 +211,7 @@ func publishAs(dir string, rec Record) (leaving string, err error) {
 		rec.StartedAt = h.AcquiredAt()
 	}
 	ready := rec.Ready
-	err = withStateLock(dir, func() error {
+	err = withStateLock(dir, func(stateHeld) error {
 		// Read under the state lock, as markLeaving writes it.
 		rec.Leaving = ""
 		if program, version := h.Description(); rec.Program == "" && rec.Version == "" {

@@ -126,18 +126,19 @@ func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
 		return restartRequest{}, err
 	}
 	var pending restartRequest
-	err := withStateLock(dir, func() error {
+	err := withStateLock(dir, func(held stateHeld) error {
 		var err error
-		pending, _, err = requestRestartLocked(dir, mode, by, false)
+		pending, _, err = requestRestartLocked(held, mode, by, false)
 		return err
 	})
 	return pending, err
 }
 
-// requestRestartLocked is requestRestart for a caller that holds dir's state
-// lock. wrote says whether a new request was written (rather than a pending
-// one of equal or greater strength kept).
-func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending restartRequest, wrote bool, err error) {
+// requestRestartLocked is requestRestart for a caller that holds the
+// directory's state lock. wrote says whether a new request was written
+// (rather than a pending one of equal or greater strength kept).
+func requestRestartLocked(held stateHeld, mode string, by Identity, takeover bool) (pending restartRequest, wrote bool, err error) {
+	dir := held.dir
 	target := ""
 	st := inspectRunner(dir)
 	if st.err != nil {
@@ -242,7 +243,7 @@ func ClearRestart(dir string) error {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	return withStateLock(dir, func() error { return public(durable.Remove(dir, RestartName)) })
+	return withStateLock(dir, func(stateHeld) error { return public(durable.Remove(dir, RestartName)) })
 }
 
 // Retiring a request: three policies, one for each moment a request can stop
@@ -527,7 +528,7 @@ func MarkLeaving(dir, why string) error {
 func markLeaving(ctx context.Context, h *hold.Hold, why string) {
 	dir := h.Dir()
 	h.SetLeaving(why) // at once, whether or not the record can be written
-	err := withStateLockCtx(ctx, dir, func() error {
+	err := withStateLockCtx(ctx, dir, func(stateHeld) error {
 		h.SetLeaving(why)
 		if h.Ending() {
 			return nil
