@@ -418,6 +418,7 @@ type startCall struct {
 // whose start it waited for, did not become ready, or ctx ended first;
 // otherwise those of the files.
 func (c *startCall) run(ctx context.Context) (Record, error) {
+	defer joinLooks(c.abs)()
 	w := dirwatch.New(c.dir)
 	defer w.Close()
 	woke := time.Now()
