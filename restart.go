@@ -50,9 +50,14 @@ type restartRequest struct {
 	Takeover bool `json:"takeover,omitempty"`
 }
 
-// strength orders the modes a request may ask for: a request never weakens
-// a pending one. RestartLost is no request and has none.
-func strength(mode string) int {
+// ModeStrength orders the modes a restart request may ask for: 2 for
+// RestartNow, 1 for RestartDrain, and 0 for any other mode, which no
+// request may ask (ErrBadMode; RestartLost is no request). A request never
+// weakens a pending one: RequestRestart keeps a pending request of the
+// same or a greater strength. Code that carries restart requests of its
+// own (the etcd module does, on a leader key) checks a mode and keeps the
+// same order with it.
+func ModeStrength(mode string) int {
 	switch mode {
 	case RestartNow:
 		return 2
@@ -111,7 +116,7 @@ func RequestRestart(dir, mode string) error {
 // requestRestart writes or upgrades the request and returns the request now
 // pending. by is who asks.
 func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
-	if strength(mode) == 0 {
+	if ModeStrength(mode) == 0 {
 		return restartRequest{}, fmt.Errorf("%w, not %q", ErrBadMode, mode)
 	}
 	if err := checkDir("RequestRestart", dir); err != nil {
@@ -151,7 +156,7 @@ func requestRestartLocked(held stateHeld, mode string, by Identity, takeover boo
 	if err != nil {
 		return restartRequest{}, false, err
 	}
-	if ok && old.For == target && strength(old.Mode) >= strength(mode) {
+	if ok && old.For == target && ModeStrength(old.Mode) >= ModeStrength(mode) {
 		return old, false, nil
 	}
 	pending = restartRequest{Mode: mode, RequestedAt: time.Now(), By: by, For: target, Takeover: takeover}
@@ -209,7 +214,7 @@ func parseRestart(data []byte) (restartRequest, error) {
 	if err := durable.DecodeObject(data, &req); err != nil {
 		return restartRequest{}, err
 	}
-	if strength(req.Mode) == 0 {
+	if ModeStrength(req.Mode) == 0 {
 		return restartRequest{}, fmt.Errorf("unknown mode %q", req.Mode)
 	}
 	return req, nil

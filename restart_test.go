@@ -117,3 +117,20 @@ func TestMarkLeaving(t *testing.T) {
 	assert.Equal(t, "idle", rec.Leaving, "a later Publish keeps the mark")
 	assert.False(t, rec.Ready)
 }
+
+// TestModeStrength: the order of the modes a request may ask for, and 0
+// (ErrBadMode) for every other word, RestartLost and daemon's reasons
+// included; RequestRestart and Takeover refuse exactly those.
+func TestModeStrength(t *testing.T) {
+	dir := tempDir(t)
+	for mode, want := range map[string]int{RestartNow: 2, RestartDrain: 1, RestartLost: 0, "idle": 0, "closed": 0, "": 0, "Now": 0} {
+		assert.Equal(t, want, ModeStrength(mode), "%q", mode)
+		if want == 0 {
+			assert.ErrorIs(t, RequestRestart(dir, mode), ErrBadMode, "%q", mode)
+			if mode != "" { // Takeover's default mode
+				_, err := Takeover(context.Background(), dir, TakeoverOptions{Mode: mode})
+				assert.ErrorIs(t, err, ErrBadMode, "%q", mode)
+			}
+		}
+	}
+}

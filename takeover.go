@@ -120,7 +120,7 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	if strength(opts.Mode) == 0 {
+	if ModeStrength(opts.Mode) == 0 {
 		return nil, fmt.Errorf("%w, not %q", ErrBadMode, opts.Mode)
 	}
 	if err := ensureRunnerDir(dir); err != nil {
@@ -446,7 +446,7 @@ func (t *takeover) decide(ctx context.Context, now time.Time, at stepTarget, can
 // or upgrades its mode. Called under the state lock (held).
 func (t *takeover) ask(held stateHeld, g *gateState, pid int) error {
 	e := g.Escalation
-	if strength(t.opts.Mode) <= strength(e.Mode) {
+	if ModeStrength(t.opts.Mode) <= ModeStrength(e.Mode) {
 		return nil // asked already, as strongly
 	}
 	e.Mode = t.opts.Mode

@@ -365,7 +365,7 @@ func Stop(ctx context.Context, dir, mode string) error {
 	if mode == "" {
 		mode = runnerstate.RestartDrain
 	}
-	if mode != runnerstate.RestartDrain && mode != runnerstate.RestartNow {
+	if runnerstate.ModeStrength(mode) == 0 {
 		return fmt.Errorf("daemon: Stop %s: %w, not %q", dir, runnerstate.ErrBadMode, mode)
 	}
 	rec, held, err := runnerstate.Running(dir)

@@ -120,7 +120,7 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 	if opts.Mode == "" {
 		opts.Mode = runnerstate.RestartDrain
 	}
-	if opts.Mode != runnerstate.RestartDrain && opts.Mode != runnerstate.RestartNow {
+	if runnerstate.ModeStrength(opts.Mode) == 0 {
 		return nil, fmt.Errorf("daemon: Listen %s: %w, not %q", dir, runnerstate.ErrBadMode, opts.Mode)
 	}
 	yield := os.Getenv(envYield) == "1"
@@ -353,8 +353,11 @@ func (s *Server) watch(ctx context.Context) {
 	}
 }
 
-// strength orders reasons to leave: a stronger one replaces a weaker one.
-func strength(why string) int {
+// reasonRank orders a server's reasons to leave (restart modes, a lost
+// lock file, idle, closed): a higher one replaces a lower one in Reason. It
+// is not the order of restart requests (runnerstate.ModeStrength), which
+// never weaken one another and know no idle or closed.
+func reasonRank(why string) int {
 	switch why {
 	case runnerstate.RestartDrain, ReasonIdle, ReasonClosed:
 		return 1
@@ -371,7 +374,7 @@ func strength(why string) int {
 func (s *Server) leave(why string) {
 	s.mu.Lock()
 	if s.reason != "" {
-		if strength(why) > strength(s.reason) {
+		if reasonRank(why) > reasonRank(s.reason) {
 			s.reason = why
 		}
 		s.mu.Unlock()
