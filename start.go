@@ -3,7 +3,6 @@ package runnerstate
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,6 +15,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/runnerstate/runnerstate/internal/accept"
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
@@ -197,7 +197,7 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 	if cmd.Process != nil {
 		return Record{}, errorf("Start %s: the command %s has been started already; pass a new exec.Cmd", dir, cmd.Path)
 	}
-	accept := acceptOnce(opts.Accept)
+	accepts := accept.Once(opts.Accept)
 	if err := filelock.Judge(filepath.Join(dir, LockName)); err != nil {
 		return Record{}, public(err) // nothing started, nothing created
 	}
@@ -205,7 +205,7 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 		return Record{}, err
 	} else if err := otherProgram(dir, rec, opts.Program); held && err != nil {
 		return Record{}, err
-	} else if ready && accept(rec) {
+	} else if ready && accepts(rec) {
 		return rec, nil
 	}
 	abs, err := filepath.Abs(dir)
@@ -236,36 +236,12 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 		opts.Log = ""
 	}
 	c := &startCall{dir: dir, abs: abs, cmd: cmd, logPath: opts.Log, logMax: cmp.Or(opts.LogMaxBytes, defaultLogMax), log: opts.Logger,
-		accept: accept, since: since, unreadable: &unreadableSince{}}
+		accept: accepts, since: since, unreadable: &unreadableSince{}}
 	rec, err := c.run(ctx)
 	if se, ok := err.(*StartError); ok {
 		se.Err = whyNotReady(dir, se)
 	}
 	return rec, err
-}
-
-// acceptOnce is accept (nil: accept all) asked at most once per distinct
-// record: records are the same when their JSON encodings are, holder
-// identity and content, so that a call that looks at the same runner.json
-// again and again while it waits asks once, and asks again only when the
-// record changed. A Start call asks from its own goroutine only.
-func acceptOnce(accept func(Record) bool) func(Record) bool {
-	if accept == nil {
-		return func(Record) bool { return true }
-	}
-	answers := map[string]bool{}
-	return func(rec Record) bool {
-		key, err := json.Marshal(rec)
-		if err != nil {
-			return accept(rec)
-		}
-		ok, asked := answers[string(key)]
-		if !asked {
-			ok = accept(rec)
-			answers[string(key)] = ok
-		}
-		return ok
-	}
 }
 
 // whyNotReady is e's reason, with the cause when a runner that still runs

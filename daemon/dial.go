@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/internal/accept"
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
@@ -77,7 +77,7 @@ var ErrIncompatible = errors.New("daemon: the server that runs will not do for t
 // when the copy started did not become ready; an error wrapping ctx.Err()
 // naming the holder when ctx ends first.
 func Dial(ctx context.Context, dir string, cmd *exec.Cmd, opts DialOptions) (net.Conn, runnerstate.Record, error) {
-	d := &dialing{dir: dir, cmd: cmd, opts: opts, asked: map[string]bool{}}
+	d := &dialing{dir: dir, cmd: cmd, opts: opts, accept: accept.Once(opts.Accept)}
 	defer d.close()
 	for {
 		c, rec, err, again := d.once(ctx)
@@ -95,7 +95,7 @@ type dialing struct {
 	dir    string
 	cmd    *exec.Cmd
 	opts   DialOptions
-	asked  map[string]bool // Accept's answer, by record
+	accept func(runnerstate.Record) bool // opts.Accept, asked once per distinct record
 	w      *dirwatch.Watcher
 	failed int // copies started that exited before they were ready
 }
@@ -279,21 +279,6 @@ func (d *dialing) copyCmd() *exec.Cmd {
 	}
 	c.Stdout, c.Stderr = d.cmd.Stdout, d.cmd.Stderr
 	return c
-}
-
-// accept is opts.Accept's answer for rec, asked once per distinct record.
-func (d *dialing) accept(rec runnerstate.Record) bool {
-	if d.opts.Accept == nil {
-		return true
-	}
-	data, _ := json.Marshal(rec)
-	key := string(data)
-	if ok, seen := d.asked[key]; seen {
-		return ok
-	}
-	ok := d.opts.Accept(rec)
-	d.asked[key] = ok
-	return ok
 }
 
 // wait waits for a change in dir (bounded by ctx).
