@@ -95,16 +95,18 @@ func verifiedAlive(id liveness.Identity) bool {
 	return v == liveness.Alive || v == liveness.Self
 }
 
-// startedBy reports whether rec is the record of a's child.
-func startedBy(a startAttempt, rec Record) bool {
-	return a.Child.PID > 0 && sameProcess(rec.Process, Identity(a.Child))
+// readyChild reports whether rec, ready (probeStart's answer, or the
+// record's own Ready), is a's child ready: the runner this attempt started
+// is the ready holder, and the attempt is over.
+func readyChild(a startAttempt, rec Record, ready bool) bool {
+	return ready && a.Child.PID > 0 && sameProcess(rec.Process, Identity(a.Child))
 }
 
 // pendingChild is the child of dir's attempt in progress, for Status
 // (Report.Starting): alive, not failed, and not (yet) the ready holder rec.
 func pendingChild(dir string, rec Record) Identity {
 	a, ok := readAttempt(dir)
-	if !ok || !a.pending() || (rec.Ready && startedBy(a, rec)) {
+	if !ok || !a.pending() || readyChild(a, rec, rec.Ready) {
 		return Identity{}
 	}
 	return Identity(a.Child)

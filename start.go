@@ -410,7 +410,7 @@ func (c *startCall) run(ctx context.Context) (Record, error) {
 		if look.ready && c.accept(look.rec) {
 			return look.rec, nil
 		}
-		if a := look.att; look.haveAtt && a.inProgress() && !c.spawned && !(look.ready && startedBy(a, look.rec)) {
+		if a := look.att; look.haveAtt && a.inProgress() && !c.spawned && !readyChild(a, look.rec, look.ready) {
 			rec, err := c.await(ctx, a)
 			if err != errAgain {
 				return rec, err
@@ -488,10 +488,10 @@ func (c *startCall) decide(ctx context.Context, release func()) (Record, error) 
 		return Record{}, err
 	}
 	switch {
-	case have && ready && startedBy(a, rec) && c.spawned:
+	case have && readyChild(a, rec, ready) && c.spawned:
 		release()
 		return Record{}, c.refused(a)
-	case have && a.inProgress() && !(ready && startedBy(a, rec)):
+	case have && a.inProgress() && !readyChild(a, rec, ready):
 		release()
 		return c.await(ctx, a)
 	case have && a.Failed && a.Ended.After(c.since):
@@ -541,7 +541,7 @@ func (c *startCall) await(ctx context.Context, a startAttempt) (Record, error) {
 	woke := time.Now()
 	for {
 		l := c.lookAfter(woke)
-		if own != nil && l.err == nil && l.ready && startedBy(a, l.rec) {
+		if own != nil && l.err == nil && readyChild(a, l.rec, l.ready) {
 			own.ready.Store(true) // settle then knows it was ready, whatever its exit
 		}
 		if rec, done, err := c.judge(l, a); done {
@@ -578,7 +578,7 @@ func (c *startCall) judge(l startLook, a startAttempt) (rec Record, done bool, e
 	if l.err != nil {
 		return Record{}, true, l.err
 	}
-	if ready && startedBy(a, rec) {
+	if readyChild(a, rec, ready) {
 		switch {
 		case c.accept(rec):
 			return rec, true, nil
