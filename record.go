@@ -100,6 +100,17 @@ type Record struct {
 	Leaving string `json:"leaving,omitempty"`
 }
 
+// Usable reports whether r, as Running returned it for a held directory,
+// is a runner to use now: its record is its own Publish (Ready), it is not
+// leaving, and its process is the confirmed holder (Running fills Process
+// only then). Package daemon's Dial connects to a server whose record is
+// Usable. Start asks one thing more of the runner it returns: that no
+// restart request is pending for it, since a runner asked to go is about
+// to mark itself leaving; a client that only connects uses it until then.
+func (r Record) Usable() bool {
+	return r.Ready && r.Leaving == "" && r.Process.PID != 0
+}
+
 // Endpoint is one address a runner serves on, as net.Listen takes it.
 type Endpoint struct {
 	Network string `json:"network"` // "unix", "tcp", "tcp4" or "tcp6"

@@ -84,3 +84,22 @@ func TestLines(t *testing.T) {
 	assert.Equal(t, "c\n", string(addLine(nil, "c")))
 	assert.Equal(t, "a\nc\n", string(addLine([]byte("a\n"), "c")))
 }
+
+// TestRecordUsable: a record is usable when it is its runner's own Publish,
+// not leaving, and names its confirmed process; the admission record, a
+// leaving runner's, and a bare pid are not.
+func TestRecordUsable(t *testing.T) {
+	self := Self()
+	for _, c := range []struct {
+		name string
+		rec  Record
+		want bool
+	}{
+		{"published", Record{PID: self.PID, Process: self, Ready: true}, true},
+		{"admission record", Record{PID: self.PID, Process: self}, false},
+		{"leaving", Record{PID: self.PID, Process: self, Ready: true, Leaving: RestartDrain}, false},
+		{"a bare pid", Record{PID: self.PID, Ready: true}, false},
+	} {
+		assert.Equal(t, c.want, c.rec.Usable(), c.name)
+	}
+}

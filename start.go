@@ -342,11 +342,11 @@ func checkStartInput(dir string, cmd *exec.Cmd, opts StartOptions) error {
 }
 
 // probeStart is Running's answer: the record, whether the lock is held, and
-// whether the holder is ready (a verified holder whose record says Ready,
-// and that is not asked to restart: a runner draining or stopping is
-// leaving, and Start waits for it to go rather than hand it back). A
-// leaving runner's record says Ready false itself (WatchRestart marks it);
-// the pending request covers the instant before the mark.
+// whether the holder is ready: its record Usable, and not askedToRestart (a
+// runner draining or stopping is leaving, and Start waits for it to go
+// rather than hand it back). A leaving runner's record says Ready false
+// itself (WatchRestart marks it); the pending request covers the instant
+// before the mark.
 func probeStart(dir string) (rec Record, held, ready bool, err error) {
 	rec, held, err = Running(dir)
 	if err != nil {
@@ -354,11 +354,16 @@ func probeStart(dir string) (rec Record, held, ready bool, err error) {
 		// fail the same way (a path over PATH_MAX, say) and say it of itself.
 		return rec, held, false, err
 	}
-	ready = held && rec.Ready && rec.Leaving == "" && rec.Process.PID != 0
-	if req, asked := pendingRestart(dir); ready && asked && (req.For == "" || req.For == rec.Process.Instance) {
-		ready = false
-	}
+	ready = held && rec.Usable() && !askedToRestart(dir, rec)
 	return rec, held, ready, err
+}
+
+// askedToRestart reports whether a restart request is pending for rec's
+// runner (addressed to its instance, or to whoever holds dir): what Start
+// asks of a ready runner beyond Record.Usable, and Dial does not.
+func askedToRestart(dir string, rec Record) bool {
+	req, asked := pendingRestart(dir)
+	return asked && (req.For == "" || req.For == rec.Process.Instance)
 }
 
 // startPoll is how often a caller looks where nothing notifies it.

@@ -116,7 +116,7 @@ func (d *dialing) once(ctx context.Context) (net.Conn, runnerstate.Record, error
 			return nil, rec, err, false
 		}
 	}
-	ready := held && rec.Ready && rec.Leaving == "" && rec.Process.PID != 0
+	ready := held && rec.Usable() // a server asked to restart still serves: unlike Start, Dial uses it
 	switch {
 	case ready && older(rec.Version, d.opts.Version):
 		if d.cmd == nil {
