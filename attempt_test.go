@@ -54,7 +54,7 @@ func TestAttemptRecord(t *testing.T) {
 // more directories than there are calls running. A call that has not
 // joined looks by itself, and stores nothing.
 func TestStartLooksAreBounded(t *testing.T) {
-	dir := tempDir(t)
+	dir := testharness.TempDir(t)
 	looks := func() int {
 		startLooks.Lock()
 		defer startLooks.Unlock()
@@ -71,8 +71,7 @@ func TestStartLooksAreBounded(t *testing.T) {
 	leave1, leave2 := joinLooks(dir), joinLooks(dir)
 	assert.Equal(t, 1, looks())
 	woke := time.Now()
-	first := c.lookAfter(woke)
-	assert.False(t, first.held)
+	c.lookAfter(woke)
 	startLooks.Lock()
 	at := startLooks.m[dir].at
 	startLooks.Unlock()
