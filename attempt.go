@@ -95,16 +95,18 @@ func verifiedAlive(id liveness.Identity) bool {
 	return v == liveness.Alive || v == liveness.Self
 }
 
-// startedBy reports whether rec is the record of a's child.
-func startedBy(a startAttempt, rec Record) bool {
-	return a.Child.PID > 0 && sameProcess(rec.Process, Identity(a.Child))
+// readyChild reports whether rec, ready (probeStart's answer, or the
+// record's own Ready), is a's child ready: the runner this attempt started
+// is the ready holder, and the attempt is over.
+func readyChild(a startAttempt, rec Record, ready bool) bool {
+	return ready && a.Child.PID > 0 && sameProcess(rec.Process, Identity(a.Child))
 }
 
 // pendingChild is the child of dir's attempt in progress, for Status
 // (Report.Starting): alive, not failed, and not (yet) the ready holder rec.
 func pendingChild(dir string, rec Record) Identity {
 	a, ok := readAttempt(dir)
-	if !ok || !a.pending() || (rec.Ready && startedBy(a, rec)) {
+	if !ok || !a.pending() || readyChild(a, rec, rec.Ready) {
 		return Identity{}
 	}
 	return Identity(a.Child)
@@ -367,23 +369,54 @@ type startLook struct {
 	haveAtt     bool
 }
 
-// startLooks is the last look at each directory taken by a caller of this
-// process, which every caller woken before it began may use: a crowd of
-// callers in one process woken by one change looks once, not once each.
-var startLooks sync.Map // absolute dir -> *lookShare
+// startLooks holds the last look at each directory a Start call of this
+// process is on, which every caller woken before it began may use: a crowd
+// of callers in one process woken by one change looks once, not once each.
+// A directory's entry lives while a call is on it (joinLooks), so it holds
+// no more directories than there are Start calls running.
+var startLooks = struct {
+	sync.Mutex
+	m map[string]*lookShare // absolute dir -> its last look
+}{m: make(map[string]*lookShare)}
 
 // lookShare is the last look at one directory.
 type lookShare struct {
-	mu sync.Mutex
-	at time.Time // when the look began
-	l  startLook
+	mu    sync.Mutex
+	at    time.Time // when the look began
+	l     startLook
+	calls int // the Start calls on the directory (under startLooks' lock)
+}
+
+// joinLooks makes a Start call on the directory abs one that shares its
+// looks, until leave: the last call to leave drops the directory's entry.
+func joinLooks(abs string) (leave func()) {
+	startLooks.Lock()
+	defer startLooks.Unlock()
+	sh := startLooks.m[abs]
+	if sh == nil {
+		sh = &lookShare{}
+		startLooks.m[abs] = sh
+	}
+	sh.calls++
+	return func() {
+		startLooks.Lock()
+		defer startLooks.Unlock()
+		if sh.calls--; sh.calls == 0 {
+			delete(startLooks.m, abs)
+		}
+	}
 }
 
 // lookAfter returns a look at the directory that began after woke: a
-// concurrent caller's, or its own.
+// concurrent caller's, or its own (a call that has not joined the
+// directory's looks always looks itself).
 func (c *startCall) lookAfter(woke time.Time) startLook {
-	v, _ := startLooks.LoadOrStore(c.abs, &lookShare{})
-	sh := v.(*lookShare)
+	startLooks.Lock()
+	sh := startLooks.m[c.abs]
+	startLooks.Unlock()
+	if sh == nil {
+		sh = &lookShare{}
+	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if !sh.at.After(woke) {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
@@ -46,4 +47,40 @@ func TestAttemptRecord(t *testing.T) {
 	_, err = parseAttempt([]byte(`[1]`))
 	assert.Error(t, err)
 	assert.True(t, errors.Is(&StartError{Err: errRefused}, errRefused))
+}
+
+// TestStartLooksAreBounded: a directory's shared look lives while a Start
+// call is on it; the last call to leave drops it, so the table never holds
+// more directories than there are calls running. A call that has not
+// joined looks by itself, and stores nothing.
+func TestStartLooksAreBounded(t *testing.T) {
+	dir := testharness.TempDir(t)
+	looks := func() int {
+		startLooks.Lock()
+		defer startLooks.Unlock()
+		_, ok := startLooks.m[dir]
+		if ok {
+			return 1
+		}
+		return 0
+	}
+	c := &startCall{dir: dir, abs: dir, unreadable: &unreadableSince{}}
+	c.lookAfter(time.Now())
+	assert.Zero(t, looks(), "a call that has not joined stores no look")
+
+	leave1, leave2 := joinLooks(dir), joinLooks(dir)
+	assert.Equal(t, 1, looks())
+	woke := time.Now()
+	c.lookAfter(woke)
+	startLooks.Lock()
+	at := startLooks.m[dir].at
+	startLooks.Unlock()
+	c.lookAfter(woke)
+	startLooks.Lock()
+	assert.Equal(t, at, startLooks.m[dir].at, "a caller woken before the look shares it")
+	startLooks.Unlock()
+	leave1()
+	assert.Equal(t, 1, looks(), "one call is still on it")
+	leave2()
+	assert.Zero(t, looks(), "the last call to leave drops it")
 }

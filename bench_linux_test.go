@@ -34,8 +34,8 @@ func BenchmarkAcquire(b *testing.B) {
 			name = "pair=runner"
 		}
 		b.Run(name, func(b *testing.B) {
-			testWithoutTreeLock = sole
-			defer func() { testWithoutTreeLock = false }()
+			testWithoutTreeLock.Store(sole)
+			defer testWithoutTreeLock.Store(false)
 			dir := b.TempDir()
 			release, err := Acquire(dir) // the files exist, as on every Acquire but a directory's first
 			if err != nil {
@@ -67,11 +67,11 @@ func BenchmarkAcquireTreeRatio(b *testing.B) {
 			name = "cycle=publish"
 		}
 		b.Run(name, func(b *testing.B) {
-			defer func() { testWithoutTreeLock = false }()
+			defer testWithoutTreeLock.Store(false)
 			dirs := [2]string{b.TempDir(), b.TempDir()}
 			var took [2][]time.Duration
 			cycle := func(sole int) time.Duration {
-				testWithoutTreeLock = sole == 1
+				testWithoutTreeLock.Store(sole == 1)
 				start := time.Now()
 				release, err := Acquire(dirs[sole])
 				if err != nil {

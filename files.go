@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/runnerstate/runnerstate/internal/durable"
+	"github.com/runnerstate/runnerstate/internal/gate"
 )
 
 // The files of a runner directory.
@@ -20,7 +21,7 @@ const (
 
 // Internal files of a runner directory.
 const (
-	gateName      = "gate.json"   // the takeover gate's waiting starters
+	gateName      = gate.Name     // the takeover gate's waiting starters
 	treeLockName  = "tree.lock"   // the tree lock, the other of a hold's pair, which Inherit hands on
 	stateLockName = ".state.lock" // the state lock, serialising state writes
 	corruptSuffix = ".corrupt"    // an unreadable state file set aside by a fresh holder: <name>.corrupt-<time>, the 10 newest kept
@@ -225,7 +226,7 @@ func SaveLines(dir, name string, lines []string) error {
 	if err := ensureDir(dir); err != nil {
 		return err
 	}
-	return withStateLock(dir, func() error {
+	return withStateLock(dir, func(stateHeld) error {
 		return public(durable.Write(dir, name, data))
 	})
 }
@@ -304,7 +305,7 @@ func AppendLine(dir, name, line string) error {
 	if err := ensureDir(dir); err != nil {
 		return err
 	}
-	return withStateLock(dir, func() error {
+	return withStateLock(dir, func(stateHeld) error {
 		path := filepath.Join(dir, name)
 		old, err := readLines(path, "append")
 		if err != nil {
@@ -340,7 +341,7 @@ func MigrateFile(dir, oldName, newName string) error {
 	if oldName == newName {
 		return nil
 	}
-	return withStateLock(dir, func() error {
+	return withStateLock(dir, func(stateHeld) error {
 		return public(durable.Migrate(dir, oldName, newName))
 	})
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"slices"
 
-	"github.com/runnerstate/runnerstate/internal/bridge"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/gate"
 )
@@ -26,8 +24,8 @@ type (
 // for Status.
 func readGate(dir string) (gateState, string) {
 	path := filepath.Join(dir, gateName)
-	g, state, err := readState(path, gate.Parse)
-	if state != fileCorrupt {
+	g, state, err := gate.Read(dir)
+	if err = public(err); state != fileCorrupt {
 		return g, ""
 	}
 	infoOnce("gate:"+err.Error(), "runnerstate: ignoring a takeover gate that cannot be read", "path", path, "err", err)
@@ -39,14 +37,17 @@ func readGate(dir string) (gateState, string) {
 }
 
 // updateGate runs fn on the gate under dir's state lock and writes the result
-// back. fn runs with the lock held and may touch other state files with the
-// *Locked helpers; it must not take the state lock itself (a call that does
-// fails at once, see withStateLockCtx).
+// back. fn runs with the lock held; it must not take the state lock itself
+// (see withStateLockCtx). One that touches other state files with the
+// *Locked helpers takes the lock with withStateLockCtx and calls
+// updateGateLocked with its token.
 func updateGate(ctx context.Context, dir string, fn func(g *gateState) error) error {
-	return withStateLockCtx(ctx, dir, func() error { return updateGateLocked(dir, fn) })
+	return withStateLockCtx(ctx, dir, func(held stateHeld) error { return updateGateLocked(held, fn) })
 }
 
-func updateGateLocked(dir string, fn func(g *gateState) error) error {
+// updateGateLocked is updateGate for a caller that holds the state lock.
+func updateGateLocked(held stateHeld, fn func(g *gateState) error) error {
+	dir := held.dir
 	g, _ := readGate(dir)
 	g.Prune()
 	if err := fn(&g); err != nil {
@@ -57,31 +58,6 @@ func updateGateLocked(dir string, fn func(g *gateState) error) error {
 		return err
 	}
 	return public(durable.WriteVolatile(dir, gateName, data))
-}
-
-func init() {
-	bridge.Successors = successors
-	bridge.Waiting = func(dir string) int {
-		ids, _ := waitingStarters(dir)
-		return len(ids)
-	}
-}
-
-// successors lists the live starters waiting for dir that have a
-// rendezvous, newest first, then the one admitted last, when it had one
-// (bridge.Successors).
-func successors(dir string) []bridge.Successor {
-	g, _ := readGate(dir)
-	var out []bridge.Successor
-	for _, e := range slices.Backward(g.Waiting) {
-		if e.Rendezvous != "" && e.Live() {
-			out = append(out, bridge.Successor{PID: e.Starter.PID, Instance: e.Starter.Instance, Rendezvous: e.Rendezvous})
-		}
-	}
-	if g.Handover != "" {
-		out = append(out, bridge.Successor{Rendezvous: g.Handover, Admitted: true})
-	}
-	return out
 }
 
 // waitingStarters lists the live starters waiting in Takeover for dir, oldest

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runnerstate/runnerstate/internal/bridge"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -31,12 +30,15 @@ func TestSuccessorsAreTheLiveStartersNewestFirstThenTheAdmitted(t *testing.T) {
 		return nil
 	}))
 	var got []string
-	for _, s := range successors(dir) {
+	g, _ := readGate(dir)
+	for _, s := range g.Successors() {
 		got = append(got, s.Rendezvous)
 		assert.Equal(t, s.Rendezvous == "@admitted", s.Admitted, s.Rendezvous)
 	}
 	assert.Equal(t, []string{"@newer", "@older", "@admitted"}, got)
-	assert.Equal(t, 3, bridge.Waiting(dir), "the live starters, with a rendezvous or without")
+	rep, err := Status(dir)
+	require.NoError(t, err)
+	assert.Len(t, rep.Waiting, 3, "the live starters, with a rendezvous or without")
 }
 
 // Case: a gate.json that cannot be read is an empty gate, with a warning

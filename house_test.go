@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -211,4 +212,161 @@ func parseHouseFile(t *testing.T, path string) houseFile {
 	f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
 	require.NoError(t, err)
 	return houseFile{fset, f}
+}
+
+// bridgeNames is all internal/bridge may export: what package daemon says
+// of a starter, carried to Takeover in its context, which no user should
+// set. Everything else the root lends daemon and the etcd module is its
+// public API (docs/architecture.md, "The arrows point down").
+var bridgeNames = []string{"Starter", "StarterOf", "WithStarter"}
+
+// TestHouseBridgeIsSmall: internal/bridge exports bridgeNames and nothing
+// else, and declares no package variable (a hook someone sets).
+func TestHouseBridgeIsSmall(t *testing.T) {
+	paths, err := filepath.Glob(filepath.Join("internal", "bridge", "*.go"))
+	require.NoError(t, err)
+	var names []string
+	for _, path := range paths {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f := parseHouseFile(t, path)
+		for _, d := range f.file.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil && d.Name.IsExported() {
+					names = append(names, d.Name.Name)
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						if s.Name.IsExported() {
+							names = append(names, s.Name.Name)
+						}
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							if d.Tok == token.VAR {
+								assert.Failf(t, "a hook in the bridge", "%s: bridge declares the variable %s: publish it through the root's API, or pass a value", path, n.Name)
+							}
+							if n.IsExported() {
+								names = append(names, n.Name)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(names)
+	assert.Equal(t, bridgeNames, names, "internal/bridge's exported names")
+}
+
+// TestHouseNoInitSetsAHook: no init function of the house's sources
+// assigns to another package's variable: what one package needs of another
+// is its API, or a value passed in (attempt.go's init, which reads this
+// process's readiness descriptor, sets only its own package's state).
+func TestHouseNoInitSetsAHook(t *testing.T) {
+	for _, path := range houseSources(t) {
+		f := parseHouseFile(t, path)
+		imported := map[string]bool{}
+		for _, imp := range f.file.Imports {
+			p := strings.Trim(imp.Path.Value, `"`)
+			name := p[strings.LastIndex(p, "/")+1:]
+			if imp.Name != nil {
+				name = imp.Name.Name
+			}
+			imported[name] = true
+		}
+		for _, d := range f.file.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv != nil || fn.Name.Name != "init" {
+				continue
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				as, ok := n.(*ast.AssignStmt)
+				if !ok {
+					return true
+				}
+				for _, lhs := range as.Lhs {
+					if sel, ok := lhs.(*ast.SelectorExpr); ok {
+						if id, ok := sel.X.(*ast.Ident); ok && imported[id.Name] {
+							assert.Fail(t, "an init sets a hook", "%s: init sets %s.%s", path, id.Name, sel.Sel.Name)
+						}
+					}
+				}
+				return true
+			})
+		}
+	}
+}
+
+// TestHouseEtcdImportsNoInternal: the etcd module, a module of its own,
+// reaches the root only through its public API: none of its files (tests
+// and examples included) imports an internal/ package of the root.
+func TestHouseEtcdImportsNoInternal(t *testing.T) {
+	const internal = "github.com/runnerstate/runnerstate/internal/"
+	err := filepath.WalkDir("etcd", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return err
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		require.NoError(t, err)
+		for _, imp := range f.Imports {
+			assert.False(t, strings.HasPrefix(strings.Trim(imp.Path.Value, `"`), internal), "%s imports %s", path, imp.Path.Value)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+// TestHouseTestSwitchesAreAtomic: a package variable that tests set (its
+// name begins with "test") is a sync/atomic value, one way everywhere, so
+// that setting it never races with a goroutine a test left running.
+func TestHouseTestSwitchesAreAtomic(t *testing.T) {
+	for _, path := range houseSources(t) {
+		f := parseHouseFile(t, path)
+		for _, d := range f.file.Decls {
+			gd, ok := d.(*ast.GenDecl)
+			if !ok || gd.Tok != token.VAR {
+				continue
+			}
+			for _, s := range gd.Specs {
+				vs := s.(*ast.ValueSpec)
+				for _, n := range vs.Names {
+					if !strings.HasPrefix(n.Name, "test") {
+						continue
+					}
+					atomic := false
+					if sel, ok := vs.Type.(*ast.SelectorExpr); ok {
+						atomic = isIdent(sel.X, "atomic")
+					} else if ix, ok := vs.Type.(*ast.IndexExpr); ok {
+						if sel, ok := ix.X.(*ast.SelectorExpr); ok {
+							atomic = isIdent(sel.X, "atomic")
+						}
+					}
+					assert.True(t, atomic, "%s: the test switch %s is not a sync/atomic value", path, n.Name)
+				}
+			}
+		}
+	}
+}
+
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
+}
+
+// TestHouseNoRuntimeStack: no library code reads a goroutine's stack
+// (runtime.Stack): Go gives goroutines no identity on purpose, and what
+// needs one (the state lock's holder) is passed a token instead.
+func TestHouseNoRuntimeStack(t *testing.T) {
+	for _, path := range houseSources(t) {
+		ast.Inspect(parseHouseFile(t, path).file, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok && isIdent(sel.X, "runtime") && sel.Sel.Name == "Stack" {
+				assert.Fail(t, "runtime.Stack outside tests", "%s calls runtime.Stack", path)
+			}
+			return true
+		})
+	}
 }

@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-
-	"github.com/runnerstate/runnerstate/internal/bridge"
 )
 
 var loggerPtr atomic.Pointer[slog.Logger]
@@ -24,6 +22,12 @@ var loggerPtr atomic.Pointer[slog.Logger]
 // is Info, or Debug. Which warnings there are, and what is said only to a
 // logger the caller set, is in docs/operations.md ("What the library logs").
 func SetLogger(l *slog.Logger) { loggerPtr.Store(l) }
+
+// Logger returns the package's logger: the one SetLogger set, else the
+// quiet default (warnings only, to slog.Default() as it is now). A library
+// built on this package logs there when its own caller gave it no logger,
+// as package daemon does, so that one SetLogger governs both.
+func Logger() *slog.Logger { return logger() }
 
 // logger is the package's logger: the one SetLogger set, else
 // slog.Default() behind warningsOnly.
@@ -105,6 +109,3 @@ var warned = struct {
 	sync.Mutex
 	keys map[string]struct{}
 }{keys: make(map[string]struct{})}
-
-// Package daemon logs through the same logger (bridge.Logger).
-func init() { bridge.Logger = logger }

@@ -67,13 +67,18 @@ func TestDefaultLoggerKeepsOnlyWarnings(t *testing.T) {
 	defer SetLogger(nil)
 	logger().Info("runnerstate: info to the caller's logger")
 	logger().Debug("runnerstate: debug to the caller's logger")
+	Logger().Info("runnerstate: info through Logger, as package daemon logs")
+	assert.Contains(t, set.String(), "info through Logger")
 	assert.Contains(t, set.String(), "info to the caller's logger")
 	assert.Contains(t, set.String(), "debug to the caller's logger")
 	assert.NotContains(t, def.String(), "caller's logger")
 
 	SetLogger(nil)
 	logger().Info("runnerstate: info after SetLogger(nil)")
-	assert.NotContains(t, def.String(), "after SetLogger(nil)")
+	Logger().Info("runnerstate: Logger's info after SetLogger(nil)")
+	Logger().Warn("runnerstate: Logger's warning after SetLogger(nil)")
+	assert.NotContains(t, def.String(), "info after SetLogger(nil)")
+	assert.Contains(t, def.String(), "Logger's warning after SetLogger(nil)")
 }
 
 // A takeover from a client that set no logger says nothing below Warn:

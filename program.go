@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/runnerstate/runnerstate/internal/bridge"
+	"github.com/runnerstate/runnerstate/internal/version"
 )
 
 // ErrOtherProgram reports a directory held by a runner of another program:
@@ -22,12 +22,11 @@ var ErrOtherProgram = errors.New("runnerstate: the directory is held by a runner
 // either version cannot be compared. Called under the state lock, with g
 // the gate.
 func (t *takeover) yieldTo(g *gateState) error {
-	compare := bridge.CompareVersions
-	if !t.starter.Yield || compare == nil || t.opts.Program == "" || t.opts.Version == "" {
+	if !t.starter.Yield || t.opts.Program == "" || t.opts.Version == "" {
 		return nil
 	}
-	notOlder := func(program, version string) bool {
-		cmp, ok := compare(version, t.opts.Version)
+	notOlder := func(program, v string) bool {
+		cmp, ok := version.Compare(v, t.opts.Version)
 		return program == t.opts.Program && ok && cmp >= 0
 	}
 	// The holder as the kernel names it: a record whose process is dying
@@ -88,12 +87,4 @@ func otherProgram(dir string, rec Record, program string) error {
 	}
 	be := &BusyError{Path: filepath.Join(dir, LockName), PID: rec.PID, Verified: true}
 	return fmt.Errorf("%w: %s is held by %q (pid %d), not %q: %w", ErrOtherProgram, dir, rec.Program, rec.PID, program, be)
-}
-
-// Package daemon refuses another program's server with the same error
-// (bridge.OtherProgram).
-func init() {
-	bridge.OtherProgram = func(dir string, pid int, holderProgram, program string) error {
-		return otherProgram(dir, Record{PID: pid, Program: holderProgram}, program)
-	}
 }

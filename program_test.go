@@ -7,7 +7,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -64,23 +63,12 @@ func TestOtherProgramIsRefused(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrNotExist, "Start created nothing")
 }
 
-// setNewer makes bridge.CompareVersions compare versions as strings for
-// one test.
-func setNewer(t *testing.T) {
-	old := bridge.CompareVersions
-	bridge.CompareVersions = func(a, b string) (int, bool) {
-		return strings.Compare(a, b), a != "" && b != ""
-	}
-	t.Cleanup(func() { bridge.CompareVersions = old })
-}
-
 // A starter that yields steps aside for a holder of the same program at a
 // newer version, with an error of its own that matches ErrSuperseded and
 // names the newer version; it asks nothing and registers nothing. At an
 // older version it takes over as any starter does.
 func TestYieldingStarterStepsAsideForANewerHolder(t *testing.T) {
 	captureLog(t)
-	setNewer(t)
 	dir := tempDir(t)
 	s := startStarter(t, dir, TakeoverOptions{Program: "idxd", Version: "v2"}, 0)
 	s.Expect("admitted")
@@ -112,7 +100,6 @@ func TestYieldingStarterStepsAsideForANewerHolder(t *testing.T) {
 // program at a newer version, which the gate lists with both.
 func TestYieldingStarterStepsAsideForANewerWaitingStarter(t *testing.T) {
 	captureLog(t)
-	setNewer(t)
 	dir := tempDir(t)
 	startRunner(t, dir, "")
 	newer := startStarter(t, dir, TakeoverOptions{Program: "idxd", Version: "v2", NoSignal: true}, time.Minute)

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/runnerstate/runnerstate/internal/bridge"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
@@ -101,6 +100,17 @@ type Record struct {
 	Leaving string `json:"leaving,omitempty"`
 }
 
+// Usable reports whether r, as Running returned it for a held directory,
+// is a runner to use now: its record is its own Publish (Ready), it is not
+// leaving, and its process is the confirmed holder (Running fills Process
+// only then). Package daemon's Dial connects to a server whose record is
+// Usable. Start asks one thing more of the runner it returns: that no
+// restart request is pending for it, since a runner asked to go is about
+// to mark itself leaving; a client that only connects uses it until then.
+func (r Record) Usable() bool {
+	return r.Ready && r.Leaving == "" && r.Process.PID != 0
+}
+
 // Endpoint is one address a runner serves on, as net.Listen takes it.
 type Endpoint struct {
 	Network string `json:"network"` // "unix", "tcp", "tcp4" or "tcp6"
@@ -158,18 +168,24 @@ func Publish(dir string, rec Record) error {
 	return err
 }
 
-// The cluster module writes a leader's admission record, and package daemon
-// a server's, through bridge.PublishAdmission: Ready false, like Takeover's
-// own.
-func init() {
-	bridge.PublishAdmission = func(dir string, rec any) error {
-		r, ok := rec.(Record)
-		if !ok {
-			return errorf("publish %s: %T is not a Record", filepath.Join(dir, RecordName), rec)
-		}
-		r.Ready = false
-		return publish(dir, r)
-	}
+// PublishNotReady writes rec as this runner's runner.json in dir as Publish
+// does, but with Ready false: the record of a runner that holds dir and is
+// not ready yet, for example one whose listeners are bound (rec.Endpoints)
+// while it loads its data. Start waits past it and Status reports it not
+// ready; it tells no readiness to Start's caller or a service manager, and
+// a runner marked leaving stays so. Package daemon's Listen writes a
+// server's record with it, and the etcd module a leader's; a runner built
+// on neither needs it for the same step.
+//
+// Errors: ErrNotHolder (wrapped, naming dir) unless this process holds
+// dir's runner lock through Acquire or Takeover and the lock file is still
+// the one it locked; a symlink or directory at runner.json is refused
+// naming the path; ErrNotDurable when the record is in place but its
+// directory could not be synced; otherwise the system's error naming the
+// path. Touches runner.json and a temporary file beside it.
+func PublishNotReady(dir string, rec Record) error {
+	rec.Ready = false
+	return publish(dir, rec)
 }
 
 // publish is Publish without the note that the hold stands, for an
@@ -206,7 +222,7 @@ func publishAs(dir string, rec Record) (leaving string, err error) {
 		rec.StartedAt = h.AcquiredAt()
 	}
 	ready := rec.Ready
-	err = withStateLock(dir, func() error {
+	err = withStateLock(dir, func(stateHeld) error {
 		// Read under the state lock, as markLeaving writes it.
 		rec.Leaving = ""
 		if program, version := h.Description(); rec.Program == "" && rec.Version == "" {

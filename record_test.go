@@ -37,6 +37,33 @@ func TestPublishAfterLockFileReplaced(t *testing.T) {
 	assert.ErrorIs(t, Publish(dir, Record{}), ErrNotHolder, "a lock on an unlinked file protects nothing")
 }
 
+// PublishNotReady writes the holder's record with Ready false (whatever
+// rec says), which Running reports and a later Publish makes ready; a
+// process that does not hold dir is refused as Publish refuses it.
+func TestPublishNotReady(t *testing.T) {
+	dir := tempDir(t)
+	assert.ErrorIs(t, PublishNotReady(dir, Record{}), ErrNotHolder)
+	assert.NoFileExists(t, filepath.Join(dir, RecordName))
+	release, err := Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+
+	ep := []Endpoint{{Network: "tcp", Address: "127.0.0.1:7070"}}
+	require.NoError(t, PublishNotReady(dir, Record{Ready: true, Program: "idxd", Endpoints: ep}))
+	rec, held, err := Running(dir)
+	require.NoError(t, err)
+	require.True(t, held)
+	assert.False(t, rec.Ready, "not ready, whatever rec said")
+	assert.Equal(t, "idxd", rec.Program)
+	assert.Equal(t, ep, rec.Endpoints)
+	assert.Equal(t, os.Getpid(), rec.PID)
+
+	require.NoError(t, Publish(dir, Record{Program: "idxd", Endpoints: ep}))
+	rec, _, err = Running(dir)
+	require.NoError(t, err)
+	assert.True(t, rec.Ready, "Publish makes it ready")
+}
+
 // TestLines: what encodeLines writes, splitLines reads back; a line with a
 // "\n" is named by its index; AppendLine completes a last line first.
 func TestLines(t *testing.T) {
@@ -92,5 +119,24 @@ func TestPublishNoteOnlyForAHolder(t *testing.T) {
 		err := Publish(dir, Record{})
 		require.Error(t, err)
 		assert.NotContains(t, err.Error(), "still holds", "Publish(%q)", dir)
+	}
+}
+
+// TestRecordUsable: a record is usable when it is its runner's own Publish,
+// not leaving, and names its confirmed process; the admission record, a
+// leaving runner's, and a bare pid are not.
+func TestRecordUsable(t *testing.T) {
+	self := Self()
+	for _, c := range []struct {
+		name string
+		rec  Record
+		want bool
+	}{
+		{"published", Record{PID: self.PID, Process: self, Ready: true}, true},
+		{"admission record", Record{PID: self.PID, Process: self}, false},
+		{"leaving", Record{PID: self.PID, Process: self, Ready: true, Leaving: RestartDrain}, false},
+		{"a bare pid", Record{PID: self.PID, Ready: true}, false},
+	} {
+		assert.Equal(t, c.want, c.rec.Usable(), c.name)
 	}
 }

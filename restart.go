@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/runnerstate/runnerstate/internal/bridge"
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/hold"
@@ -51,9 +50,14 @@ type restartRequest struct {
 	Takeover bool `json:"takeover,omitempty"`
 }
 
-// strength orders the modes a request may ask for: a request never weakens
-// a pending one. RestartLost is no request and has none.
-func strength(mode string) int {
+// ModeStrength orders the modes a restart request may ask for: 2 for
+// RestartNow, 1 for RestartDrain, and 0 for any other mode, which no
+// request may ask (ErrBadMode; RestartLost is no request). A request never
+// weakens a pending one: RequestRestart keeps a pending request of the
+// same or a greater strength. Code that carries restart requests of its
+// own (the etcd module does, on a leader key) checks a mode and keeps the
+// same order with it.
+func ModeStrength(mode string) int {
 	switch mode {
 	case RestartNow:
 		return 2
@@ -112,7 +116,7 @@ func RequestRestart(dir, mode string) error {
 // requestRestart writes or upgrades the request and returns the request now
 // pending. by is who asks.
 func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
-	if strength(mode) == 0 {
+	if ModeStrength(mode) == 0 {
 		return restartRequest{}, fmt.Errorf("%w, not %q", ErrBadMode, mode)
 	}
 	if err := checkDir("RequestRestart", dir); err != nil {
@@ -127,18 +131,19 @@ func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
 		return restartRequest{}, err
 	}
 	var pending restartRequest
-	err := withStateLock(dir, func() error {
+	err := withStateLock(dir, func(held stateHeld) error {
 		var err error
-		pending, _, err = requestRestartLocked(dir, mode, by, false)
+		pending, _, err = requestRestartLocked(held, mode, by, false)
 		return err
 	})
 	return pending, err
 }
 
-// requestRestartLocked is requestRestart for a caller that holds dir's state
-// lock. wrote says whether a new request was written (rather than a pending
-// one of equal or greater strength kept).
-func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending restartRequest, wrote bool, err error) {
+// requestRestartLocked is requestRestart for a caller that holds the
+// directory's state lock. wrote says whether a new request was written
+// (rather than a pending one of equal or greater strength kept).
+func requestRestartLocked(held stateHeld, mode string, by Identity, takeover bool) (pending restartRequest, wrote bool, err error) {
+	dir := held.dir
 	target := ""
 	st := inspectRunner(dir)
 	if st.err != nil {
@@ -151,7 +156,7 @@ func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending
 	if err != nil {
 		return restartRequest{}, false, err
 	}
-	if ok && old.For == target && strength(old.Mode) >= strength(mode) {
+	if ok && old.For == target && ModeStrength(old.Mode) >= ModeStrength(mode) {
 		return old, false, nil
 	}
 	pending = restartRequest{Mode: mode, RequestedAt: time.Now(), By: by, For: target, Takeover: takeover}
@@ -209,7 +214,7 @@ func parseRestart(data []byte) (restartRequest, error) {
 	if err := durable.DecodeObject(data, &req); err != nil {
 		return restartRequest{}, err
 	}
-	if strength(req.Mode) == 0 {
+	if ModeStrength(req.Mode) == 0 {
 		return restartRequest{}, fmt.Errorf("unknown mode %q", req.Mode)
 	}
 	return req, nil
@@ -243,7 +248,7 @@ func ClearRestart(dir string) error {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	return withStateLock(dir, func() error { return public(durable.Remove(dir, RestartName)) })
+	return withStateLock(dir, func(stateHeld) error { return public(durable.Remove(dir, RestartName)) })
 }
 
 // Retiring a request: three policies, one for each moment a request can stop
@@ -489,15 +494,30 @@ func sameRequest(a, b restartRequest) bool {
 	return a.Mode == b.Mode && a.For == b.For && a.RequestedAt.Equal(b.RequestedAt)
 }
 
-func init() {
-	bridge.MarkLeaving = func(dir, why string) error {
-		h := holdOf(dir)
-		if h == nil {
-			return fmt.Errorf("%w: %s", ErrNotHolder, filepath.Join(dir, LockName))
-		}
-		markLeaving(context.Background(), h, why)
-		return nil
+// MarkLeaving marks this process's hold of dir as going, for why (a word of
+// the caller's: package daemon says "idle" and "closed"): from then on its
+// runner.json says Ready false and Leaving why, so that Start and Status
+// never take a runner that is going for a ready one, and a later Publish
+// keeps the mark. WatchRestart marks a runner so for the restart it
+// delivers; a runner that decides to go by itself calls MarkLeaving before
+// it lets dir go. The record is rewritten under the state lock (waited for
+// at most 30 s), only while it names this process and before the hold's
+// release, and not synced; the mark holds even after the hold lost its lock
+// file, when Publish refuses. A failure to write it is logged, not
+// returned: the runner is going either way.
+//
+// Errors: ErrNotHolder (wrapped, naming the lock file) when this process
+// does not hold dir; an empty why is refused, naming dir.
+func MarkLeaving(dir, why string) error {
+	if why == "" {
+		return errorf("MarkLeaving %s: why is empty: say why the runner is going (for example \"idle\")", dir)
 	}
+	h := holdOf(dir)
+	if h == nil {
+		return fmt.Errorf("%w: %s", ErrNotHolder, filepath.Join(dir, LockName))
+	}
+	markLeaving(context.Background(), h, why)
+	return nil
 }
 
 // markLeaving marks h's holder as going, for why (a restart mode,
@@ -513,7 +533,7 @@ func init() {
 func markLeaving(ctx context.Context, h *hold.Hold, why string) {
 	dir := h.Dir()
 	h.SetLeaving(why) // at once, whether or not the record can be written
-	err := withStateLockCtx(ctx, dir, func() error {
+	err := withStateLockCtx(ctx, dir, func(stateHeld) error {
 		h.SetLeaving(why)
 		if h.Ending() {
 			return nil

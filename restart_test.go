@@ -104,3 +104,46 @@ func TestRestartLostIsNoRequest(t *testing.T) {
 	assert.False(t, ok, "a file that names it is not a request")
 	assert.False(t, strings.Contains(RestartLost, " "))
 }
+
+// MarkLeaving marks the holder's record leaving for the caller's word: not
+// ready, through a later Publish; it refuses an empty word, and a process
+// that does not hold dir.
+func TestMarkLeaving(t *testing.T) {
+	dir := tempDir(t)
+	assert.ErrorIs(t, MarkLeaving(dir, "idle"), ErrNotHolder)
+	release, err := Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+	require.NoError(t, Publish(dir, Record{Specs: []string{"index"}}))
+
+	err = MarkLeaving(dir, "")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), dir)
+	assert.True(t, recordNow(t, dir).Ready, "an empty word marks nothing")
+
+	require.NoError(t, MarkLeaving(dir, "idle"))
+	rec := recordNow(t, dir)
+	assert.Equal(t, "idle", rec.Leaving)
+	assert.False(t, rec.Ready)
+	require.NoError(t, Publish(dir, Record{Specs: []string{"index"}}))
+	rec = recordNow(t, dir)
+	assert.Equal(t, "idle", rec.Leaving, "a later Publish keeps the mark")
+	assert.False(t, rec.Ready)
+}
+
+// TestModeStrength: the order of the modes a request may ask for, and 0
+// (ErrBadMode) for every other word, RestartLost and daemon's reasons
+// included; RequestRestart and Takeover refuse exactly those.
+func TestModeStrength(t *testing.T) {
+	dir := tempDir(t)
+	for mode, want := range map[string]int{RestartNow: 2, RestartDrain: 1, RestartLost: 0, "idle": 0, "closed": 0, "": 0, "Now": 0} {
+		assert.Equal(t, want, ModeStrength(mode), "%q", mode)
+		if want == 0 {
+			assert.ErrorIs(t, RequestRestart(dir, mode), ErrBadMode, "%q", mode)
+			if mode != "" { // Takeover's default mode
+				_, err := Takeover(context.Background(), dir, TakeoverOptions{Mode: mode})
+				assert.ErrorIs(t, err, ErrBadMode, "%q", mode)
+			}
+		}
+	}
+}

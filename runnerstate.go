@@ -106,7 +106,7 @@ func (runnerFiles) Tidy(h *hold.Hold, runnerHere bool) {
 		removeOwnRecord(h.Dir(), self)
 		return
 	}
-	err := withStateLock(h.Dir(), func() error {
+	err := withStateLock(h.Dir(), func(stateHeld) error {
 		var err error
 		if rec, state, _ := readRecord(h.Dir()); state == fileOK && sameProcess(rec.Process, self) {
 			err = public(durable.Remove(h.Dir(), RecordName)) // synced only when it removed something
@@ -188,7 +188,7 @@ func acquire(dir string, since time.Time) (*hold.Hold, error) {
 	// lock that can never be taken (a directory, a symlink or a FIFO where
 	// .state.lock belongs) would leave the previous runner's record in place
 	// and fail every Publish: that is refused, as Takeover refuses it.
-	err = withStateLock(dir, func() error { settleIn(dir, Identity(h.Self()), since); return nil })
+	err = withStateLock(dir, func(held stateHeld) error { settleIn(held, Identity(h.Self()), since); return nil })
 	if unusablePath(err) {
 		for _, l := range h.Locks() {
 			l.WriteContent(nil)
@@ -249,7 +249,8 @@ func makePrivate(l *filelock.File) {
 // holder, admitted by a call that began at since: a record that is not
 // self's, and a restart request not meant for self. Called under dir's state
 // lock, holding the runner lock. Failures are logged.
-func settleIn(dir string, self Identity, since time.Time) {
+func settleIn(held stateHeld, self Identity, since time.Time) {
+	dir := held.dir
 	clearStaleRecord(dir, self)
 	retireOnAdmission(dir, self, since)
 }
@@ -404,7 +405,7 @@ func ClearStale(dir string) (pid int, cleared bool, err error) {
 	content, readErr := l.ReadContent(maxLockContent)
 	lockID, lockOK := parseLockContent(content)
 	// Everything that can be cleared is; the first failure is the answer.
-	err = withStateLock(dir, func() error {
+	err = withStateLock(dir, func(stateHeld) error {
 		var rerr, qerr error
 		pid, cleared, rerr = clearStaleRecord(dir, Identity{})
 		retired, qerr := retireOnClear(dir)

@@ -3,7 +3,6 @@ package runnerstate
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,6 +15,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/runnerstate/runnerstate/internal/accept"
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
@@ -197,7 +197,7 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 	if cmd.Process != nil {
 		return Record{}, errorf("Start %s: the command %s has been started already; pass a new exec.Cmd", dir, cmd.Path)
 	}
-	accept := acceptOnce(opts.Accept)
+	accepts := accept.Once(opts.Accept)
 	if err := filelock.Judge(filepath.Join(dir, LockName)); err != nil {
 		return Record{}, public(err) // nothing started, nothing created
 	}
@@ -205,7 +205,7 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 		return Record{}, err
 	} else if err := otherProgram(dir, rec, opts.Program); held && err != nil {
 		return Record{}, err
-	} else if ready && accept(rec) {
+	} else if ready && accepts(rec) {
 		return rec, nil
 	}
 	abs, err := filepath.Abs(dir)
@@ -236,36 +236,12 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 		opts.Log = ""
 	}
 	c := &startCall{dir: dir, abs: abs, cmd: cmd, logPath: opts.Log, logMax: cmp.Or(opts.LogMaxBytes, defaultLogMax), log: opts.Logger,
-		accept: accept, since: since, unreadable: &unreadableSince{}}
+		accept: accepts, since: since, unreadable: &unreadableSince{}}
 	rec, err := c.run(ctx)
 	if se, ok := err.(*StartError); ok {
 		se.Err = whyNotReady(dir, se)
 	}
 	return rec, err
-}
-
-// acceptOnce is accept (nil: accept all) asked at most once per distinct
-// record: records are the same when their JSON encodings are, holder
-// identity and content, so that a call that looks at the same runner.json
-// again and again while it waits asks once, and asks again only when the
-// record changed. A Start call asks from its own goroutine only.
-func acceptOnce(accept func(Record) bool) func(Record) bool {
-	if accept == nil {
-		return func(Record) bool { return true }
-	}
-	answers := map[string]bool{}
-	return func(rec Record) bool {
-		key, err := json.Marshal(rec)
-		if err != nil {
-			return accept(rec)
-		}
-		ok, asked := answers[string(key)]
-		if !asked {
-			ok = accept(rec)
-			answers[string(key)] = ok
-		}
-		return ok
-	}
 }
 
 // whyNotReady is e's reason, with the cause when a runner that still runs
@@ -366,11 +342,11 @@ func checkStartInput(dir string, cmd *exec.Cmd, opts StartOptions) error {
 }
 
 // probeStart is Running's answer: the record, whether the lock is held, and
-// whether the holder is ready (a verified holder whose record says Ready,
-// and that is not asked to restart: a runner draining or stopping is
-// leaving, and Start waits for it to go rather than hand it back). A
-// leaving runner's record says Ready false itself (WatchRestart marks it);
-// the pending request covers the instant before the mark.
+// whether the holder is ready: its record Usable, and not askedToRestart (a
+// runner draining or stopping is leaving, and Start waits for it to go
+// rather than hand it back). A leaving runner's record says Ready false
+// itself (WatchRestart marks it); the pending request covers the instant
+// before the mark.
 func probeStart(dir string) (rec Record, held, ready bool, err error) {
 	rec, held, err = Running(dir)
 	if err != nil {
@@ -378,11 +354,16 @@ func probeStart(dir string) (rec Record, held, ready bool, err error) {
 		// fail the same way (a path over PATH_MAX, say) and say it of itself.
 		return rec, held, false, err
 	}
-	ready = held && rec.Ready && rec.Leaving == "" && rec.Process.PID != 0
-	if req, asked := pendingRestart(dir); ready && asked && (req.For == "" || req.For == rec.Process.Instance) {
-		ready = false
-	}
+	ready = held && rec.Usable() && !askedToRestart(dir, rec)
 	return rec, held, ready, err
+}
+
+// askedToRestart reports whether a restart request is pending for rec's
+// runner (addressed to its instance, or to whoever holds dir): what Start
+// asks of a ready runner beyond Record.Usable, and Dial does not.
+func askedToRestart(dir string, rec Record) bool {
+	req, asked := pendingRestart(dir)
+	return asked && (req.For == "" || req.For == rec.Process.Instance)
 }
 
 // startPoll is how often a caller looks where nothing notifies it.
@@ -418,6 +399,7 @@ type startCall struct {
 // whose start it waited for, did not become ready, or ctx ended first;
 // otherwise those of the files.
 func (c *startCall) run(ctx context.Context) (Record, error) {
+	defer joinLooks(c.abs)()
 	w := dirwatch.New(c.dir)
 	defer w.Close()
 	woke := time.Now()
@@ -433,7 +415,7 @@ func (c *startCall) run(ctx context.Context) (Record, error) {
 		if look.ready && c.accept(look.rec) {
 			return look.rec, nil
 		}
-		if a := look.att; look.haveAtt && a.inProgress() && !c.spawned && !(look.ready && startedBy(a, look.rec)) {
+		if a := look.att; look.haveAtt && a.inProgress() && !c.spawned && !readyChild(a, look.rec, look.ready) {
 			rec, err := c.await(ctx, a)
 			if err != errAgain {
 				return rec, err
@@ -511,10 +493,10 @@ func (c *startCall) decide(ctx context.Context, release func()) (Record, error) 
 		return Record{}, err
 	}
 	switch {
-	case have && ready && startedBy(a, rec) && c.spawned:
+	case have && readyChild(a, rec, ready) && c.spawned:
 		release()
 		return Record{}, c.refused(a)
-	case have && a.inProgress() && !(ready && startedBy(a, rec)):
+	case have && a.inProgress() && !readyChild(a, rec, ready):
 		release()
 		return c.await(ctx, a)
 	case have && a.Failed && a.Ended.After(c.since):
@@ -564,7 +546,7 @@ func (c *startCall) await(ctx context.Context, a startAttempt) (Record, error) {
 	woke := time.Now()
 	for {
 		l := c.lookAfter(woke)
-		if own != nil && l.err == nil && l.ready && startedBy(a, l.rec) {
+		if own != nil && l.err == nil && readyChild(a, l.rec, l.ready) {
 			own.ready.Store(true) // settle then knows it was ready, whatever its exit
 		}
 		if rec, done, err := c.judge(l, a); done {
@@ -601,7 +583,7 @@ func (c *startCall) judge(l startLook, a startAttempt) (rec Record, done bool, e
 	if l.err != nil {
 		return Record{}, true, l.err
 	}
-	if ready && startedBy(a, rec) {
+	if readyChild(a, rec, ready) {
 		switch {
 		case c.accept(rec):
 			return rec, true, nil

@@ -120,7 +120,7 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	if strength(opts.Mode) == 0 {
+	if ModeStrength(opts.Mode) == 0 {
 		return nil, fmt.Errorf("%w, not %q", ErrBadMode, opts.Mode)
 	}
 	if err := ensureRunnerDir(dir); err != nil {
@@ -420,35 +420,37 @@ func (t *takeover) target(held heldLock) (at stepTarget, ok bool, err error) {
 // happen under this same lock, so a starter that is no longer the newest
 // never asks or signals the holder just admitted: errNotNewest.
 func (t *takeover) decide(ctx context.Context, now time.Time, at stepTarget, canSignal bool) (due liveness.Signal, next time.Time, err error) {
-	err = updateGate(ctx, t.dir, func(g *gateState) error {
-		if g.NewerThan(t.seq) {
-			return errNotNewest
-		}
-		g.Against(at.key, at.pid, now)
-		if at.ask {
-			if err := t.ask(g, at.pid); err != nil {
-				return err
+	err = withStateLockCtx(ctx, t.dir, func(held stateHeld) error {
+		return updateGateLocked(held, func(g *gateState) error {
+			if g.NewerThan(t.seq) {
+				return errNotNewest
 			}
-		}
-		if !canSignal {
+			g.Against(at.key, at.pid, now)
+			if at.ask {
+				if err := t.ask(held, g, at.pid); err != nil {
+					return err
+				}
+			}
+			if !canSignal {
+				return nil
+			}
+			due, next = escalate(*g.Escalation, now, at.grace, t.opts.KillAfter)
+			g.Escalation.Sent(due, now)
 			return nil
-		}
-		due, next = escalate(*g.Escalation, now, at.grace, t.opts.KillAfter)
-		g.Escalation.Sent(due, now)
-		return nil
+		})
 	})
 	return due, next, err
 }
 
 // ask leaves the restart request of the current escalation (in the gate),
-// or upgrades its mode. Called under the state lock.
-func (t *takeover) ask(g *gateState, pid int) error {
+// or upgrades its mode. Called under the state lock (held).
+func (t *takeover) ask(held stateHeld, g *gateState, pid int) error {
 	e := g.Escalation
-	if strength(t.opts.Mode) <= strength(e.Mode) {
+	if ModeStrength(t.opts.Mode) <= ModeStrength(e.Mode) {
 		return nil // asked already, as strongly
 	}
 	e.Mode = t.opts.Mode
-	req, wrote, err := requestRestartLocked(t.dir, e.Mode, t.self, true)
+	req, wrote, err := requestRestartLocked(held, e.Mode, t.self, true)
 	if err != nil {
 		return err
 	}
@@ -600,8 +602,8 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 		return nil, err
 	}
 	newest := true
-	err = withStateLockCtx(ctx, t.dir, func() error {
-		return updateGateLocked(t.dir, func(g *gateState) error {
+	err = withStateLockCtx(ctx, t.dir, func(held stateHeld) error {
+		return updateGateLocked(held, func(g *gateState) error {
 			if g.NewerThan(t.seq) || t.yieldTo(g) != nil {
 				newest = false
 				return nil
@@ -613,7 +615,7 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 			if err := stamp(h); err != nil {
 				return err
 			}
-			settleIn(t.dir, t.self, t.start)
+			settleIn(held, t.self, t.start)
 			return nil
 		})
 	})

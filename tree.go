@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 
 	"github.com/runnerstate/runnerstate/internal/filelock"
 	"github.com/runnerstate/runnerstate/internal/fsinfo"
@@ -35,7 +36,7 @@ var errTreeBusy = errors.New("tree lock is held")
 
 // testWithoutTreeLock makes a hold one lock, runner.lock alone, without
 // tree.lock: set only by BenchmarkAcquire, to price the second lock.
-var testWithoutTreeLock bool
+var testWithoutTreeLock atomic.Bool
 
 // tryPair takes both locks of dir without waiting, runner.lock first, then
 // tree.lock: a *BusyError naming the holder when runner.lock is held, and
@@ -49,7 +50,7 @@ func tryPair(dir string) (pair, error) {
 		runner.Release()
 		return pair{}, err
 	}
-	if testWithoutTreeLock {
+	if testWithoutTreeLock.Load() {
 		return pair{runner: runner}, nil
 	}
 	tree, err := tryOwnLock(filepath.Join(dir, treeLockName))

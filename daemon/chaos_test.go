@@ -158,15 +158,15 @@ func TestChaos(t *testing.T) {
 	var mu sync.Mutex
 	var refused []int64
 	var connects int
-	testHookDial = func(err error) {
+	testHookDial.Store(new(func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		connects++
 		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EAGAIN) {
 			refused = append(refused, monotonic())
 		}
-	}
-	defer func() { testHookDial = nil }()
+	}))
+	defer testHookDial.Store(nil)
 
 	serverCmd := func() *exec.Cmd {
 		cmd := testharness.Command(dir)
@@ -252,7 +252,7 @@ func TestChaos(t *testing.T) {
 		total.dropped += o.dropped
 		total.failed += o.failed
 	}
-	testHookDial = nil
+	testHookDial.Store(nil)
 	Stop(context.Background(), dir, runnerstate.RestartNow)
 
 	evs := readWitness(t, log)

@@ -2,18 +2,19 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/runnerstate/runnerstate"
-	"github.com/runnerstate/runnerstate/internal/bridge"
+	"github.com/runnerstate/runnerstate/internal/accept"
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
@@ -76,7 +77,7 @@ var ErrIncompatible = errors.New("daemon: the server that runs will not do for t
 // when the copy started did not become ready; an error wrapping ctx.Err()
 // naming the holder when ctx ends first.
 func Dial(ctx context.Context, dir string, cmd *exec.Cmd, opts DialOptions) (net.Conn, runnerstate.Record, error) {
-	d := &dialing{dir: dir, cmd: cmd, opts: opts, asked: map[string]bool{}}
+	d := &dialing{dir: dir, cmd: cmd, opts: opts, accept: accept.Once(opts.Accept)}
 	defer d.close()
 	for {
 		c, rec, err, again := d.once(ctx)
@@ -94,7 +95,7 @@ type dialing struct {
 	dir    string
 	cmd    *exec.Cmd
 	opts   DialOptions
-	asked  map[string]bool // Accept's answer, by record
+	accept func(runnerstate.Record) bool // opts.Accept, asked once per distinct record
 	w      *dirwatch.Watcher
 	failed int // copies started that exited before they were ready
 }
@@ -111,11 +112,11 @@ func (d *dialing) once(ctx context.Context) (net.Conn, runnerstate.Record, error
 		return nil, rec, err, false
 	}
 	if held {
-		if err := bridge.OtherProgram(d.dir, rec.PID, rec.Program, d.opts.Program); err != nil {
+		if err := otherProgram(d.dir, rec, d.opts.Program); err != nil {
 			return nil, rec, err, false
 		}
 	}
-	ready := held && rec.Ready && rec.Leaving == "" && rec.Process.PID != 0
+	ready := held && rec.Usable() // a server asked to restart still serves: unlike Start, Dial uses it
 	switch {
 	case ready && older(rec.Version, d.opts.Version):
 		if d.cmd == nil {
@@ -202,14 +203,14 @@ func exiting(ctx context.Context, id runnerstate.Identity) bool {
 func dialEndpoint(ctx context.Context, ep runnerstate.Endpoint) (net.Conn, error) {
 	var dialer net.Dialer
 	c, err := dialer.DialContext(ctx, ep.Network, ep.Address)
-	if h := testHookDial; h != nil {
-		h(err)
+	if h := testHookDial.Load(); h != nil {
+		(*h)(err)
 	}
 	return c, err
 }
 
 // testHookDial, when set, is told the outcome of every connect Dial makes.
-var testHookDial func(err error)
+var testHookDial atomic.Pointer[func(err error)]
 
 // retryable reports whether err is a refusal a server that is going, or not
 // yet there, gives.
@@ -246,7 +247,7 @@ func (d *dialing) start(ctx context.Context, was runnerstate.Record) (net.Conn, 
 		if _, held, _ := runnerstate.Running(d.dir); held {
 			return nil, was, nil, true
 		}
-		if bridge.Waiting(d.dir) > 0 {
+		if rep, err := runnerstate.Status(d.dir); err == nil && len(rep.Waiting) > 0 {
 			d.wait(ctx) // a starter is being admitted
 			return nil, was, nil, true
 		}
@@ -278,21 +279,6 @@ func (d *dialing) copyCmd() *exec.Cmd {
 	}
 	c.Stdout, c.Stderr = d.cmd.Stdout, d.cmd.Stderr
 	return c
-}
-
-// accept is opts.Accept's answer for rec, asked once per distinct record.
-func (d *dialing) accept(rec runnerstate.Record) bool {
-	if d.opts.Accept == nil {
-		return true
-	}
-	data, _ := json.Marshal(rec)
-	key := string(data)
-	if ok, seen := d.asked[key]; seen {
-		return ok
-	}
-	ok := d.opts.Accept(rec)
-	d.asked[key] = ok
-	return ok
 }
 
 // wait waits for a change in dir (bounded by ctx).
@@ -364,7 +350,7 @@ func Stop(ctx context.Context, dir, mode string) error {
 	if mode == "" {
 		mode = runnerstate.RestartDrain
 	}
-	if mode != runnerstate.RestartDrain && mode != runnerstate.RestartNow {
+	if runnerstate.ModeStrength(mode) == 0 {
 		return fmt.Errorf("daemon: Stop %s: %w, not %q", dir, runnerstate.ErrBadMode, mode)
 	}
 	rec, held, err := runnerstate.Running(dir)
@@ -399,4 +385,17 @@ func sameHolder(a, b runnerstate.Record) bool {
 		return a.Process.Instance == b.Process.Instance
 	}
 	return a.PID == b.PID
+}
+
+// otherProgram refuses dir, whose verified holder's record is rec, when
+// that record names another program than program (both non-empty), as
+// runnerstate.Takeover and Start do: an error matching
+// runnerstate.ErrOtherProgram and runnerstate.ErrBusy (a
+// *runnerstate.BusyError) naming both programs; nil otherwise.
+func otherProgram(dir string, rec runnerstate.Record, program string) error {
+	if program == "" || rec.Program == "" || rec.Program == program {
+		return nil
+	}
+	be := &runnerstate.BusyError{Path: filepath.Join(dir, runnerstate.LockName), PID: rec.PID, Verified: true}
+	return fmt.Errorf("%w: %s is held by %q (pid %d), not %q: %w", runnerstate.ErrOtherProgram, dir, rec.Program, rec.PID, program, be)
 }

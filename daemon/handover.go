@@ -5,6 +5,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/runnerstate/runnerstate/internal/gate"
 )
 
 // A leaving server hands its listening sockets to its successor: the
@@ -12,6 +14,15 @@ import (
 // socket whose address the gate lists with them, bridge.Starter), and the
 // server sends each of them a copy of its sockets (SCM_RIGHTS) from its
 // Leaving until its Close. docs/protocol.md specifies the exchange.
+
+// successors lists the starters that may receive dir's sockets, as its gate
+// records them (internal/gate State.Successors): the live starters waiting
+// with a rendezvous, newest first, then the one admitted last. A gate that
+// cannot be read lists none.
+func successors(dir string) []gate.Successor {
+	g, _, _ := gate.Read(dir)
+	return g.Successors()
+}
 
 // offer is one socket handed over: the endpoint's key and the socket.
 type offer struct {

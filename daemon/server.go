@@ -120,7 +120,7 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 	if opts.Mode == "" {
 		opts.Mode = runnerstate.RestartDrain
 	}
-	if opts.Mode != runnerstate.RestartDrain && opts.Mode != runnerstate.RestartNow {
+	if runnerstate.ModeStrength(opts.Mode) == 0 {
 		return nil, fmt.Errorf("daemon: Listen %s: %w, not %q", dir, runnerstate.ErrBadMode, opts.Mode)
 	}
 	yield := os.Getenv(envYield) == "1"
@@ -148,7 +148,7 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 		return nil, err
 	}
 	rv.close()
-	if err := bridge.PublishAdmission(dir, runnerstate.Record{Program: opts.Program, Version: opts.Version, Endpoints: s.bound}); err != nil {
+	if err := runnerstate.PublishNotReady(dir, runnerstate.Record{Program: opts.Program, Version: opts.Version, Endpoints: s.bound}); err != nil {
 		s.closeSockets(true)
 		release()
 		return nil, err
@@ -226,7 +226,7 @@ func passOn(dir string, rv *rendezvous) {
 	for i, r := range got {
 		socks[i] = handable(r)
 	}
-	for _, succ := range bridge.Successors(dir) {
+	for _, succ := range successors(dir) {
 		if succ.Rendezvous != rv.address() && handTo(succ.Rendezvous, socks) {
 			break
 		}
@@ -353,8 +353,11 @@ func (s *Server) watch(ctx context.Context) {
 	}
 }
 
-// strength orders reasons to leave: a stronger one replaces a weaker one.
-func strength(why string) int {
+// reasonRank orders a server's reasons to leave (restart modes, a lost
+// lock file, idle, closed): a higher one replaces a lower one in Reason. It
+// is not the order of restart requests (runnerstate.ModeStrength), which
+// never weaken one another and know no idle or closed.
+func reasonRank(why string) int {
 	switch why {
 	case runnerstate.RestartDrain, ReasonIdle, ReasonClosed:
 		return 1
@@ -371,7 +374,7 @@ func strength(why string) int {
 func (s *Server) leave(why string) {
 	s.mu.Lock()
 	if s.reason != "" {
-		if strength(why) > strength(s.reason) {
+		if reasonRank(why) > reasonRank(s.reason) {
 			s.reason = why
 		}
 		s.mu.Unlock()
@@ -384,7 +387,7 @@ func (s *Server) leave(why string) {
 	s.mu.Unlock()
 	if why == ReasonIdle || why == ReasonClosed {
 		// Restart modes and a lost lock file are marked by WatchRestart.
-		if err := bridge.MarkLeaving(s.dir, why); err != nil {
+		if err := runnerstate.MarkLeaving(s.dir, why); err != nil {
 			s.log.Info("daemon: could not mark the server leaving", "dir", s.dir, "err", err)
 		}
 	}
@@ -445,7 +448,7 @@ func (s *Server) handToSuccessors() {
 	if !handsOver || s.Reason() == ReasonIdle {
 		return
 	}
-	for _, succ := range bridge.Successors(s.dir) {
+	for _, succ := range successors(s.dir) {
 		key := succ.Rendezvous + " " + succ.Instance
 		s.mu.Lock()
 		done := s.sent[key] || succ.Rendezvous == s.rvAddr
@@ -518,5 +521,5 @@ func loggerOf(l *slog.Logger) *slog.Logger {
 	if l != nil {
 		return l
 	}
-	return bridge.Logger()
+	return runnerstate.Logger()
 }

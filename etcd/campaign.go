@@ -556,7 +556,7 @@ func (a *candidacy) escalate(ctx context.Context, v view, now time.Time) (time.T
 	if !now.Before(graceEnd) {
 		want = runnerstate.RestartNow
 	}
-	if strength(pendingFor(v.restart, token)) < strength(want) {
+	if runnerstate.ModeStrength(pendingFor(v.restart, token)) < runnerstate.ModeStrength(want) {
 		if err := a.ask(ctx, v, want); err != nil {
 			return time.Time{}, err
 		}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate"
-	"github.com/runnerstate/runnerstate/internal/bridge"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -56,7 +55,7 @@ func (l *Leadership) start(local func()) {
 		localRestart = runnerstate.WatchRestart(l.ls.ctx, l.o.Dir)
 		// Ready false until the leader's own Publish, as a runner's record
 		// at admission (runnerstate.Start waits for it).
-		if err := bridge.PublishAdmission(l.o.Dir, l.rec); err != nil {
+		if err := runnerstate.PublishNotReady(l.o.Dir, l.rec); err != nil {
 			l.log.Warn("runnerstate/etcd: could not publish the record in the local directory", "dir", l.o.Dir, "err", err)
 		}
 	}

@@ -84,7 +84,7 @@ func (o Options) resolve() (Options, error) {
 	if o.Mode == "" {
 		o.Mode = runnerstate.RestartNow
 	}
-	if strength(o.Mode) == 0 {
+	if runnerstate.ModeStrength(o.Mode) == 0 {
 		return o, fmt.Errorf("%w, not %q (Options.Mode)", runnerstate.ErrBadMode, o.Mode)
 	}
 	if o.Grace <= 0 {
@@ -103,17 +103,6 @@ func (o Options) resolve() (Options, error) {
 func wholeSeconds(d time.Duration) time.Duration {
 	d = (d + time.Second - 1).Truncate(time.Second)
 	return max(d, minTTL)
-}
-
-// strength orders restart modes: a request never weakens a pending one.
-func strength(mode string) int {
-	switch mode {
-	case runnerstate.RestartNow:
-		return 2
-	case runnerstate.RestartDrain:
-		return 1
-	}
-	return 0
 }
 
 // The keys under a leader key K. Every one but K itself is K followed by a

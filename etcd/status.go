@@ -162,7 +162,7 @@ func Observe(ctx context.Context, cli *clientv3.Client, key string) <-chan Holde
 // Errors: runnerstate.ErrBadMode (wrapped) for any other mode; an error for a
 // bad key; otherwise as Running's.
 func RequestRestart(ctx context.Context, cli *clientv3.Client, key, mode string) error {
-	if strength(mode) == 0 {
+	if runnerstate.ModeStrength(mode) == 0 {
 		return fmt.Errorf("%w, not %q", runnerstate.ErrBadMode, mode)
 	}
 	k, err := keysOf(key)
@@ -175,7 +175,7 @@ func RequestRestart(ctx context.Context, cli *clientv3.Client, key, mode string)
 		if err != nil {
 			return callError(cli, key, "restart: ", err)
 		}
-		if v.leader == nil || strength(pendingFor(v.restart, v.leader.CreateRevision)) >= strength(mode) {
+		if v.leader == nil || runnerstate.ModeStrength(pendingFor(v.restart, v.leader.CreateRevision)) >= runnerstate.ModeStrength(mode) {
 			return nil
 		}
 		data, _ := json.Marshal(restartRequest{Mode: mode, RequestedAt: time.Now().UTC().Format(time.RFC3339Nano), By: self, For: v.leader.CreateRevision})

@@ -99,7 +99,7 @@ func pendingFor(kv *mvccpb.KeyValue, token int64) string {
 		return ""
 	}
 	var r restartRequest
-	if json.Unmarshal(kv.Value, &r) != nil || r.For != token || strength(r.Mode) == 0 {
+	if json.Unmarshal(kv.Value, &r) != nil || r.For != token || runnerstate.ModeStrength(r.Mode) == 0 {
 		return ""
 	}
 	return r.Mode

@@ -36,6 +36,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -449,8 +450,15 @@ var WriterTag = sync.OnceValue(func() string {
 	return strconv.Itoa(self.PID) + "-" + strconv.FormatUint(self.StartTicks, 10) + "-" + strconv.FormatUint(uint64(h.Sum32()), 16)
 })
 
+// testTempRandom, when set, names the random part of temporary files
+// (SetTempRandom).
+var testTempRandom atomic.Pointer[func() string]
+
 // tempRandom returns the random part of a temporary file name.
-var tempRandom = func() string {
+func tempRandom() string {
+	if fn := testTempRandom.Load(); fn != nil {
+		return (*fn)()
+	}
 	var b [6]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
@@ -458,11 +466,10 @@ var tempRandom = func() string {
 
 // SetTempRandom makes fn name the random part of temporary files, and
 // returns a func that restores the default. For tests that plant a symlink
-// at the exact temporary path; not safe for concurrent use with writes.
+// at the exact temporary path.
 func SetTempRandom(fn func() string) (restore func()) {
-	old := tempRandom
-	tempRandom = fn
-	return func() { tempRandom = old }
+	old := testTempRandom.Swap(&fn)
+	return func() { testTempRandom.Store(old) }
 }
 
 // removeLeftovers removes temporary files of name left by writers that are

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/windows"
@@ -87,15 +88,17 @@ func replaceFile(oldPath, newPath string) error {
 		if err == nil || !inUse(err) || time.Now().After(deadline) {
 			return err
 		}
-		replaceRetried()
+		if fn := testReplaceRetried.Load(); fn != nil {
+			(*fn)()
+		}
 		time.Sleep(wait)
 		wait = min(2*wait, 16*time.Millisecond)
 	}
 }
 
-// replaceRetried is called each time replaceFile is about to try again; a
-// test sets it to see the retry.
-var replaceRetried = func() {}
+// testReplaceRetried, when set, is called each time replaceFile is about to
+// try again: a test sees the retry.
+var testReplaceRetried atomic.Pointer[func()]
 
 // inUse reports whether err is Windows refusing a file that is open
 // elsewhere.

@@ -22,9 +22,8 @@ func TestReplaceWaitsForReader(t *testing.T) {
 	require.NoError(t, err)
 	var once sync.Once
 	retried := false
-	old := replaceRetried
-	replaceRetried = func() { once.Do(func() { retried = true; f.Close() }) }
-	defer func() { replaceRetried = old }()
+	testReplaceRetried.Store(new(func() { once.Do(func() { retried = true; f.Close() }) }))
+	defer testReplaceRetried.Store(nil)
 
 	require.NoError(t, Write(dir, "state", []byte("new")))
 	f.Close()

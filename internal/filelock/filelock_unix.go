@@ -92,7 +92,7 @@ func (f *File) flock(how int, block bool) error {
 		how |= unix.LOCK_NB
 	}
 	for {
-		err := flockSyscall(f.fd, how)
+		err := flock(f.fd, how)
 		switch err {
 		case nil:
 			return nil
@@ -221,17 +221,24 @@ func (f *File) ReadContent(limit int) ([]byte, error) {
 	return buf[:n], nil
 }
 
-// flockSyscall is flock(2); SetFlockFault replaces it.
-var flockSyscall = unix.Flock
+// testFlockFault, when set, is the error every flock(2) of this package
+// fails with (SetFlockFault).
+var testFlockFault atomic.Pointer[error]
+
+// flock is flock(2), or testFlockFault.
+func flock(fd, how int) error {
+	if errno := testFlockFault.Load(); errno != nil {
+		return *errno
+	}
+	return unix.Flock(fd, how)
+}
 
 // SetFlockFault makes every flock(2) of this package fail with errno, and
 // returns a func that restores it: for tests of the packages above this one
-// that need the faults only exotic filesystems give (ENOLCK). Not safe for
-// concurrent use with locks.
+// that need the faults only exotic filesystems give (ENOLCK).
 func SetFlockFault(errno error) (restore func()) {
-	old := flockSyscall
-	flockSyscall = func(int, int) error { return errno }
-	return func() { flockSyscall = old }
+	old := testFlockFault.Swap(&errno)
+	return func() { testFlockFault.Store(old) }
 }
 
 // WouldBlockErrno is the system's "would block" error, which a busy answer

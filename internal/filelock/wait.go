@@ -115,8 +115,8 @@ func (t *table) wait(ctx context.Context, k key, perm fs.FileMode, spare *File) 
 	if spare != nil {
 		spare.Release()
 	}
-	if testHookQueued != nil {
-		testHookQueued(func() bool { return len(w.ch) > 0 })
+	if fn := testHookQueued.Load(); fn != nil {
+		(*fn)(func() bool { return len(w.ch) > 0 })
 	}
 
 	select {
@@ -269,16 +269,15 @@ func SetGotHook(fn func(got bool)) (restore func()) {
 
 // testHookQueued, when set, is called by a waiter once it is queued, with a
 // func that reports whether its lock has been handed off.
-var testHookQueued func(handedOff func() bool)
+var testHookQueued atomic.Pointer[func(handedOff func() bool)]
 
 // SetQueuedHook makes fn be called by every waiter once it is queued, with
 // a func that reports whether the lock has been handed off to it, and
 // returns a func that removes the hook. For tests that make a handoff and
-// the end of a context cross; not safe for concurrent use with waits.
+// the end of a context cross.
 func SetQueuedHook(fn func(handedOff func() bool)) (restore func()) {
-	old := testHookQueued
-	testHookQueued = fn
-	return func() { testHookQueued = old }
+	old := testHookQueued.Swap(&fn)
+	return func() { testHookQueued.Store(old) }
 }
 
 // Parked reports how many parked goroutines exist, for tests that account

@@ -199,8 +199,8 @@ func typeName(fd int, path string, magic int64, fallback string) string {
 	return name
 }
 
-// mountinfoPath is read for type names; tests point it elsewhere.
-var mountinfoPath = "/proc/self/mountinfo"
+// mountinfoPath is read for type names.
+const mountinfoPath = "/proc/self/mountinfo"
 
 // mountinfoType finds the type of the mount of device major:minor in
 // mountinfo: every mount of one device is of one type, whichever is found.

@@ -6,12 +6,14 @@
 // however many starters come and go.
 //
 // It records and never decides: when a signal is due is the caller's
-// decision. It knows neither where the gate is kept nor what serialises its
-// writers: the caller reads a State, changes it and writes it back under a
-// lock of its own.
+// decision. It knows where the gate is kept (Name, in a runner directory)
+// and reads it (Read), but not what serialises its writers: the caller
+// reads a State, changes it and writes it back under a lock of its own.
 package gate
 
 import (
+	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/durable"
@@ -60,6 +62,19 @@ type State struct {
 // UnverifiableTTL is how long a waiting starter whose liveness cannot be
 // verified (another PID namespace) counts as waiting.
 const UnverifiableTTL = time.Hour
+
+// Name is the gate's file in a runner directory, and MaxSize the most of it
+// Read reads.
+const (
+	Name    = "gate.json"
+	MaxSize = 1 << 20
+)
+
+// Read reads dir's gate (Name, at most MaxSize bytes) with Parse:
+// durable.ReadState's answer, an empty State unless it is durable.OK.
+func Read(dir string) (State, durable.State, error) {
+	return durable.ReadState(filepath.Join(dir, Name), MaxSize, Parse)
+}
 
 // Parse decodes a gate: one JSON object (durable.DecodeObject), or an error
 // saying why not.
@@ -194,4 +209,28 @@ func (e *Escalation) Sent(sig liveness.Signal, now time.Time) {
 	case liveness.SIGKILL:
 		e.KillAt = now
 	}
+}
+
+// Successor is a starter that may receive a leaving server's listening
+// sockets.
+type Successor struct {
+	PID        int    // the starter's process
+	Instance   string // its instance
+	Rendezvous string // where it receives them
+	Admitted   bool   // the starter admitted last (it binds its listeners)
+}
+
+// Successors lists the live starters waiting that have a rendezvous, newest
+// first, then the one admitted last (Handover), when it had one.
+func (g *State) Successors() []Successor {
+	var out []Successor
+	for _, e := range slices.Backward(g.Waiting) {
+		if e.Rendezvous != "" && e.Live() {
+			out = append(out, Successor{PID: e.Starter.PID, Instance: e.Starter.Instance, Rendezvous: e.Rendezvous})
+		}
+	}
+	if g.Handover != "" {
+		out = append(out, Successor{Rendezvous: g.Handover, Admitted: true})
+	}
+	return out
 }

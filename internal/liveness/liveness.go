@@ -349,8 +349,8 @@ func (p *Process) Signal(sig Signal) error {
 	if v, why := p.Verify(); v != Alive {
 		return fmt.Errorf("liveness: not signalling pid %d: %s (%s): %w", p.id.PID, v, why, ErrNotAlive)
 	}
-	if testHookSignal != nil {
-		testHookSignal(p.id.PID, sig)
+	if fn := testHookSignal.Load(); fn != nil {
+		(*fn)(p.id.PID, sig)
 	}
 	return p.signal(sig)
 }
@@ -568,12 +568,12 @@ const maxPID = 1<<31 - 1
 // before a signal is sent. Tests use them to prove nothing was probed or
 // sent; they are nil in production.
 var (
-	testHookProbe  func(pid int)
-	testHookSignal func(pid int, sig Signal)
+	testHookProbe  atomic.Pointer[func(pid int)]
+	testHookSignal atomic.Pointer[func(pid int, sig Signal)]
 )
 
 func probeHook(pid int) {
-	if testHookProbe != nil {
-		testHookProbe(pid)
+	if fn := testHookProbe.Load(); fn != nil {
+		(*fn)(pid)
 	}
 }

@@ -28,12 +28,30 @@ const startIsBootRelative = true
 // Linux architecture Go supports.
 const clkTck = 100
 
-// procRoot is where per-pid evidence is read; tests point it at an empty
-// directory to play a /proc mounted with hidepid.
-var procRoot = "/proc"
+// testProcRoot, when set, is where per-pid evidence is read instead of
+// /proc: tests point it at an empty directory to play a /proc mounted with
+// hidepid.
+var testProcRoot atomic.Pointer[string]
 
-// pidfdOpen is unix.PidfdOpen; tests replace it to take the kill(2) path.
-var pidfdOpen = unix.PidfdOpen
+// procRoot is where per-pid evidence is read: /proc, or testProcRoot.
+func procRoot() string {
+	if p := testProcRoot.Load(); p != nil {
+		return *p
+	}
+	return "/proc"
+}
+
+// testPidfdOpen, when set, replaces unix.PidfdOpen: tests take the kill(2)
+// path with it.
+var testPidfdOpen atomic.Pointer[func(pid, flags int) (int, error)]
+
+// pidfdOpen is unix.PidfdOpen, or testPidfdOpen.
+func pidfdOpen(pid, flags int) (int, error) {
+	if fn := testPidfdOpen.Load(); fn != nil {
+		return (*fn)(pid, flags)
+	}
+	return unix.PidfdOpen(pid, flags)
+}
 
 // hostFacts are this process's kernel-wide facts, read once.
 type hostFacts struct {
@@ -90,7 +108,7 @@ func currentIdentity() Identity {
 
 func lookup(pid int) (Identity, error) {
 	probeHook(pid)
-	return identityFrom(procRoot, pid, facts())
+	return identityFrom(procRoot(), pid, facts())
 }
 
 func identityFrom(root string, pid int, f hostFacts) (Identity, error) {
@@ -247,7 +265,7 @@ func checkLive(id Identity) (Verdict, string) {
 func checkAfter(id Identity) (Verdict, string) {
 	pid := id.PID
 	probeHook(pid)
-	st, err := readStat(procFile(procRoot, pid, "stat"))
+	st, err := readStat(procFile(procRoot(), pid, "stat"))
 	switch {
 	case err != nil:
 		if _, bad := err.(*statError); bad {
@@ -318,7 +336,7 @@ func notLeader(pid int, perr error) (Verdict, string) {
 	} else if gone {
 		return Dead, fmt.Sprintf("no process with pid %d (kill: ESRCH)", pid)
 	}
-	st, err := readStatus(procRoot, pid)
+	st, err := readStatus(procRoot(), pid)
 	switch {
 	case err != nil:
 		return Unverifiable, fmt.Sprintf("pidfd_open(%d): %v, and status unreadable: %v", pid, perr, err)
@@ -344,14 +362,14 @@ func inspect(pid int, want uint64, pinned bool, exited func() (bool, error)) (Ve
 			return Dead, fmt.Sprintf("pid %d exited (pidfd readable)", pid)
 		}
 	}
-	st, err := readStat(procFile(procRoot, pid, "stat"))
+	st, err := readStat(procFile(procRoot(), pid, "stat"))
 	if err != nil {
 		if _, bad := err.(*statError); bad {
 			return Unverifiable, err.Error()
 		}
 		return unreadable(pid, err, exited)
 	}
-	if (st.State == 'Z' || st.State == 'X') && zombieDead(procRoot, pid, pinned, exited) {
+	if (st.State == 'Z' || st.State == 'X') && zombieDead(procRoot(), pid, pinned, exited) {
 		return Dead, fmt.Sprintf("pid %d is a zombie: exited, not yet reaped (state %c)", pid, st.State)
 	}
 	if st.StartTicks != want {
@@ -361,7 +379,7 @@ func inspect(pid int, want uint64, pinned bool, exited func() (bool, error)) (Ve
 		// Without a pidfd nothing has yet said pid is a process and not a
 		// thread id. pidfd_open has: it refuses a thread that does not lead
 		// its group, which saves reading status on the common path.
-		status, err := readStatus(procRoot, pid)
+		status, err := readStatus(procRoot(), pid)
 		if err != nil {
 			return unreadable(pid, err, exited)
 		}
@@ -594,7 +612,7 @@ func Exiting(id Identity) bool {
 	if id.StartTicks == 0 {
 		return false
 	}
-	task := procFile(procRoot, id.PID, "task")
+	task := procFile(procRoot(), id.PID, "task")
 	tids, err := os.ReadDir(task)
 	if err != nil {
 		return false
@@ -624,7 +642,7 @@ func Exiting(id Identity) bool {
 // and the state letter. A process that is not id's (another start, or gone)
 // or whose stat cannot be read is not reported stopped.
 func Stopped(id Identity) (bool, byte) {
-	st, err := readStat(procFile(procRoot, id.PID, "stat"))
+	st, err := readStat(procFile(procRoot(), id.PID, "stat"))
 	if err != nil || id.StartTicks == 0 || st.StartTicks != id.StartTicks {
 		return false, 0
 	}

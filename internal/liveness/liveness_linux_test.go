@@ -68,8 +68,8 @@ func oldKernelPidfdOpen(pid, flags int) (int, error) {
 func forEachMode(t *testing.T, fn func(t *testing.T, pidfd bool)) {
 	for _, m := range probeModes {
 		t.Run(m.name, func(t *testing.T) {
-			pidfdOpen = m.open
-			t.Cleanup(func() { pidfdOpen = unix.PidfdOpen })
+			testPidfdOpen.Store(&m.open)
+			t.Cleanup(func() { testPidfdOpen.Store(nil) })
 			fn(t, m.pidfd)
 		})
 	}
@@ -443,8 +443,8 @@ func TestHidepid(t *testing.T) {
 	forEachMode(t, func(t *testing.T, pidfd bool) {
 		c := startHelper(t, "block")
 		id := mustLookup(t, c.PID())
-		procRoot = t.TempDir()
-		t.Cleanup(func() { procRoot = "/proc" })
+		testProcRoot.Store(new(t.TempDir()))
+		t.Cleanup(func() { testProcRoot.Store(nil) })
 
 		v, why := Check(id)
 		assert.Equal(t, Unverifiable, v, why)
@@ -471,8 +471,8 @@ func BenchmarkWaitWake(b *testing.B) {
 	for _, m := range []int{0, 2} { // pidfd, no pidfd
 		m := probeModes[m]
 		b.Run(m.name, func(b *testing.B) {
-			pidfdOpen = m.open
-			defer func() { pidfdOpen = unix.PidfdOpen }()
+			testPidfdOpen.Store(&m.open)
+			defer testPidfdOpen.Store(nil)
 			ctx := context.Background()
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()

@@ -233,9 +233,8 @@ func TestSelfIsNotAProbe(t *testing.T) {
 // until the test ends.
 func recordProbes(t *testing.T) *[]int {
 	var probed []int
-	testHookProbe = func(pid int) { probed = append(probed, pid) }
-	testHookSignal = func(pid int, sig Signal) { t.Errorf("signal %v sent to pid %d", sig, pid) }
-	t.Cleanup(func() { testHookProbe, testHookSignal = nil, nil })
+	t.Cleanup(SetProbeHook(func(pid int) { probed = append(probed, pid) }))
+	t.Cleanup(SetSignalHook(func(pid int, sig Signal) { t.Errorf("signal %v sent to pid %d", sig, pid) }))
 	return &probed
 }
 

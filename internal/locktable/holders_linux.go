@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,8 +54,8 @@ func Holders(path string) (holders []Holder, exists, known bool) {
 
 // HoldersOf is Holders for the file ino.
 func HoldersOf(ino Inode) (holders []Holder, known bool) {
-	if testHookList != nil {
-		testHookList()
+	if fn := testHookList.Load(); fn != nil {
+		(*fn)()
 	}
 	bp := procBufs.Get().(*[]byte)
 	defer procBufs.Put(bp)
@@ -217,13 +218,12 @@ func readAllInto(path string, bp *[]byte, oneRecord bool) (data []byte, onePass 
 
 // testHookList, when set, is called before every read of the kernel's lock
 // list.
-var testHookList func()
+var testHookList atomic.Pointer[func()]
 
 // SetListHook makes fn be called before every read of the kernel's lock list
 // (/proc/locks), and returns a func that removes it: for tests that prove a
-// holder was confirmed without it. Not safe for concurrent use with reads.
+// holder was confirmed without it.
 func SetListHook(fn func()) (restore func()) {
-	old := testHookList
-	testHookList = fn
-	return func() { testHookList = old }
+	old := testHookList.Swap(&fn)
+	return func() { testHookList.Store(old) }
 }
