@@ -3,7 +3,7 @@ module github.com/runnerstate/runnerstate/etcd
 go 1.26.0
 
 require (
-	github.com/runnerstate/runnerstate v0.0.0-20261204234150-361b7b02c7de
+	github.com/runnerstate/runnerstate v0.0.0-20261205002038-eade084427a0
 	github.com/stretchr/testify v1.12.1
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
