@@ -188,6 +188,9 @@ func publishAs(dir string, rec Record) (leaving string, err error) {
 	if err := checkDir("Publish", dir); err != nil {
 		return "", err
 	}
+	if err := checkEndpoints(dir, rec.Endpoints); err != nil {
+		return "", err
+	}
 	h := holdOf(dir)
 	if h == nil {
 		return "", fmt.Errorf("%w: %s (take it with Acquire or Takeover first)", ErrNotHolder, filepath.Join(dir, LockName))

@@ -68,6 +68,9 @@ func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func()
 	if dataDir == "" {
 		return nil, errorf("AcquireScope %s: the data dir is empty", scopeDir)
 	}
+	if err := checkName("AcquireScope", scopeDir); err != nil {
+		return nil, err
+	}
 	if abs, err := filepath.Abs(dataDir); err == nil {
 		dataDir = abs
 	}

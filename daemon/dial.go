@@ -76,6 +76,9 @@ var ErrIncompatible = errors.New("daemon: the server that runs will not do for t
 // when the copy started did not become ready; an error wrapping ctx.Err()
 // naming the holder when ctx ends first.
 func Dial(ctx context.Context, dir string, cmd *exec.Cmd, opts DialOptions) (net.Conn, runnerstate.Record, error) {
+	if err := checkNames("Dial", dir); err != nil {
+		return nil, runnerstate.Record{}, err
+	}
 	d := &dialing{dir: dir, cmd: cmd, opts: opts, asked: map[string]bool{}}
 	defer d.close()
 	for {
@@ -145,6 +148,9 @@ func (d *dialing) dial(ctx context.Context, rec runnerstate.Record) (net.Conn, r
 		return nil, rec, fmt.Errorf("daemon: Dial %s: endpoint %d asked, but the server (pid %d) publishes %d", d.dir, d.opts.Endpoint, rec.PID, len(rec.Endpoints)), false
 	}
 	ep := rec.Endpoints[d.opts.Endpoint]
+	if err := checkNames("Dial", d.dir, ep.Address); err != nil {
+		return nil, rec, err, false
+	}
 	if stopped, state := liveness.Stopped(liveness.Identity(rec.Process)); stopped {
 		// Its socket would queue the connection and nobody would answer.
 		return nil, rec, fmt.Errorf("daemon: Dial %s: the server (pid %d) is stopped (state %c: SIGSTOP, a terminal's Ctrl-Z or a debugger) and answers nothing until it is continued (SIGCONT)", d.dir, rec.PID, state), false
