@@ -63,11 +63,16 @@ func strength(mode string) int {
 	return 0
 }
 
-// void reports whether a takeover request is void: its starter is provably
-// dead (Dead, or Stale: its pid now names another process, or the machine
-// rebooted), so nobody waits for the runner to go. A request written by
-// RequestRestart (an operator's) is never void, whoever wrote it.
+// void reports whether a request is void: dated more than a minute ahead
+// (aheadOf, trust.go: no writer of this machine's clock wrote it), or a
+// takeover request whose starter is provably dead (Dead, or Stale: its pid
+// now names another process, or the machine rebooted), so nobody waits for
+// the runner to go. Otherwise a request written by RequestRestart (an
+// operator's) is never void, whoever wrote it.
 func (r restartRequest) void() bool {
+	if aheadOf(r.RequestedAt) {
+		return true
+	}
 	if !r.Takeover {
 		return false
 	}
@@ -265,7 +270,7 @@ func retireOnAdmission(dir string, self Identity, since time.Time) {
 		}
 		return
 	}
-	if req.Takeover || (req.For != "" && req.For != self.Instance) || req.RequestedAt.Before(since) {
+	if req.Takeover || (req.For != "" && req.For != self.Instance) || req.RequestedAt.Before(since) || aheadOf(req.RequestedAt) {
 		if err := durable.Remove(dir, RestartName); err == nil {
 			logger().Info("runnerstate: retired a restart request meant for the previous runner", "path", path, "mode", req.Mode, "requested_at", req.RequestedAt)
 		}

@@ -103,7 +103,7 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 func admittingStarter(dir string) (Identity, bool) {
 	g, _ := readGate(dir)
 	for _, e := range g.Waiting {
-		if v, _ := liveness.Check(e.Starter); v == liveness.Alive {
+		if v, _ := liveness.Check(e.Starter); v == liveness.Alive && !e.Void(time.Now()) {
 			return Identity(e.Starter), true
 		}
 	}

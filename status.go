@@ -127,6 +127,7 @@ func Status(dir string) (Report, error) {
 	if err := checkProtocol(dir, false); err != nil {
 		r.Warnings = append(r.Warnings, err.Error()+"; what this report says of that file may be wrong")
 	}
+	r.Warnings = append(r.Warnings, voidWarnings(dir)...)
 	r.Warnings = append(r.Warnings, dirWarnings(dir)...)
 	return r, nil
 }

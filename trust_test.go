@@ -4,11 +4,16 @@ package runnerstate
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/runnerstate/runnerstate/internal/bridge"
+	"github.com/runnerstate/runnerstate/internal/liveness"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -67,4 +72,53 @@ func TestPublishRefusesANonUTF8Endpoint(t *testing.T) {
 	assert.Contains(t, err.Error(), strconv.Quote(addr))
 	assert.Contains(t, err.Error(), "not valid UTF-8")
 	assert.NoFileExists(t, filepath.Join(dir, RecordName), "nothing was published")
+}
+
+// Point 8: a restart request and a waiting starter dated more than a
+// minute ahead (2099, as forged) bind nobody: the runner admitted is not
+// asked to leave, no server counts the starter as waiting or steps aside
+// for it, and Status lists both as void.
+func TestEntriesDatedAheadBindNobody(t *testing.T) {
+	dir := t.TempDir()
+	forgedAt := time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)
+	other := liveness.Current()
+	other.PIDNS = "0:1" // a starter in another PID namespace: unverifiable
+	gateLine, err := json.Marshal(gateState{Seq: 9, Waiting: []gateEntry{{Seq: 9, Starter: other, Since: forgedAt, Program: "p"}}})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, gateName), append(gateLine, '\n'), 0o644))
+	reqLine, err := json.Marshal(restartRequest{Mode: RestartNow, RequestedAt: forgedAt})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, RestartName), append(reqLine, '\n'), 0o644))
+
+	_, ok := RestartRequested(dir)
+	assert.False(t, ok, "a request dated 2099 is void")
+	assert.Zero(t, bridge.Waiting(dir), "nobody waits")
+	assert.Empty(t, bridge.Successors(dir))
+	r, err := Status(dir)
+	require.NoError(t, err)
+	assert.Empty(t, r.Restart)
+	assert.Empty(t, r.Waiting)
+	assert.True(t, anyContains(r.Warnings, filepath.Join(dir, gateName), "void"), "%q", r.Warnings)
+	assert.True(t, anyContains(r.Warnings, filepath.Join(dir, RestartName), "void"), "%q", r.Warnings)
+
+	release, err := Takeover(background(t), dir, TakeoverOptions{Program: "p"})
+	require.NoError(t, err, "admitted past the void starter")
+	defer release()
+	_, ok = RestartRequested(dir)
+	assert.False(t, ok)
+	assert.NoFileExists(t, filepath.Join(dir, RestartName), "the admission retired the forged request")
+}
+
+// anyContains reports whether one of lines contains every one of parts.
+func anyContains(lines []string, parts ...string) bool {
+	for _, l := range lines {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(l, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }
