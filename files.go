@@ -63,7 +63,7 @@ var dirFiles = []dirFile{
 		purpose: "Start's current attempt, and how it ended when it died before it was ready"},
 	{name: logName, kind: kindLog, home: homeRunner, mode: 0o600, writer: "a runner Start started",
 		purpose: "its stdout and stderr, appended"},
-	{name: stateLockName, kind: kindLock, home: homeRunner, mode: 0o644, writer: "every read-modify-write of the state files",
+	{name: stateLockName, kind: kindLock, home: homeRunner, mode: 0o600, writer: "every read-modify-write of the state files",
 		purpose: "the state lock; empty"},
 	{name: "<name>" + corruptSuffix + "-<time>", kind: kindSetAside, of: []string{RecordName, RestartName}, home: homeRunner, mode: 0o644, writer: "a fresh holder",
 		purpose: "an unreadable state file set aside whole; the keepCorrupt newest kept"},

@@ -56,7 +56,7 @@ func updateGateLocked(dir string, fn func(g *gateState) error) error {
 	if err != nil {
 		return err
 	}
-	return public(durable.WriteVolatile(dir, gateName, data))
+	return public(durable.WriteVolatileToAll(dir, gateName, data))
 }
 
 func init() {

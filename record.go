@@ -225,7 +225,7 @@ func publishAs(dir string, rec Record) (leaving string, err error) {
 		if len(data) > maxRecordSize {
 			return pathError("publish", filepath.Join(dir, RecordName), fmt.Errorf("the record is %d bytes, over the %d a reader accepts; keep Meta small", len(data), maxRecordSize))
 		}
-		err = public(durable.Write(dir, RecordName, data))
+		err = public(durable.WriteToAll(dir, RecordName, data))
 		if ready && (err == nil || errors.Is(err, ErrNotDurable)) {
 			h.SetPublished()
 		}

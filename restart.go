@@ -164,7 +164,7 @@ func requestRestartLocked(dir, mode string, by Identity, takeover bool) (pending
 	if err != nil {
 		return restartRequest{}, false, err
 	}
-	if err := durable.Write(dir, RestartName, data); err != nil {
+	if err := durable.WriteToAll(dir, RestartName, data); err != nil {
 		return restartRequest{}, false, public(err)
 	}
 	return pending, true, nil
@@ -532,7 +532,7 @@ func markLeaving(ctx context.Context, h *hold.Hold, why string) {
 		if err != nil {
 			return err
 		}
-		return public(durable.WriteVolatile(dir, RecordName, data))
+		return public(durable.WriteVolatileToAll(dir, RecordName, data))
 	})
 	if err != nil && ctx.Err() == nil {
 		logger().Warn("runnerstate: could not mark the runner leaving in its record; Start may hand it out until it goes", "dir", dir, "leaving", why, "err", err)

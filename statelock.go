@@ -37,7 +37,7 @@ func withStateLockCtx(ctx context.Context, dir string, fn func() error) error {
 	if stateLockEntries.Held(key) {
 		return errorf("state lock %s asked for again by the code that holds it, which would wait for itself; this is a bug in runnerstate, please report it: %w", path, errStateLockReentered)
 	}
-	l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o644, inspectLock)
+	l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o600, inspectLock)
 	if err != nil {
 		if errors.Is(err, ErrBusy) && ctx.Err() == nil && waitCtx.Err() != nil {
 			return errorf("state lock %s stayed busy for %v; a process is stuck writing state there (stopped?): %w", path, stateLockWait, err)
@@ -45,6 +45,7 @@ func withStateLockCtx(ctx context.Context, dir string, fn func() error) error {
 		return err
 	}
 	defer l.Release()
+	l.MakePrivate() // 0600: a reader's flock on it must never stall writers (one made by an older build was 0644)
 	defer stateLockEntries.Enter(key)()
 	return fn()
 }
