@@ -212,7 +212,7 @@ var ErrNotDurable = durable.ErrNotDurable
 // bad name or line is refused; ErrNotDurable when the new content is in
 // place but its directory could not be synced (call SaveLines again to make
 // sure it is durable); otherwise the system's error, and the old content is
-// intact. Creates dir (0755) when it does not exist; touches dir/name and a
+// intact. Creates dir (0700) when it does not exist; touches dir/name and a
 // temporary file beside it, under the directory's state lock.
 func SaveLines(dir, name string, lines []string) error {
 	if err := checkStateName(dir, name); err != nil {
@@ -220,6 +220,9 @@ func SaveLines(dir, name string, lines []string) error {
 	}
 	data, err := joinLines(filepath.Join(dir, name), lines)
 	if err != nil {
+		return err
+	}
+	if err := ownDir("SaveLines", dir); err != nil {
 		return err
 	}
 	if err := ensureDir(dir); err != nil {
@@ -301,6 +304,9 @@ func AppendLine(dir, name, line string) error {
 	if strings.ContainsRune(line, '\n') {
 		return pathError("append", filepath.Join(dir, name), errors.New("line contains a newline"))
 	}
+	if err := ownDir("AppendLine", dir); err != nil {
+		return err
+	}
 	if err := ensureDir(dir); err != nil {
 		return err
 	}
@@ -339,6 +345,9 @@ func MigrateFile(dir, oldName, newName string) error {
 	}
 	if oldName == newName {
 		return nil
+	}
+	if err := ownDir("MigrateFile", dir); err != nil {
+		return err
 	}
 	return withStateLock(dir, func() error {
 		return public(durable.Migrate(dir, oldName, newName))

@@ -141,7 +141,7 @@ var ErrNotHolder = errors.New("runnerstate: this process does not hold the runne
 // build's, and nothing is written; otherwise the system's error naming the
 // path. Touches runner.json and a temporary file beside it.
 func Publish(dir string, rec Record) error {
-	if err := checkDir("Publish", dir); err != nil {
+	if err := ownDir("Publish", dir); err != nil {
 		return err
 	}
 	if err := checkProtocol(dir, false); err != nil {

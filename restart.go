@@ -120,7 +120,7 @@ func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
 	if strength(mode) == 0 {
 		return restartRequest{}, fmt.Errorf("%w, not %q", ErrBadMode, mode)
 	}
-	if err := checkDir("RequestRestart", dir); err != nil {
+	if err := ownDir("RequestRestart", dir); err != nil {
 		return restartRequest{}, err
 	}
 	if fi, err := os.Stat(dir); err != nil {
@@ -242,7 +242,7 @@ func RestartRequested(dir string) (mode string, ok bool) {
 // system's error, naming the path; ErrNotDurable when the request is gone
 // (nobody sees it any more) but the directory could not be synced.
 func ClearRestart(dir string) error {
-	if err := checkDir("ClearRestart", dir); err != nil {
+	if err := ownDir("ClearRestart", dir); err != nil {
 		return err
 	}
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {

@@ -181,9 +181,9 @@ func (e notDirAbove) Error() string {
 
 func (e notDirAbove) Is(target error) bool { return target == ErrNotDir }
 
-// EnsureDir creates dir (0755, parents too) when it does not exist, and
+// EnsureDir creates dir (perm, parents too) when it does not exist, and
 // refuses a dir that is not a directory, or one below a file (NotDir).
-func EnsureDir(dir string) error {
+func EnsureDir(dir string, perm fs.FileMode) error {
 	fi, err := os.Stat(dir)
 	if err == nil {
 		if !fi.IsDir() {
@@ -200,7 +200,7 @@ func EnsureDir(dir string) error {
 	if fi, err := os.Lstat(dir); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 		return refused(dir, ErrDanglingSymlink) // mkdir would only say "file exists"
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, perm); err != nil {
 		return &fs.PathError{Op: "mkdir", Path: dir, Err: Unwrap(err)}
 	}
 	return nil
@@ -399,6 +399,7 @@ func createTemp(dir, name, target string) (*os.File, string, error) {
 		tmp = filepath.Join(dir, prefix+tempRandom())
 		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, 0o644)
 		if err == nil {
+			GiveToDirOwner(int(f.Fd()), dir)
 			return f, tmp, nil
 		}
 		if !errors.Is(err, fs.ErrExist) {
