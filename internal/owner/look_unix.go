@@ -18,7 +18,18 @@ import (
 // is. A part that is no directory (a file, or a symlink put in place since
 // the path was resolved) is an error naming it.
 func Look(abs string) (parts []Part, missing bool, err error) {
-	resolved, rest := resolve(abs)
+	parts, missing, err = walk(filepath.Clean(abs), "")
+	if err == nil {
+		return parts, missing, nil
+	}
+	// A part is no directory: a symlink, most likely. Resolve, and walk
+	// what it leads to (a part that is still none is an error).
+	return walk(resolve(abs))
+}
+
+// walk is Look along resolved, a path without symlinks when rest is ""
+// (else its existing prefix has none, and rest is what is below it).
+func walk(resolved, rest string) (parts []Part, missing bool, err error) {
 	fd, err := unix.Open("/", openDir, 0)
 	if err != nil {
 		return nil, false, &fs.PathError{Op: "open", Path: "/", Err: err}

@@ -2,6 +2,7 @@ package owner
 
 import (
 	"io/fs"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -77,4 +78,42 @@ func TestLook(t *testing.T) {
 	assert.NoError(t, err)
 	assert.True(t, missing)
 	assert.Equal(t, dir, parts[len(parts)-1].Path)
+}
+
+// BenchmarkCheck is what every checked call adds: the look from "/" down
+// and the judgement (go test -bench Check ./internal/owner).
+func BenchmarkCheck(b *testing.B) {
+	dir := b.TempDir()
+	for b.Loop() {
+		if _, f, err := Check(dir, Read); err != nil || f != nil {
+			b.Fatal(f, err)
+		}
+	}
+}
+
+// TestLookThroughASymlink: a symlink in the path is resolved, and the parts
+// are those of where it leads.
+func TestLookThroughASymlink(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(dir, "target")
+	link := filepath.Join(dir, "link")
+	if err := os.Mkdir(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Skip(err)
+	}
+	parts, missing, err := Look(link)
+	if err != nil || parts == nil {
+		t.Skipf("no owners to look at here: %v", err)
+	}
+	assert.False(t, missing)
+	assert.Equal(t, target, parts[len(parts)-1].Path)
+	parts, missing, err = Look(filepath.Join(link, "below"))
+	assert.NoError(t, err)
+	assert.True(t, missing)
+	assert.Equal(t, target, parts[len(parts)-1].Path)
 }
