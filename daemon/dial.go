@@ -51,7 +51,8 @@ var ErrIncompatible = errors.New("daemon: the server that runs will not do for t
 // runs is older than opts.Version.
 //
 // cmd is a template: Dial never starts cmd itself, and may start more than
-// one copy, each with cmd's Path, Args, Env, Dir, ExtraFiles, SysProcAttr,
+// one copy (at most 3 that exit before they are ready, whatever holds dir),
+// each with cmd's Path, Args, Env, Dir, ExtraFiles, SysProcAttr,
 // Stdout and Stderr. A server a copy runs steps aside for a server of its
 // program at the same or a newer version (Listen), so clients of two
 // versions cause at most one replacement (older → newer), never back and
@@ -103,8 +104,8 @@ type dialing struct {
 }
 
 // maxStartFailures is how many copies of cmd one Dial starts, at most, that
-// exit before they are ready, with nothing else holding dir or waiting for
-// it, before it returns the last one's *runnerstate.StartError.
+// exit before they are ready, whatever holds dir or waits for it, before it
+// returns the last one's *runnerstate.StartError.
 const maxStartFailures = 3
 
 // once looks, and dials, starts or waits once; again says to look again.
@@ -246,22 +247,20 @@ func (d *dialing) start(ctx context.Context, was runnerstate.Record) (net.Conn, 
 		now, _, _ := runnerstate.Running(d.dir)
 		return nil, now, fmt.Errorf("%w: %s: the server started is %s, older than this client's %s: %v", ErrIncompatible, d.dir, versionWords(now.Version), d.opts.Version, err), false
 	case errors.As(err, &se) && ctx.Err() == nil:
-		// It exited before it was ready. A copy that stepped aside for a
-		// server that holds dir or is taking it over leaves that one to wait
-		// for; any other failure is the answer.
-		if _, held, _ := runnerstate.Running(d.dir); held {
-			return nil, was, nil, true
+		// It exited before it was ready. Each such copy counts, whatever
+		// holds dir: one Dial starts at most maxStartFailures (a copy that
+		// failed fast beside a holder was started again until ctx ended).
+		if d.failed++; d.failed >= maxStartFailures {
+			break
 		}
-		if bridge.Waiting(d.dir) > 0 {
+		// A copy that stepped aside for a server that holds dir or is
+		// taking it over leaves that one to wait for; one that failed by
+		// itself, or stepped aside for a server that died the instant
+		// after, is told apart by another copy.
+		if _, held, _ := runnerstate.Running(d.dir); !held && bridge.Waiting(d.dir) > 0 {
 			d.wait(ctx) // a starter is being admitted
-			return nil, was, nil, true
 		}
-		// Nobody holds dir nor waits: the copy failed by itself, or stepped
-		// aside for a server that died the instant after. Another copy
-		// tells which, a few times at most.
-		if d.failed++; d.failed < maxStartFailures {
-			return nil, was, nil, true
-		}
+		return nil, was, nil, true
 	}
 	return nil, was, err, false
 }
