@@ -217,6 +217,7 @@ func (e *BusyError) writeHolder(b *strings.Builder) {
 		b.WriteString(" serving ")
 		b.WriteString(e.Owner)
 	}
+	b.WriteString(otherUser(e.PID))
 }
 
 // Is reports whether target is ErrBusy or, on Unix, syscall.EWOULDBLOCK.

@@ -231,3 +231,15 @@ func untrustedWarning(dir string) []string {
 	}
 	return out
 }
+
+// otherUser says, for a lock's holder pid, that it is another user's
+// process ("; held by uid 1002 (mallory), not you"), so that a refusal
+// names the cause a user can act on; "" when it is this user's or cannot
+// be told (off Linux).
+func otherUser(pid int) string {
+	uid := owner.ProcessUID(pid)
+	if uid < 0 || uid == os.Geteuid() {
+		return ""
+	}
+	return "; held by " + userWords(uid) + ", not you"
+}

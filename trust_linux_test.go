@@ -303,3 +303,21 @@ func TestTrustRootManagesAUsersDirectory(t *testing.T) {
 	assert.Empty(t, got["acquire"].Err, "alice's runner takes it after root's")
 	assert.Empty(t, got["status"].Warnings)
 }
+
+// Point 7: a lock held by another user's process is refused naming the
+// file waited on and that user, as such.
+func TestTrustBusyNamesAnotherUser(t *testing.T) {
+	base := publicDir(t)
+	require.NoError(t, os.Chmod(base, os.ModeSticky|0o777))
+	path := filepath.Join(base, "shared.lock")
+	holder := startChildCmd(t, asNobody(t, path), "hold")
+	holder.Expect("locked")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := Lock(ctx, path)
+	require.ErrorIs(t, err, ErrBusy)
+	assert.Contains(t, err.Error(), path, "the file waited on")
+	assert.Contains(t, err.Error(), "held by uid 65534", "the other user")
+	assert.Contains(t, err.Error(), "not you")
+	require.NoError(t, holder.Stop())
+}

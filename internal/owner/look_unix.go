@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io/fs"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -118,4 +119,14 @@ func Files(dir string, names ...string) ([]Part, error) {
 		out = append(out, Part{Path: filepath.Join(dir, name), UID: int(st.Uid), GID: int(st.Gid), Mode: fs.FileMode(st.Mode & 0o777)})
 	}
 	return out, nil
+}
+
+// ProcessUID is the uid of process pid, as the owner of /proc/<pid> says
+// (Linux), or -1 where that cannot be read.
+func ProcessUID(pid int) int {
+	var st unix.Stat_t
+	if pid <= 0 || unix.Stat("/proc/"+strconv.Itoa(pid), &st) != nil {
+		return -1
+	}
+	return int(st.Uid)
 }
