@@ -100,12 +100,15 @@ type dialing struct {
 	opts   DialOptions
 	asked  map[string]bool // Accept's answer, by record
 	w      *dirwatch.Watcher
-	failed int // copies started that exited before they were ready
+	failed int   // copies started that exited before they were ready
+	last   error // the last one's *runnerstate.StartError
 }
 
 // maxStartFailures is how many copies of cmd one Dial starts, at most, that
-// exit before they are ready, whatever holds dir or waits for it, before it
-// returns the last one's *runnerstate.StartError.
+// exit before they are ready, whatever holds dir or waits for it. Then it
+// waits, bounded by its context, for a server that holds dir or is being
+// admitted, and returns the last copy's *runnerstate.StartError once none
+// does.
 const maxStartFailures = 3
 
 // once looks, and dials, starts or waits once; again says to look again.
@@ -232,6 +235,16 @@ func retryable(err error) bool {
 // start makes sure a ready server that will do runs, starting a copy of
 // cmd through runnerstate.Start when none does; was is what held dir.
 func (d *dialing) start(ctx context.Context, was runnerstate.Record) (net.Conn, runnerstate.Record, error, bool) {
+	if d.failed >= maxStartFailures {
+		// No more copies: wait for a server that is not ready yet but holds
+		// dir or is being admitted; else (nothing there, or a ready one
+		// this client would replace) the last copy's failure is the answer.
+		if was.Ready || !d.othersThere() {
+			return nil, was, d.last, false
+		}
+		d.wait(ctx)
+		return nil, was, nil, true
+	}
 	rec, err := runnerstate.Start(ctx, d.dir, d.copyCmd(), runnerstate.StartOptions{
 		Accept:  func(r runnerstate.Record) bool { return !older(r.Version, d.opts.Version) },
 		Log:     d.opts.Log,
@@ -250,19 +263,28 @@ func (d *dialing) start(ctx context.Context, was runnerstate.Record) (net.Conn, 
 		// It exited before it was ready. Each such copy counts, whatever
 		// holds dir: one Dial starts at most maxStartFailures (a copy that
 		// failed fast beside a holder was started again until ctx ended).
-		if d.failed++; d.failed >= maxStartFailures {
-			break
-		}
+		d.failed++
+		d.last = err
 		// A copy that stepped aside for a server that holds dir or is
 		// taking it over leaves that one to wait for; one that failed by
 		// itself, or stepped aside for a server that died the instant
-		// after, is told apart by another copy.
+		// after, is told apart by another copy, while any are left.
 		if _, held, _ := runnerstate.Running(d.dir); !held && bridge.Waiting(d.dir) > 0 {
 			d.wait(ctx) // a starter is being admitted
+			return nil, was, nil, true
 		}
-		return nil, was, nil, true
+		if d.failed < maxStartFailures || d.othersThere() {
+			return nil, was, nil, true
+		}
 	}
 	return nil, was, err, false
+}
+
+// othersThere reports whether a server holds dir or a starter waits for
+// it: a Dial that may start no more copies waits for that one.
+func (d *dialing) othersThere() bool {
+	_, held, _ := runnerstate.Running(d.dir)
+	return held || bridge.Waiting(d.dir) > 0
 }
 
 // copyCmd is a fresh copy of the template cmd, marked to step aside for a
