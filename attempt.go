@@ -136,7 +136,7 @@ func writeAttempt(dir string, a startAttempt) error {
 	if err != nil {
 		return err
 	}
-	return public(durable.WriteVolatile(dir, startName, data))
+	return public(durable.WriteVolatileToAll(dir, startName, data))
 }
 
 // tryStartLock takes start.lock without waiting: busy when another caller

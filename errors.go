@@ -86,14 +86,15 @@ func errorf(format string, args ...any) error {
 // isNotExist reports whether err says a path does not exist.
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 
-// checkDir refuses the empty directory name. "" would mean the current
-// directory to the calls that join paths and an error to those that stat
-// it, so it is the same clear error for all of them.
+// checkDir refuses the empty directory name, and one that is not valid
+// UTF-8 (checkName, trust.go). "" would mean the current directory to the
+// calls that join paths and an error to those that stat it, so it is the
+// same clear error for all of them.
 func checkDir(op, dir string) error {
 	if dir == "" {
 		return errorf("%s: the directory name is empty; name one (\".\" is the current directory)", op)
 	}
-	return nil
+	return checkName(op, dir)
 }
 
 // lockingUnsupported is ErrLockingUnsupported for one path, with the
@@ -216,6 +217,7 @@ func (e *BusyError) writeHolder(b *strings.Builder) {
 		b.WriteString(" serving ")
 		b.WriteString(e.Owner)
 	}
+	b.WriteString(otherUser(e.PID))
 }
 
 // Is reports whether target is ErrBusy or, on Unix, syscall.EWOULDBLOCK.

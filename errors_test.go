@@ -78,21 +78,23 @@ func TestLockingUnsupported(t *testing.T) {
 }
 
 func TestBusyErrorMessage(t *testing.T) {
+	// 4194311 is above the largest pid Linux hands out (2^22), so that no
+	// process of another user is named as its holder.
 	for _, tc := range []struct {
 		err  *BusyError
 		want string
 	}{
 		{&BusyError{Path: "/d/runner.lock"}, "runnerstate: /d/runner.lock is locked by another process"},
-		{&BusyError{Path: "/d/runner.lock", PID: 7, Verified: true}, "runnerstate: /d/runner.lock is locked by pid 7 (verified alive)"},
-		{&BusyError{Path: "/s/scope.lock", PID: 7, Owner: "/data/a"}, "runnerstate: /s/scope.lock is locked by pid 7 (unverified) serving /data/a"},
+		{&BusyError{Path: "/d/runner.lock", PID: 4194311, Verified: true}, "runnerstate: /d/runner.lock is locked by pid 4194311 (verified alive)"},
+		{&BusyError{Path: "/s/scope.lock", PID: 4194311, Owner: "/data/a"}, "runnerstate: /s/scope.lock is locked by pid 4194311 (unverified) serving /data/a"},
 		{&BusyError{Path: "/d/x", cause: context.DeadlineExceeded}, "runnerstate: /d/x is locked by another process: context deadline exceeded"},
 		{&BusyError{Path: "/d/x", PID: os.Getpid(), Verified: true}, "runnerstate: /d/x is locked by this process (pid " + strconv.Itoa(os.Getpid()) + ")"},
-		{&BusyError{Path: filepath.Join("d", LockName), PID: 7, Verified: true, Orphan: true, orphans: 3},
-			"runnerstate: d is held by the orphans of a previous runner's tree: pid 7 (verified alive) and 2 more still hold " + filepath.Join("d", treeLockName) + "; Takeover stops them, or wait for them to exit"},
+		{&BusyError{Path: filepath.Join("d", LockName), PID: 4194311, Verified: true, Orphan: true, orphans: 3},
+			"runnerstate: d is held by the orphans of a previous runner's tree: pid 4194311 (verified alive) and 2 more still hold " + filepath.Join("d", treeLockName) + "; Takeover stops them, or wait for them to exit"},
 		{&BusyError{Path: filepath.Join("d", LockName), Orphan: true, cause: context.Canceled},
 			"runnerstate: d is held by the orphans of a previous runner's tree: another process still holds " + filepath.Join("d", treeLockName) + "; Takeover stops them, or wait for them to exit: context canceled"},
-		{&BusyError{Path: filepath.Join("d", LockName), PID: 7, Verified: true, lost: true},
-			"runnerstate: " + filepath.Join("d", LockName) + " was deleted or replaced while pid 7 (verified alive) held it, and that runner still holds " + filepath.Join("d", treeLockName) + ": it is told RestartLost, and Takeover escalates if it does not go"},
+		{&BusyError{Path: filepath.Join("d", LockName), PID: 4194311, Verified: true, lost: true},
+			"runnerstate: " + filepath.Join("d", LockName) + " was deleted or replaced while pid 4194311 (verified alive) held it, and that runner still holds " + filepath.Join("d", treeLockName) + ": it is told RestartLost, and Takeover escalates if it does not go"},
 	} {
 		assert.Equal(t, tc.want, tc.err.Error())
 	}

@@ -64,7 +64,7 @@ var dirFiles = []dirFile{
 		purpose: "Start's current attempt, and how it ended when it died before it was ready"},
 	{name: logName, kind: kindLog, home: homeRunner, mode: 0o600, writer: "a runner Start started",
 		purpose: "its stdout and stderr, appended"},
-	{name: stateLockName, kind: kindLock, home: homeRunner, mode: 0o644, writer: "every read-modify-write of the state files",
+	{name: stateLockName, kind: kindLock, home: homeRunner, mode: 0o600, writer: "every read-modify-write of the state files",
 		purpose: "the state lock; empty"},
 	{name: "<name>" + corruptSuffix + "-<time>", kind: kindSetAside, of: []string{RecordName, RestartName}, home: homeRunner, mode: 0o644, writer: "a fresh holder",
 		purpose: "an unreadable state file set aside whole; the keepCorrupt newest kept"},
@@ -213,7 +213,7 @@ var ErrNotDurable = durable.ErrNotDurable
 // bad name or line is refused; ErrNotDurable when the new content is in
 // place but its directory could not be synced (call SaveLines again to make
 // sure it is durable); otherwise the system's error, and the old content is
-// intact. Creates dir (0755) when it does not exist; touches dir/name and a
+// intact. Creates dir (0700) when it does not exist; touches dir/name and a
 // temporary file beside it, under the directory's state lock.
 func SaveLines(dir, name string, lines []string) error {
 	if err := checkStateName(dir, name); err != nil {
@@ -221,6 +221,9 @@ func SaveLines(dir, name string, lines []string) error {
 	}
 	data, err := joinLines(filepath.Join(dir, name), lines)
 	if err != nil {
+		return err
+	}
+	if err := ownDir("SaveLines", dir); err != nil {
 		return err
 	}
 	if err := ensureDir(dir); err != nil {
@@ -302,6 +305,9 @@ func AppendLine(dir, name, line string) error {
 	if strings.ContainsRune(line, '\n') {
 		return pathError("append", filepath.Join(dir, name), errors.New("line contains a newline"))
 	}
+	if err := ownDir("AppendLine", dir); err != nil {
+		return err
+	}
 	if err := ensureDir(dir); err != nil {
 		return err
 	}
@@ -340,6 +346,9 @@ func MigrateFile(dir, oldName, newName string) error {
 	}
 	if oldName == newName {
 		return nil
+	}
+	if err := ownDir("MigrateFile", dir); err != nil {
+		return err
 	}
 	return withStateLock(dir, func(stateHeld) error {
 		return public(durable.Migrate(dir, oldName, newName))

@@ -57,7 +57,7 @@ func updateGateLocked(held stateHeld, fn func(g *gateState) error) error {
 	if err != nil {
 		return err
 	}
-	return public(durable.WriteVolatile(dir, gateName, data))
+	return public(durable.WriteVolatileToAll(dir, gateName, data))
 }
 
 // waitingStarters lists the live starters waiting in Takeover for dir, oldest

@@ -151,7 +151,7 @@ var ErrNotHolder = errors.New("runnerstate: this process does not hold the runne
 // build's, and nothing is written; otherwise the system's error naming the
 // path. Touches runner.json and a temporary file beside it.
 func Publish(dir string, rec Record) error {
-	if err := checkDir("Publish", dir); err != nil {
+	if err := ownDir("Publish", dir); err != nil {
 		return err
 	}
 	if err := checkProtocol(dir, false); err != nil {
@@ -204,6 +204,9 @@ func publishAs(dir string, rec Record) (leaving string, err error) {
 	if err := checkDir("Publish", dir); err != nil {
 		return "", err
 	}
+	if err := checkEndpoints(dir, rec.Endpoints); err != nil {
+		return "", err
+	}
 	h := holdOf(dir)
 	if h == nil {
 		return "", fmt.Errorf("%w: %s (take it with Acquire or Takeover first)", ErrNotHolder, filepath.Join(dir, LockName))
@@ -238,7 +241,7 @@ func publishAs(dir string, rec Record) (leaving string, err error) {
 		if len(data) > maxRecordSize {
 			return pathError("publish", filepath.Join(dir, RecordName), fmt.Errorf("the record is %d bytes, over the %d a reader accepts; keep Meta small", len(data), maxRecordSize))
 		}
-		err = public(durable.Write(dir, RecordName, data))
+		err = public(durable.WriteToAll(dir, RecordName, data))
 		if ready && (err == nil || errors.Is(err, ErrNotDurable)) {
 			h.SetPublished()
 		}

@@ -67,11 +67,16 @@ func ModeStrength(mode string) int {
 	return 0
 }
 
-// void reports whether a takeover request is void: its starter is provably
-// dead (Dead, or Stale: its pid now names another process, or the machine
-// rebooted), so nobody waits for the runner to go. A request written by
-// RequestRestart (an operator's) is never void, whoever wrote it.
+// void reports whether a request is void: dated more than a minute ahead
+// (aheadOf, trust.go: no writer of this machine's clock wrote it), or a
+// takeover request whose starter is provably dead (Dead, or Stale: its pid
+// now names another process, or the machine rebooted), so nobody waits for
+// the runner to go. Otherwise a request written by RequestRestart (an
+// operator's) is never void, whoever wrote it.
 func (r restartRequest) void() bool {
+	if aheadOf(r.RequestedAt) {
+		return true
+	}
 	if !r.Takeover {
 		return false
 	}
@@ -119,7 +124,7 @@ func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
 	if ModeStrength(mode) == 0 {
 		return restartRequest{}, fmt.Errorf("%w, not %q", ErrBadMode, mode)
 	}
-	if err := checkDir("RequestRestart", dir); err != nil {
+	if err := ownDir("RequestRestart", dir); err != nil {
 		return restartRequest{}, err
 	}
 	if fi, err := os.Stat(dir); err != nil {
@@ -164,7 +169,7 @@ func requestRestartLocked(held stateHeld, mode string, by Identity, takeover boo
 	if err != nil {
 		return restartRequest{}, false, err
 	}
-	if err := durable.Write(dir, RestartName, data); err != nil {
+	if err := durable.WriteToAll(dir, RestartName, data); err != nil {
 		return restartRequest{}, false, public(err)
 	}
 	return pending, true, nil
@@ -242,7 +247,7 @@ func RestartRequested(dir string) (mode string, ok bool) {
 // system's error, naming the path; ErrNotDurable when the request is gone
 // (nobody sees it any more) but the directory could not be synced.
 func ClearRestart(dir string) error {
-	if err := checkDir("ClearRestart", dir); err != nil {
+	if err := ownDir("ClearRestart", dir); err != nil {
 		return err
 	}
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
@@ -270,7 +275,7 @@ func retireOnAdmission(dir string, self Identity, since time.Time) {
 		}
 		return
 	}
-	if req.Takeover || (req.For != "" && req.For != self.Instance) || req.RequestedAt.Before(since) {
+	if req.Takeover || (req.For != "" && req.For != self.Instance) || req.RequestedAt.Before(since) || aheadOf(req.RequestedAt) {
 		if err := durable.Remove(dir, RestartName); err == nil {
 			logger().Info("runnerstate: retired a restart request meant for the previous runner", "path", path, "mode", req.Mode, "requested_at", req.RequestedAt)
 		}
@@ -547,7 +552,7 @@ func markLeaving(ctx context.Context, h *hold.Hold, why string) {
 		if err != nil {
 			return err
 		}
-		return public(durable.WriteVolatile(dir, RecordName, data))
+		return public(durable.WriteVolatileToAll(dir, RecordName, data))
 	})
 	if err != nil && ctx.Err() == nil {
 		logger().Warn("runnerstate: could not mark the runner leaving in its record; Start may hand it out until it goes", "dir", dir, "leaving", why, "err", err)

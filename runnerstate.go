@@ -48,9 +48,9 @@ import (
 // again later".
 const ExitBusy = 75
 
-// ensureDir creates dir (0755, parents too) when it does not exist and checks
-// it is a directory.
-func ensureDir(dir string) error { return public(durable.EnsureDir(dir)) }
+// ensureDir creates dir (0700, parents too: only its user may reach what it
+// holds) when it does not exist and checks it is a directory.
+func ensureDir(dir string) error { return public(durable.EnsureDir(dir, 0o700)) }
 
 // ensureRunnerDir is ensureDir for a runner about to be admitted: it also
 // refuses, before anything is written in dir, a lock or gate file that
@@ -119,7 +119,7 @@ func (runnerFiles) Tidy(h *hold.Hold, runnerHere bool) {
 	}
 }
 
-// Acquire takes dir's runner lock without waiting, creating dir (0755) and
+// Acquire takes dir's runner lock without waiting, creating dir (0700) and
 // runner.lock (0600: a shared lock taken by anyone who could read it would
 // refuse every runner) when they do not exist. On success this process is the
 // one runner of dir: its Identity is written into runner.lock, a stale
@@ -149,7 +149,7 @@ func (runnerFiles) Tidy(h *hold.Hold, runnerHere bool) {
 // ErrNewerProtocol (wrapped, naming the file and both protocol numbers) when
 // one of dir's files says a newer protocol: nothing is taken or written.
 func Acquire(dir string) (release func(), err error) {
-	if err := checkDir("Acquire", dir); err != nil {
+	if err := ownDir("Acquire", dir); err != nil {
 		return nil, err
 	}
 	if err := checkProtocol(dir, true); err != nil {
@@ -332,6 +332,9 @@ func Running(dir string) (Record, bool, error) {
 	if err := checkDir("Running", dir); err != nil {
 		return Record{}, false, err
 	}
+	if err := readDir("Running", dir); err != nil {
+		return Record{}, false, err
+	}
 	if err := filelock.Judge(filepath.Join(dir, LockName)); err != nil {
 		return Record{}, false, public(err) // a lock that cannot exclude says nothing
 	}
@@ -375,7 +378,7 @@ func holderRecord(st lockState, rec Record, state fileState) Record {
 // (ErrNewerProtocol among them, before anything is cleared). A nil error
 // means nothing stale is left.
 func ClearStale(dir string) (pid int, cleared bool, err error) {
-	if err := checkDir("ClearStale", dir); err != nil {
+	if err := ownDir("ClearStale", dir); err != nil {
 		return 0, false, err
 	}
 	if fi, err := os.Stat(dir); err != nil {

@@ -32,7 +32,7 @@ type ScopeOwner struct {
 }
 
 // AcquireScope makes this process the one server of scopeDir, serving
-// dataDir. It creates scopeDir (0755, with its parents) when it does not
+// dataDir. It creates scopeDir (0700, with its parents) when it does not
 // exist, takes the exclusive kernel lock on scopeDir/scope.lock, waiting
 // until it is free or ctx ends, writes this process's Identity into the lock
 // file (except on Windows, where a locked file cannot be read), and then
@@ -67,6 +67,9 @@ func AcquireScope(ctx context.Context, scopeDir, dataDir string) (release func()
 	}
 	if dataDir == "" {
 		return nil, errorf("AcquireScope %s: the data dir is empty", scopeDir)
+	}
+	if err := ownDir("AcquireScope", scopeDir); err != nil {
+		return nil, err
 	}
 	if abs, err := filepath.Abs(dataDir); err == nil {
 		dataDir = abs

@@ -54,7 +54,7 @@ type StandbyResult struct {
 // directory; ErrLockingUnsupported, at once, on a filesystem whose locks do
 // not exclude (see ErrLockingUnsupported), where a free lock proves nothing.
 func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResult, error) {
-	if err := checkDir("Standby", dir); err != nil {
+	if err := ownDir("Standby", dir); err != nil {
 		return StandbyResult{}, err
 	}
 	if err := filelock.Judge(filepath.Join(dir, LockName)); err != nil {
@@ -103,7 +103,7 @@ func Standby(ctx context.Context, dir string, opts StandbyOptions) (StandbyResul
 func admittingStarter(dir string) (Identity, bool) {
 	g, _ := readGate(dir)
 	for _, e := range g.Waiting {
-		if v, _ := liveness.Check(e.Starter); v == liveness.Alive {
+		if v, _ := liveness.Check(e.Starter); v == liveness.Alive && !e.Void(time.Now()) {
 			return Identity(e.Starter), true
 		}
 	}

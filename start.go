@@ -188,7 +188,7 @@ const (
 // [docs/protocol.md]: https://github.com/runnerstate/runnerstate/blob/main/docs/protocol.md#start
 func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (Record, error) {
 	since := time.Now()
-	if err := checkDir("Start", dir); err != nil {
+	if err := ownDir("Start", dir); err != nil {
 		return Record{}, err
 	}
 	if cmd == nil {

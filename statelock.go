@@ -26,7 +26,7 @@ func withStateLockCtx(ctx context.Context, dir string, fn func(held stateHeld) e
 	waitCtx, cancel := context.WithTimeout(ctx, stateLockWait)
 	defer cancel()
 	path := filepath.Join(dir, stateLockName)
-	l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o644, inspectLock)
+	l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o600, inspectLock)
 	if err != nil {
 		if errors.Is(err, ErrBusy) && ctx.Err() == nil && waitCtx.Err() != nil {
 			return errorf("state lock %s stayed busy for %v; a process is stuck writing state there (stopped?): %w", path, stateLockWait, err)
@@ -34,6 +34,7 @@ func withStateLockCtx(ctx context.Context, dir string, fn func(held stateHeld) e
 		return err
 	}
 	defer l.Release()
+	l.MakePrivate() // 0600: a reader's flock on it must never stall writers (one made by an older build was 0644)
 	return fn(stateHeld{dir: dir})
 }
 

@@ -127,6 +127,8 @@ func Status(dir string) (Report, error) {
 	if err := checkProtocol(dir, false); err != nil {
 		r.Warnings = append(r.Warnings, err.Error()+"; what this report says of that file may be wrong")
 	}
+	r.Warnings = append(r.Warnings, voidWarnings(dir)...)
+	r.Warnings = append(r.Warnings, untrustedWarning(dir)...)
 	r.Warnings = append(r.Warnings, dirWarnings(dir)...)
 	return r, nil
 }
@@ -165,10 +167,7 @@ func dirWarnings(dir string) []string {
 	if err != nil || !fi.IsDir() {
 		return nil
 	}
-	var warnings []string
-	if durable.OpenToAll(fi) {
-		warnings = append(warnings, fmt.Sprintf("%s is world-writable without the sticky bit: any user can replace the runner's files; chmod o-w or +t it", dir))
-	}
+	var warnings []string // a dir others can write: untrustedWarning (trust.go)
 	if err := durable.CheckEntries(dir, stateLockName); err != nil {
 		warnings = append(warnings, fmt.Sprintf("%s %v: until it is, no runner is admitted and no state is written", filepath.Join(dir, stateLockName), durable.Unwrap(err)))
 	}

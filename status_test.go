@@ -46,13 +46,16 @@ func TestStatusWarnsAboutWorldWritableDir(t *testing.T) {
 		assert.Empty(t, st.Warnings)
 		return
 	}
-	require.NoError(t, os.Chmod(dir, 0o777))
+	for _, mode := range []os.FileMode{0o777, os.ModeSticky | 0o777, 0o775} {
+		require.NoError(t, os.Chmod(dir, mode))
+		st, err := Status(dir)
+		require.NoError(t, err)
+		require.Len(t, st.Warnings, 1, "%v", mode)
+		assert.Contains(t, st.Warnings[0], "other users can write it", "%v", mode)
+		assert.Contains(t, st.Warnings[0], modeWords(mode), "names the mode")
+	}
+	require.NoError(t, os.Chmod(dir, 0o755))
 	st, err := Status(dir)
-	require.NoError(t, err)
-	require.Len(t, st.Warnings, 1)
-	assert.Contains(t, st.Warnings[0], "world-writable")
-	require.NoError(t, os.Chmod(dir, os.ModeSticky|0o777))
-	st, err = Status(dir)
 	require.NoError(t, err)
 	assert.Empty(t, st.Warnings)
 }

@@ -492,27 +492,43 @@ func TestHostileSymlinkAtEveryPath(t *testing.T) {
 	})
 }
 
-// Case: a world-writable state dir without the sticky bit, where any user can
-// replace the runner's files. The documented answer is a warning in Status
-// naming the dir (the runner still works); with the sticky bit, none.
+// Case: a world-writable state dir, where any user can replace the
+// runner's files (v0.2 answered it with a warning; v0.5 refuses it): the
+// calls that write refuse it with ErrUntrustedDir, creating nothing, and
+// so does Running; Status warns, naming the owner and the mode. The sticky
+// bit does not help the directory itself (another user can still create
+// the files it lacks); chmod go-w does, and so does a parent no other user
+// can enter (t.TempDir's, under umask 002).
 func TestHostileWorldWritableDir(t *testing.T) {
-	dir := t.TempDir()
-	require.NoError(t, os.Chmod(dir, 0o777))
-	st, err := Status(dir)
-	require.NoError(t, err)
-	require.True(t, containsAny(st.Warnings, "world-writable"), "%q", st.Warnings)
-	assert.True(t, containsAny(st.Warnings, dir), "the warning names the dir: %q", st.Warnings)
+	dir := tempDir(t) // directly in the temporary directory: reachable by others
+	for _, mode := range []os.FileMode{0o777, os.ModeSticky | 0o777} {
+		require.NoError(t, os.Chmod(dir, mode))
+		st, err := Status(dir)
+		require.NoError(t, err)
+		require.True(t, containsAny(st.Warnings, "other users can write it"), "%q", st.Warnings)
+		assert.True(t, containsAny(st.Warnings, dir), "the warning names the dir: %q", st.Warnings)
+		_, _, err = Running(dir)
+		assert.ErrorIs(t, err, ErrUntrustedDir)
+		_, err = Acquire(dir)
+		require.ErrorIs(t, err, ErrUntrustedDir, "a refusal, no longer a warning")
+		assert.Contains(t, err.Error(), dir)
+		assert.Contains(t, err.Error(), userWords(os.Geteuid()), "names the owner")
+		assert.Contains(t, err.Error(), modeWords(mode))
+		assert.Contains(t, err.Error(), "chmod go-w")
+		assert.Contains(t, err.Error(), "RUNNERSTATE_TRUST_DIRS")
+		assert.Empty(t, dirSnapshot(t, dir), "nothing created")
+	}
+	require.NoError(t, os.Chmod(dir, 0o755))
 	release, err := Acquire(dir)
-	require.NoError(t, err, "documented: a warning, not a refusal")
-	st, err = Status(dir)
 	require.NoError(t, err)
-	assert.True(t, st.Held)
-	assert.True(t, containsAny(st.Warnings, "world-writable"), "still warned while held: %q", st.Warnings)
 	release()
-	require.NoError(t, os.Chmod(dir, os.ModeSticky|0o777))
-	st, err = Status(dir)
-	require.NoError(t, err)
-	assert.False(t, containsAny(st.Warnings, "world-writable"), "%q", st.Warnings)
+
+	hidden := filepath.Join(t.TempDir(), "run") // t.TempDir's parent is 0700
+	require.NoError(t, os.Mkdir(hidden, 0o777))
+	require.NoError(t, os.Chmod(hidden, 0o777))
+	release, err = Acquire(hidden)
+	require.NoError(t, err, "no other user can reach it")
+	release()
 }
 
 // Case: the state dir is on a read-only mount (a child in a mount namespace

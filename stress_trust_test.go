@@ -317,7 +317,9 @@ func TestTrustWorldReadableLockFileIsMadePrivate(t *testing.T) {
 		lockPath := filepath.Join(dir, LockName)
 		require.NoError(t, os.WriteFile(lockPath, nil, 0o644))
 		require.NoError(t, os.Chmod(lockPath, 0o666)) // root's, writable by all
-		runner := startChildCmd(t, asNobody(t, dir), "acquire-log")
+		cmd := asNobody(t, dir)
+		cmd.Env = append(os.Environ(), "RUNNERSTATE_TRUST_DIRS="+dir) // shared on purpose: the directory is every user's
+		runner := startChildCmd(t, cmd, "acquire-log")
 		var log string
 		require.NoError(t, json.Unmarshal([]byte(runner.Expect("acquired ")), &log))
 		assert.Contains(t, log, "may not change its mode")

@@ -62,7 +62,7 @@ func SyncRunning(ctx context.Context, root string) (release func(), err error) {
 	}
 	path := filepath.Join(root, syncLockName)
 	for recreated := 0; ; recreated++ {
-		if err := ensureDir(root); err != nil {
+		if err := ensureDataRoot(root); err != nil {
 			return nil, err
 		}
 		l, err := waitLock(ctx, path, filelock.Shared, 0o644, inspectLock)
@@ -113,7 +113,7 @@ func NoSyncRunning(root string) (release func(), err error) {
 	}
 	path := filepath.Join(root, syncLockName)
 	for recreated := 0; ; recreated++ {
-		if err := ensureDir(root); err != nil {
+		if err := ensureDataRoot(root); err != nil {
 			return nil, err
 		}
 		l, err := filelock.TryLock(path, filelock.Exclusive, 0o644)
@@ -211,3 +211,8 @@ type multiError struct {
 func (e *multiError) Error() string { return e.msg }
 
 func (e *multiError) Unwrap() []error { return e.errs }
+
+// ensureDataRoot creates a data root (0755, parents too) when it does not
+// exist and checks it is a directory: a generic primitive on a path the
+// caller chooses, it keeps the modes it always had.
+func ensureDataRoot(root string) error { return public(durable.EnsureDir(root, 0o755)) }

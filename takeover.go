@@ -116,7 +116,7 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 // (wrapped); otherwise the errors of Acquire, or of gate.json, naming it.
 // Touches runner.lock, runner.json, restart.json and gate.json.
 func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release func(), err error) {
-	if err := checkDir("Takeover", dir); err != nil {
+	if err := ownDir("Takeover", dir); err != nil {
 		return nil, err
 	}
 	opts = opts.withDefaults()

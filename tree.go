@@ -191,7 +191,7 @@ func verifiedTreeHolder(dir string, pid int) *liveness.Process {
 // been started; on Windows, and wherever a lock's descriptor cannot be lent,
 // an error wrapping errors.ErrUnsupported.
 func Inherit(dir string, cmd *exec.Cmd) error {
-	if err := checkDir("Inherit", dir); err != nil {
+	if err := ownDir("Inherit", dir); err != nil {
 		return err
 	}
 	if cmd.Process != nil {

@@ -52,7 +52,8 @@ var ErrIncompatible = errors.New("daemon: the server that runs will not do for t
 // runs is older than opts.Version.
 //
 // cmd is a template: Dial never starts cmd itself, and may start more than
-// one copy, each with cmd's Path, Args, Env, Dir, ExtraFiles, SysProcAttr,
+// one copy (at most 3 that exit before they are ready, whatever holds dir),
+// each with cmd's Path, Args, Env, Dir, ExtraFiles, SysProcAttr,
 // Stdout and Stderr. A server a copy runs steps aside for a server of its
 // program at the same or a newer version (Listen), so clients of two
 // versions cause at most one replacement (older → newer), never back and
@@ -77,6 +78,9 @@ var ErrIncompatible = errors.New("daemon: the server that runs will not do for t
 // when the copy started did not become ready; an error wrapping ctx.Err()
 // naming the holder when ctx ends first.
 func Dial(ctx context.Context, dir string, cmd *exec.Cmd, opts DialOptions) (net.Conn, runnerstate.Record, error) {
+	if err := checkNames("Dial", dir); err != nil {
+		return nil, runnerstate.Record{}, err
+	}
 	d := &dialing{dir: dir, cmd: cmd, opts: opts, accept: accept.Once(opts.Accept)}
 	defer d.close()
 	for {
@@ -97,12 +101,15 @@ type dialing struct {
 	opts   DialOptions
 	accept func(runnerstate.Record) bool // opts.Accept, asked once per distinct record
 	w      *dirwatch.Watcher
-	failed int // copies started that exited before they were ready
+	failed int   // copies started that exited before they were ready
+	last   error // the last one's *runnerstate.StartError
 }
 
 // maxStartFailures is how many copies of cmd one Dial starts, at most, that
-// exit before they are ready, with nothing else holding dir or waiting for
-// it, before it returns the last one's *runnerstate.StartError.
+// exit before they are ready, whatever holds dir or waits for it. Then it
+// waits, bounded by its context, for a server that holds dir or is being
+// admitted, and returns the last copy's *runnerstate.StartError once none
+// does.
 const maxStartFailures = 3
 
 // once looks, and dials, starts or waits once; again says to look again.
@@ -146,6 +153,9 @@ func (d *dialing) dial(ctx context.Context, rec runnerstate.Record) (net.Conn, r
 		return nil, rec, fmt.Errorf("daemon: Dial %s: endpoint %d asked, but the server (pid %d) publishes %d", d.dir, d.opts.Endpoint, rec.PID, len(rec.Endpoints)), false
 	}
 	ep := rec.Endpoints[d.opts.Endpoint]
+	if err := checkNames("Dial", d.dir, ep.Address); err != nil {
+		return nil, rec, err, false
+	}
 	if stopped, state := liveness.Stopped(liveness.Identity(rec.Process)); stopped {
 		// Its socket would queue the connection and nobody would answer.
 		return nil, rec, fmt.Errorf("daemon: Dial %s: the server (pid %d) is stopped (state %c: SIGSTOP, a terminal's Ctrl-Z or a debugger) and answers nothing until it is continued (SIGCONT)", d.dir, rec.PID, state), false
@@ -226,6 +236,16 @@ func retryable(err error) bool {
 // start makes sure a ready server that will do runs, starting a copy of
 // cmd through runnerstate.Start when none does; was is what held dir.
 func (d *dialing) start(ctx context.Context, was runnerstate.Record) (net.Conn, runnerstate.Record, error, bool) {
+	if d.failed >= maxStartFailures {
+		// No more copies: wait for a server that is not ready yet but holds
+		// dir or is being admitted; else (nothing there, or a ready one
+		// this client would replace) the last copy's failure is the answer.
+		if was.Ready || !d.othersThere() {
+			return nil, was, d.last, false
+		}
+		d.wait(ctx)
+		return nil, was, nil, true
+	}
 	rec, err := runnerstate.Start(ctx, d.dir, d.copyCmd(), runnerstate.StartOptions{
 		Accept:  func(r runnerstate.Record) bool { return !older(r.Version, d.opts.Version) },
 		Log:     d.opts.Log,
@@ -241,24 +261,38 @@ func (d *dialing) start(ctx context.Context, was runnerstate.Record) (net.Conn, 
 		now, _, _ := runnerstate.Running(d.dir)
 		return nil, now, fmt.Errorf("%w: %s: the server started is %s, older than this client's %s: %v", ErrIncompatible, d.dir, versionWords(now.Version), d.opts.Version, err), false
 	case errors.As(err, &se) && ctx.Err() == nil:
-		// It exited before it was ready. A copy that stepped aside for a
-		// server that holds dir or is taking it over leaves that one to wait
-		// for; any other failure is the answer.
-		if _, held, _ := runnerstate.Running(d.dir); held {
-			return nil, was, nil, true
-		}
-		if rep, err := runnerstate.Status(d.dir); err == nil && len(rep.Waiting) > 0 {
+		// It exited before it was ready. Each such copy counts, whatever
+		// holds dir: one Dial starts at most maxStartFailures (a copy that
+		// failed fast beside a holder was started again until ctx ended).
+		d.failed++
+		d.last = err
+		// A copy that stepped aside for a server that holds dir or is
+		// taking it over leaves that one to wait for; one that failed by
+		// itself, or stepped aside for a server that died the instant
+		// after, is told apart by another copy, while any are left.
+		if _, held, _ := runnerstate.Running(d.dir); !held && waiting(d.dir) {
 			d.wait(ctx) // a starter is being admitted
 			return nil, was, nil, true
 		}
-		// Nobody holds dir nor waits: the copy failed by itself, or stepped
-		// aside for a server that died the instant after. Another copy
-		// tells which, a few times at most.
-		if d.failed++; d.failed < maxStartFailures {
+		if d.failed < maxStartFailures || d.othersThere() {
 			return nil, was, nil, true
 		}
 	}
 	return nil, was, err, false
+}
+
+// othersThere reports whether a server holds dir or a starter waits for
+// it: a Dial that may start no more copies waits for that one.
+func (d *dialing) othersThere() bool {
+	_, held, _ := runnerstate.Running(d.dir)
+	return held || waiting(d.dir)
+}
+
+// waiting reports whether a live starter waits in dir's takeover gate: a
+// server is coming.
+func waiting(dir string) bool {
+	rep, err := runnerstate.Status(dir)
+	return err == nil && len(rep.Waiting) > 0
 }
 
 // copyCmd is a fresh copy of the template cmd, marked to step aside for a

@@ -39,6 +39,13 @@ func (e endpoint) key() string { return e.Network + " " + e.Address }
 // resolveEndpoints checks and resolves opts' endpoints, before anything is
 // taken or created.
 func resolveEndpoints(dir string, eps []runnerstate.Endpoint) ([]endpoint, error) {
+	addrs := make([]string, len(eps))
+	for i, ep := range eps {
+		addrs[i] = ep.Address
+	}
+	if err := checkNames("Listen", dir, addrs...); err != nil {
+		return nil, err
+	}
 	if len(eps) == 0 {
 		return nil, fmt.Errorf("daemon: Listen %s: no Endpoints: give at least one (for example {Network: \"unix\", Address: \"daemon.sock\"})", dir)
 	}

@@ -149,6 +149,8 @@ func TestClearStaleAsAnotherUserWhileARunnerHolds(t *testing.T) {
 	s := newStory(t)
 	setpriv, ctl, public := s.asNobody("runnerctl")
 	dir := filepath.Join(public, "d")
+	require.NoError(t, os.Mkdir(dir, 0o755)) // a directory the runner creates is 0700, which nobody could not enter
+	require.NoError(t, os.Chmod(dir, 0o755))
 	r := s.start("r", "--dir", dir, "-job", "1h")
 	s.waitLog("r", "job started")
 	code, out := s.nobody(setpriv, ctl, "clear-stale", "--dir", dir)

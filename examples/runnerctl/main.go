@@ -92,7 +92,7 @@ type command struct {
 var commands = map[string]command{
 	"status": {
 		synopsis: "status [--dir DIR] [--json]\n\nShow who runs the directory: the holder of its kernel lock, whether its\nidentity is verified, the pending restart request, waiting starters, stale\npids, orphans of a previous runner's tree, and warnings.",
-		exits:    "0 a runner holds the directory; 3 no runner does (also when there is no\nsuch directory: the text says so); 75 no runner does, but orphans of a\nprevious runner's tree keep it busy; 4 cannot tell (the directory cannot\nbe read, or its filesystem's locks do not exclude); 2 usage.",
+		exits:    "0 a runner holds the directory; 3 no runner does (also when there is no\nsuch directory: the text says so); 75 no runner does, but orphans of a\nprevious runner's tree keep it busy; 4 cannot tell (the directory cannot\nbe read, its filesystem's locks do not exclude, or other users can write it); 2 usage.",
 		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {
 			asJSON := fs.Bool("json", false, "print the report as JSON (the field names are stable)")
 			return func(dir string, stdout, stderr io.Writer) int { return status(dir, *asJSON, stdout, stderr) }
@@ -245,6 +245,8 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 	switch {
 	case errors.Is(rerr, runnerstate.ErrLockingUnsupported):
 		code = exitUnknown // a lock that cannot exclude cannot tell "not running"
+	case errors.Is(rerr, runnerstate.ErrUntrustedDir):
+		code = exitUnknown // what other users can write proves nothing
 	case r.Held:
 		code = exitOK
 	case len(r.Orphans) > 0:

@@ -55,3 +55,14 @@ func TestParentThatIsAFileIsNamed(t *testing.T) {
 		assert.Contains(t, errOut, "its parent "+afile+" is not a directory; move "+afile+" away", "%v", args)
 	}
 }
+
+// Case: a directory other users can write proves nothing: status says so
+// in a warning naming its owner and mode, and exits 4 (cannot tell).
+func TestStatusOfADirectoryOthersCanWrite(t *testing.T) {
+	dir := testharness.TempDir(t) // directly in the temporary directory: others reach it
+	require.NoError(t, os.Chmod(dir, 0o777))
+	code, out, _ := ctl("status", "--dir", dir)
+	assert.Equal(t, exitUnknown, code, "cannot tell: 4\n%s", out)
+	assert.Contains(t, out, "other users can write it")
+	assert.Contains(t, out, "0777")
+}

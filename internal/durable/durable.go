@@ -182,9 +182,9 @@ func (e notDirAbove) Error() string {
 
 func (e notDirAbove) Is(target error) bool { return target == ErrNotDir }
 
-// EnsureDir creates dir (0755, parents too) when it does not exist, and
+// EnsureDir creates dir (perm, parents too) when it does not exist, and
 // refuses a dir that is not a directory, or one below a file (NotDir).
-func EnsureDir(dir string) error {
+func EnsureDir(dir string, perm fs.FileMode) error {
 	fi, err := os.Stat(dir)
 	if err == nil {
 		if !fi.IsDir() {
@@ -201,7 +201,7 @@ func EnsureDir(dir string) error {
 	if fi, err := os.Lstat(dir); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 		return refused(dir, ErrDanglingSymlink) // mkdir would only say "file exists"
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, perm); err != nil {
 		return &fs.PathError{Op: "mkdir", Path: dir, Err: Unwrap(err)}
 	}
 	return nil
@@ -330,12 +330,28 @@ func WriteVolatile(dir, name string, data []byte) error {
 	return replace(dir, name, data, unsynced)
 }
 
-// durability says whether a write fsyncs the file and its directory.
+// WriteToAll is Write for a file every local user must be able to read
+// (a runner's record, its restart request, its gate, Start's attempt): it
+// is made 0644 whatever the umask, on the temporary file's descriptor
+// before it is renamed into place.
+func WriteToAll(dir, name string, data []byte) error {
+	return replace(dir, name, data, synced|toAll)
+}
+
+// WriteVolatileToAll is WriteVolatile for a file every local user must be
+// able to read, made 0644 whatever the umask (see WriteToAll).
+func WriteVolatileToAll(dir, name string, data []byte) error {
+	return replace(dir, name, data, toAll)
+}
+
+// durability says whether a write fsyncs the file and its directory, and
+// whether its mode is set whatever the umask.
 type durability uint8
 
 const (
-	unsynced durability = iota
-	synced
+	unsynced durability = 0
+	synced   durability = 1 << iota
+	toAll
 )
 
 func replace(dir, name string, data []byte, d durability) error {
@@ -356,7 +372,7 @@ func replace(dir, name string, data []byte, d durability) error {
 		os.Remove(tmp)
 		return &fs.PathError{Op: "rename", Path: target, Err: Unwrap(err)}
 	}
-	if d == unsynced {
+	if d&synced == 0 {
 		return nil
 	}
 	return SyncAfter("write", target, dir)
@@ -384,6 +400,7 @@ func createTemp(dir, name, target string) (*os.File, string, error) {
 		tmp = filepath.Join(dir, prefix+tempRandom())
 		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, 0o644)
 		if err == nil {
+			GiveToDirOwner(int(f.Fd()), dir)
 			return f, tmp, nil
 		}
 		if !errors.Is(err, fs.ErrExist) {
@@ -399,11 +416,17 @@ func createTemp(dir, name, target string) (*os.File, string, error) {
 // fill writes data to the temporary file f, fsyncs it when d says so, and
 // closes it (on failure too).
 func fill(f *os.File, tmp string, data []byte, d durability) error {
+	if d&toAll != 0 && modeBits {
+		if err := f.Chmod(0o644); err != nil {
+			f.Close()
+			return &fs.PathError{Op: "chmod", Path: tmp, Err: Unwrap(err)}
+		}
+	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
 		return &fs.PathError{Op: "write", Path: tmp, Err: Unwrap(err)}
 	}
-	if d == synced {
+	if d&synced != 0 {
 		if err := f.Sync(); err != nil {
 			f.Close()
 			return &fs.PathError{Op: "fsync", Path: tmp, Err: Unwrap(err)}

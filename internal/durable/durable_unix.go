@@ -166,3 +166,19 @@ func KeyOf(dir string) (Key, error) {
 	}
 	return Key{dev: uint64(st.Dev), ino: uint64(st.Ino)}, nil
 }
+
+// GiveToDirOwner gives fd, a file this process just created in dir, to
+// dir's owner when this process is root and dir is another user's (an
+// operator managing a user's daemon): that user's runner can then still
+// write it. Anywhere else it does nothing; a failure is left to the
+// caller's next step to meet.
+func GiveToDirOwner(fd int, dir string) {
+	if os.Geteuid() != 0 {
+		return
+	}
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) != nil || st.Uid == 0 {
+		return
+	}
+	unix.Fchown(fd, int(st.Uid), int(st.Gid))
+}

@@ -28,7 +28,7 @@ func TestEnsureDirDanglingSymlink(t *testing.T) {
 	if err := os.Symlink(filepath.Join(base, "missing"), link); err != nil {
 		t.Fatal(err)
 	}
-	err := EnsureDir(link)
+	err := EnsureDir(link, 0o700)
 	if !errors.Is(err, ErrDanglingSymlink) || !strings.Contains(err.Error(), link) {
 		t.Fatalf("EnsureDir of a dangling symlink: %v", err)
 	}

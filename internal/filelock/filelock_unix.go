@@ -59,6 +59,9 @@ func open(path string, mode Mode, perm fs.FileMode) (*File, error) {
 			return nil, refusedFS(path, ferr)
 		}
 		fd, err = durable.OpenRetry(path, flags, uint32(perm.Perm()))
+		if err == nil {
+			durable.GiveToDirOwner(fd, dirOf(path))
+		}
 	}
 	if err != nil {
 		return nil, durable.OpenError(path, err)

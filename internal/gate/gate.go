@@ -84,10 +84,27 @@ func Parse(data []byte) (State, error) {
 	return g, err
 }
 
-// Live reports whether a waiting starter may still be waiting: its identity
-// is verified alive, or cannot be verified and it came within
-// UnverifiableTTL.
+// MaxAhead is how far after now an entry's date may be: a starter writes
+// its own clock's now, so an entry dated later than that (2099, say) was
+// written by no starter of this machine's clock, and binds nobody.
+const MaxAhead = time.Minute
+
+// Ahead reports whether t is more than MaxAhead after now.
+func Ahead(t, now time.Time) bool { return t.After(now.Add(MaxAhead)) }
+
+// Void reports whether the entry binds nobody, whatever its starter's
+// verdict: it is dated more than MaxAhead after now.
+func (e Entry) Void(now time.Time) bool { return Ahead(e.Since, now) }
+
+// Live reports whether a waiting starter may still be waiting: it is not
+// void, and its identity is verified alive, or cannot be verified and it
+// came within UnverifiableTTL, counted from the earlier of its date and
+// now (so a date a little ahead buys no time).
 func (e Entry) Live() bool {
+	now := time.Now()
+	if e.Void(now) {
+		return false
+	}
 	v, _ := liveness.Check(e.Starter)
 	switch v {
 	case liveness.Self, liveness.Alive:
@@ -95,7 +112,11 @@ func (e Entry) Live() bool {
 	case liveness.Dead, liveness.Stale:
 		return false
 	}
-	return time.Since(e.Since) < UnverifiableTTL
+	since := e.Since
+	if since.After(now) {
+		since = now
+	}
+	return now.Sub(since) < UnverifiableTTL
 }
 
 // Prune drops the entries of starters that are gone (a kill -9ed starter

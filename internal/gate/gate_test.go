@@ -79,3 +79,31 @@ func TestJoinNewestAgainstSent(t *testing.T) {
 	assert.Equal(t, start.Add(8*time.Second), g.Escalation.KillAt)
 	assert.Equal(t, start.Add(5*time.Second), g.Escalation.TermAt, "SIGKILL leaves SIGTERM's time")
 }
+
+// TestAheadIsVoid: an entry dated more than MaxAhead after now binds
+// nobody, whatever its starter's verdict (this very process's, here); one a
+// little ahead does; an unverifiable starter's age counts from the earlier
+// of its date and now.
+func TestAheadIsVoid(t *testing.T) {
+	self := liveness.Current()
+	now := time.Now()
+	forged := Entry{Seq: 2, Starter: self, Since: time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)}
+	assert.True(t, forged.Void(now))
+	assert.False(t, forged.Live(), "a live starter's entry dated 2099 binds nobody")
+	near := Entry{Seq: 3, Starter: self, Since: now.Add(MaxAhead / 2)}
+	assert.False(t, near.Void(now))
+	assert.True(t, near.Live())
+
+	other := self
+	other.PIDNS = "0:1" // another PID namespace: cannot be verified
+	ahead := Entry{Seq: 4, Starter: other, Since: now.Add(MaxAhead / 2)}
+	assert.True(t, ahead.Live(), "unverifiable, dated a little ahead: within the TTL")
+	old := Entry{Seq: 5, Starter: other, Since: now.Add(-UnverifiableTTL - time.Minute)}
+	assert.False(t, old.Live(), "unverifiable, older than the TTL")
+
+	g := State{Waiting: []Entry{forged, near}}
+	assert.False(t, g.NewerThan(1) && g.Newest(1).Seq == forged.Seq, "the void entry is never the newest")
+	assert.Equal(t, near.Seq, g.Newest(1).Seq)
+	g.Prune()
+	assert.Equal(t, []Entry{near}, g.Waiting, "Prune drops the void entry")
+}
