@@ -30,6 +30,9 @@ type Options struct {
 	// Address is relative to the directory unless absolute ("@name": a
 	// Linux abstract socket); "tcp" ("tcp4", "tcp6") takes host:port, and
 	// port 0 picks one, which a successor that inherits the socket keeps.
+	// All a bind would refuse that can be known without binding (a path
+	// too long, a port out of range, a host that is not this machine's)
+	// is refused before the directory is taken over.
 	Endpoints []runnerstate.Endpoint
 	// Mode is asked of the server already there: runnerstate.RestartDrain
 	// (the default) or runnerstate.RestartNow.
@@ -106,14 +109,16 @@ type Server struct {
 // a predecessor's sockets) or a path that is not a socket is refused.
 //
 // Errors, each naming what it is about: a bad endpoint (none, an unknown
-// network, a unix path longer than the platform's sun_path) or Mode
+// network, a unix path longer than the platform's sun_path, a TCP address
+// whose syntax, port, family or host a bind would refuse: a host that is
+// not an address of this machine) or Mode
 // (runnerstate.ErrBadMode), before anything is taken or created;
 // runnerstate.Takeover's (ErrOtherProgram, ErrSuperseded, a *BusyError when
 // ctx ends); a bind that fails after admission, after dir is let go. A
 // server that Dial started steps aside, with an error matching
 // runnerstate.ErrSuperseded, for a newer server of its program.
 func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
-	eps, err := resolveEndpoints(dir, opts.Endpoints)
+	eps, err := resolveEndpoints(ctx, dir, opts.Endpoints)
 	if err != nil {
 		return nil, err
 	}
