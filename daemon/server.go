@@ -77,6 +77,7 @@ type Server struct {
 	log       *slog.Logger
 
 	leaving   chan struct{}
+	urgent    chan struct{} // closed once the reason is RestartNow or RestartLost
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 	handStop  chan struct{}
@@ -84,6 +85,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	reason    string
+	urgentSet bool
 	ready     bool
 	conns     int // connections accepted and not closed
 	busy      int // Busy calls not yet ended
@@ -146,7 +148,7 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{dir: dir, opts: opts, release: release, rvAddr: rv.address(), log: log,
-		leaving: make(chan struct{}), handStop: make(chan struct{}), handDone: make(chan struct{}), sent: map[string]bool{}}
+		leaving: make(chan struct{}), urgent: make(chan struct{}), handStop: make(chan struct{}), handDone: make(chan struct{}), sent: map[string]bool{}}
 	if err := s.open(eps, rv); err != nil {
 		rv.close()
 		release()
@@ -279,8 +281,10 @@ func (s *Server) Ready(meta json.RawMessage) error {
 // replaced, or Close. Before it closes, the record already says Ready
 // false and Leaving (Reason), so Start and Dial never return a server that
 // is going, and from then on the listeners return no connection. Then
-// finish what is in flight (Reason RestartDrain) or stop at once (the
-// others), and call Close.
+// answer every connection they returned, its first request included, even
+// one not read yet (Reasons RestartDrain, ReasonIdle, ReasonClosed), or stop
+// at once (RestartNow, RestartLost), and call Close. ServeHTTP does so for
+// an http.Server.
 func (s *Server) Leaving() <-chan struct{} { return s.leaving }
 
 // Reason says why the server is leaving, once Leaving is closed:
@@ -375,6 +379,10 @@ func strength(why string) int {
 // changes Reason.
 func (s *Server) leave(why string) {
 	s.mu.Lock()
+	if strength(why) >= strength(runnerstate.RestartNow) && !s.urgentSet {
+		s.urgentSet = true
+		close(s.urgent)
+	}
 	if s.reason != "" {
 		if strength(why) > strength(s.reason) {
 			s.reason = why
@@ -485,6 +493,10 @@ func (s *Server) untrack() {
 	s.mu.Unlock()
 	s.idleCheck()
 }
+
+// isUrgent reports whether the server must stop at once (RestartNow,
+// RestartLost).
+func (s *Server) isUrgent() bool { return isClosed(s.urgent) }
 
 // isLeaving reports whether the server has begun to leave.
 func (s *Server) isLeaving() bool { return s.Reason() != "" }
