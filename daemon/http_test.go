@@ -4,6 +4,7 @@ package daemon
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -61,4 +62,74 @@ func TestIdleExitAnswersAConnectionThatArrivesAsItLeaves(t *testing.T) {
 	require.NoError(t, s.Wait())
 	_, err = os.Lstat(filepath.Join(dir, "d.sock"))
 	assert.ErrorIs(t, err, os.ErrNotExist, "the socket file is gone: the next client starts a server")
+}
+
+// ServeHTTP stops at once when the server is told RestartNow: a request in
+// flight is cut, and it returns nil.
+func TestServeHTTPStopsAtOnceWhenToldNow(t *testing.T) {
+	dir := testharness.TempDir(t)
+	srv, err := Listen(background(t), dir, Options{Program: "idxd", Endpoints: []runnerstate.Endpoint{{Network: "tcp", Address: "127.0.0.1:0"}}})
+	require.NoError(t, err)
+	defer srv.Close()
+	require.NoError(t, srv.Ready(nil))
+	inHandler, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(inHandler)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})}
+	served := make(chan error, 1)
+	go func() { served <- ServeHTTP(background(t), srv, hs) }()
+	asked := make(chan error, 1)
+	go func() {
+		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := client.Get("http://" + srv.Listeners()[0].Addr().String() + "/")
+		if err == nil {
+			resp.Body.Close()
+		}
+		asked <- err
+	}()
+	<-inHandler
+	require.NoError(t, runnerstate.RequestRestart(dir, runnerstate.RestartNow))
+	select {
+	case err := <-served:
+		assert.NoError(t, err)
+	case <-time.After(testharness.Wait):
+		t.Fatal("ServeHTTP did not return")
+	}
+	assert.Equal(t, runnerstate.RestartNow, srv.Reason())
+	assert.Error(t, <-asked, "the request in flight is cut")
+}
+
+// ServeHTTP returns nil when its context ends (SIGTERM, say), stopping at
+// once; the server is not leaving until Close, which hands the sockets on.
+func TestServeHTTPReturnsWhenCtxEnds(t *testing.T) {
+	dir := testharness.TempDir(t)
+	srv, err := Listen(background(t), dir, Options{Program: "idxd", Endpoints: []runnerstate.Endpoint{{Network: "tcp", Address: "127.0.0.1:0"}}})
+	require.NoError(t, err)
+	require.NoError(t, srv.Ready(nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })}
+	go func() { served <- ServeHTTP(ctx, srv, hs) }()
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Get("http://" + srv.Listeners()[0].Addr().String() + "/")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, "ok", string(body))
+	cancel()
+	select {
+	case err := <-served:
+		assert.NoError(t, err)
+	case <-time.After(testharness.Wait):
+		t.Fatal("ServeHTTP did not return")
+	}
+	assert.Empty(t, srv.Reason(), "not leaving until Close")
+	require.NoError(t, srv.Close())
+	_, held, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	assert.False(t, held)
 }
