@@ -109,6 +109,30 @@ func TestStopStandsWhenATakeoverGivesUp(t *testing.T) {
 	require.NoError(t, s.Wait())
 }
 
+// Point 11: a new build whose endpoint cannot bind never takes the place
+// of the server there: it is refused before the takeover, and the server
+// is not asked to go.
+func TestAnEndpointThatCannotBindLeavesTheServer(t *testing.T) {
+	dir := shortDir(t)
+	s := startServer(t, dir, Options{Program: "idxd", Endpoints: []runnerstate.Endpoint{{Network: "tcp", Address: "127.0.0.1:0"}}})
+	s.Expect("ready inherited=0")
+	for _, addr := range []string{"127.0.0.1:99999", "192.0.2.1:0"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := Listen(ctx, dir, Options{Program: "idxd", Endpoints: []runnerstate.Endpoint{{Network: "tcp", Address: addr}}})
+		cancel()
+		require.Error(t, err, addr)
+		assert.Contains(t, err.Error(), addr)
+	}
+	st, err := runnerstate.Status(dir)
+	require.NoError(t, err)
+	assert.Empty(t, st.Restart, "the server is not asked to go")
+	rec, held, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	assert.True(t, held && rec.Ready && rec.PID == s.PID(), "it serves on")
+	require.NoError(t, Stop(background(t), dir, runnerstate.RestartNow))
+	s.Expect("leaving now")
+}
+
 // Point 12: a Stop whose ctx ends first names the holder; it never signals.
 func TestStopEndsWithCtxNamingTheHolder(t *testing.T) {
 	dir := shortDir(t)
