@@ -19,25 +19,22 @@ const newGrace = 5 * time.Second
 //
 // Leaving for a drain, an idle exit or Close, it loses no request: every
 // connection the listeners accepted before Leaving is answered. It waits
-// until each has had its first request read (or closed, or sent nothing for
-// 5 s), then calls hs.Shutdown, which finishes the requests in flight:
-// Shutdown alone closes a connection accepted whose request it has not read
-// yet (golang/go#75591), and its client sees the server hang up. Leaving
+// until each request read has reached hs's handler, and each connection
+// has sent its first (or closed, or sent nothing for 5 s), then calls
+// hs.Shutdown, which finishes the requests in flight. Shutdown alone closes
+// a connection whose request it has not read yet (golang/go#75591), or has
+// read an instant before, and its client sees the server hang up. Leaving
 // for RestartNow or RestartLost (or a drain that turns into one), or ctx
 // ending (SIGTERM, say), it stops at once: hs.Close. ctx also bounds the
-// drain. It sets hs.ConnState, calling the one hs had.
+// drain. It sets hs's ConnState, ConnContext and Handler, each calling the
+// one hs had. (A keep-alive connection that sends its next request as
+// Shutdown closes it idle is the HTTP race clients retry, as with any
+// Shutdown.)
 //
 // It returns nil once srv left or ctx ended; hs.Serve's error when a
 // listener fails otherwise (then hs is closed).
 func ServeHTTP(ctx context.Context, srv *Server, hs *http.Server) error {
-	t := &connStates{born: map[net.Conn]time.Time{}, changed: make(chan struct{}, 1)}
-	prev := hs.ConnState
-	hs.ConnState = func(c net.Conn, st http.ConnState) {
-		t.set(c, st)
-		if prev != nil {
-			prev(c, st)
-		}
-	}
+	t := watchConns(hs)
 	errs := make(chan error, len(srv.lns))
 	for _, l := range srv.lns {
 		go func() { errs <- hs.Serve(l) }()
@@ -64,7 +61,7 @@ func ServeHTTP(ctx context.Context, srv *Server, hs *http.Server) error {
 		hs.Close()
 		return failed
 	}
-	if !t.awaitRead(ctx, srv.urgent) {
+	if !t.awaitHandled(ctx, srv.urgent) {
 		hs.Close()
 		return nil
 	}
@@ -83,20 +80,67 @@ func ServeHTTP(ctx context.Context, srv *Server, hs *http.Server) error {
 	return nil
 }
 
-// connStates follows when each connection of an http.Server became new,
-// until it leaves StateNew.
+// connStates follows the connections of an http.Server whose request is
+// not in its handler yet: a new one (since when), or one that has read a
+// request (StateActive) that has not reached the handler.
 type connStates struct {
 	mu      sync.Mutex
-	born    map[net.Conn]time.Time // the connections in StateNew
+	pending map[net.Conn]time.Time
 	changed chan struct{}
 }
 
-func (t *connStates) set(c net.Conn, st http.ConnState) {
+// connKey is the context key under which a request's connection is.
+type connKey struct{}
+
+// watchConns wraps hs's ConnState, ConnContext and Handler to follow its
+// connections.
+func watchConns(hs *http.Server) *connStates {
+	t := &connStates{pending: map[net.Conn]time.Time{}, changed: make(chan struct{}, 1)}
+	prevState, prevCtx, handler := hs.ConnState, hs.ConnContext, hs.Handler
+	if handler == nil {
+		handler = http.DefaultServeMux
+	}
+	hs.ConnState = func(c net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			t.update(c, true, time.Now())
+		case http.StateActive:
+			t.update(c, true, time.Time{})
+		default:
+			t.update(c, false, time.Time{})
+		}
+		if prevState != nil {
+			prevState(c, st)
+		}
+	}
+	hs.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if prevCtx != nil {
+			ctx = prevCtx(ctx, c)
+		}
+		return context.WithValue(ctx, connKey{}, c)
+	}
+	hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+			t.update(c, false, time.Time{})
+		}
+		handler.ServeHTTP(w, r)
+	})
+	return t
+}
+
+// update marks c pending (since born, or since it was first pending when
+// born is zero) or not.
+func (t *connStates) update(c net.Conn, pending bool, born time.Time) {
 	t.mu.Lock()
-	if st == http.StateNew {
-		t.born[c] = time.Now()
-	} else {
-		delete(t.born, c)
+	switch {
+	case !pending:
+		delete(t.pending, c)
+	case !born.IsZero():
+		t.pending[c] = born
+	default:
+		if _, ok := t.pending[c]; !ok {
+			t.pending[c] = time.Now()
+		}
 	}
 	t.mu.Unlock()
 	select {
@@ -105,14 +149,15 @@ func (t *connStates) set(c net.Conn, st http.ConnState) {
 	}
 }
 
-// awaitRead waits until no connection is new but for one that has sent
-// nothing for newGrace. False when ctx ends or urgent closes first.
-func (t *connStates) awaitRead(ctx context.Context, urgent <-chan struct{}) bool {
+// awaitHandled waits until no connection is pending, but for one pending
+// for newGrace (a connection that sends nothing). False when ctx ends or
+// urgent closes first.
+func (t *connStates) awaitHandled(ctx context.Context, urgent <-chan struct{}) bool {
 	for {
 		t.mu.Lock()
 		var wait time.Duration
-		for _, born := range t.born {
-			wait = max(wait, newGrace-time.Since(born))
+		for _, since := range t.pending {
+			wait = max(wait, newGrace-time.Since(since))
 		}
 		t.mu.Unlock()
 		if wait <= 0 {
