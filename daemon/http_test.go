@@ -133,3 +133,45 @@ func TestServeHTTPReturnsWhenCtxEnds(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, held)
 }
+
+// ServeHTTP's drain answers a request read the instant before Shutdown
+// would begin: net/http checks whether it is shutting down after it has
+// marked the connection active, and drops the request if so. Here the
+// connection, active, waits (up to a second) for a Shutdown to begin.
+func TestServeHTTPAnswersARequestReadAsTheDrainBegins(t *testing.T) {
+	dir := testharness.TempDir(t)
+	srv, err := Listen(background(t), dir, Options{Program: "idxd", Endpoints: []runnerstate.Endpoint{{Network: "tcp", Address: "127.0.0.1:0"}}})
+	require.NoError(t, err)
+	defer srv.Close()
+	require.NoError(t, srv.Ready(nil))
+	accepted, shutdown := make(chan struct{}), make(chan struct{})
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })}
+	hs.RegisterOnShutdown(func() { close(shutdown) })
+	hs.ConnState = func(c net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			close(accepted)
+		case http.StateActive:
+			select {
+			case <-shutdown:
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	served := make(chan error, 1)
+	go func() { served <- ServeHTTP(background(t), srv, hs) }()
+	c, err := net.Dial("tcp", srv.Listeners()[0].Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	<-accepted
+	require.NoError(t, runnerstate.RequestRestart(dir, runnerstate.RestartDrain))
+	<-srv.Leaving()
+	_, err = io.WriteString(c, "GET / HTTP/1.1\r\nHost: idxd\r\nConnection: close\r\n\r\n")
+	require.NoError(t, err)
+	c.SetDeadline(time.Now().Add(testharness.Wait))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err, "answered, not dropped")
+	body, _ := io.ReadAll(resp.Body)
+	assert.Equal(t, "ok", string(body))
+	require.NoError(t, <-served)
+}
