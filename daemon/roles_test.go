@@ -96,11 +96,12 @@ func roleServer(dir string) int {
 	return 0
 }
 
-// http: Listen with the options in its environment, publish Ready and say
-// "ready"; on the command "serve" (its accept loop late, as on a loaded
-// machine), serve HTTP ("ok" to every request) as the package doc says,
-// until it leaves (saying "leaving <reason>" as Leaving closes); Close, say
-// "closed <reason>" and exit 0.
+// http: Listen with the options in its environment and say "listening";
+// on the command "ready", publish Ready and say "ready"; then, its accept
+// loop late (as on a loaded machine: not before the server leaves), serve
+// HTTP ("ok" to every request) as the package doc says, until it leaves
+// (saying "leaving <reason>" as Leaving closes); Close, say "closed
+// <reason>" and exit 0.
 func roleHTTP(dir string) int {
 	var opts Options
 	if err := json.Unmarshal([]byte(os.Getenv(envServerOptions)), &opts); err != nil {
@@ -115,16 +116,22 @@ func roleHTTP(dir string) int {
 		return 3
 	}
 	defer srv.Close()
+	testharness.Say("listening")
+	for cmd := range testharness.Commands() {
+		if cmd == "ready" {
+			break
+		}
+	}
 	if err := srv.Ready(nil); err != nil {
 		testharness.Say("error %v", err)
 		return 1
 	}
 	testharness.Say("ready")
-	for cmd := range testharness.Commands() {
-		if cmd == "serve" {
-			break
-		}
+	tick := time.NewTicker(time.Millisecond)
+	for !srv.isLeaving() && ctx.Err() == nil {
+		<-tick.C
 	}
+	tick.Stop()
 	go func() {
 		<-srv.Leaving()
 		testharness.Say("leaving %s", srv.Reason())
