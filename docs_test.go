@@ -166,6 +166,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/runnerstate/runnerstate"
 	"github.com/runnerstate/runnerstate/daemon"

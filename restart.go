@@ -162,7 +162,22 @@ func requestRestartLocked(held stateHeld, mode string, by Identity, takeover boo
 		return restartRequest{}, false, err
 	}
 	if ok && old.For == target && ModeStrength(old.Mode) >= ModeStrength(mode) {
-		return old, false, nil
+		if takeover || !old.Takeover {
+			return old, false, nil
+		}
+		// An operator's request joins a takeover's as strong: it becomes
+		// the operator's (the same request, which a runner that read it
+		// is not told again), so that a takeover that gives up, which
+		// withdraws only its own, leaves it standing.
+		old.Takeover, old.By = false, by
+		data, err := protocolLine(old)
+		if err != nil {
+			return restartRequest{}, false, err
+		}
+		if err := durable.Write(dir, RestartName, data); err != nil {
+			return restartRequest{}, false, public(err)
+		}
+		return old, true, nil
 	}
 	pending = restartRequest{Mode: mode, RequestedAt: time.Now(), By: by, For: target, Takeover: takeover}
 	data, err := protocolLine(pending)

@@ -164,6 +164,7 @@ type takeover struct {
 	seq           uint64
 	live          bool              // ctx had not ended when it began (keepIfLive)
 	request       *restartRequest   // the restart request this starter wrote, if any
+	replaced      *restartRequest   // the operator's request that request upgraded, if any
 	pinned        *liveness.Process // the verified holder being taken over (pin)
 	starter       bridge.Starter    // what package daemon said of this starter
 	yielded       error             // the step-aside answer, once the gate decided it
@@ -450,12 +451,16 @@ func (t *takeover) ask(held stateHeld, g *gateState, pid int) error {
 		return nil // asked already, as strongly
 	}
 	e.Mode = t.opts.Mode
+	prior, hadPrior, _ := pendingForWrite(t.dir)
 	req, wrote, err := requestRestartLocked(held, e.Mode, t.self, true)
 	if err != nil {
 		return err
 	}
 	if wrote {
-		t.request = &req
+		t.request, t.replaced = &req, nil
+		if hadPrior && !prior.Takeover && prior.For == req.For {
+			t.replaced = &prior // an operator's weaker request, put back on withdrawal
+		}
 		t.log.Info("runnerstate: takeover asked the runner to restart", "dir", t.dir, "pid", pid, "mode", e.Mode)
 	}
 	return nil
@@ -663,8 +668,8 @@ func (t *takeover) withdraw() {
 			return nil
 		}
 		g.Escalation = nil
-		if req, ok := readRestart(t.dir); ok && sameRequest(req, *t.request) && req.By.Instance == t.self.Instance {
-			if err := durable.Remove(t.dir, RestartName); err != nil {
+		if req, ok := readRestart(t.dir); ok && sameRequest(req, *t.request) && req.Takeover && req.By.Instance == t.self.Instance {
+			if err := t.takeBack(); err != nil {
 				return public(err)
 			}
 			// A runner that WatchRestart has told already goes on:
@@ -677,6 +682,20 @@ func (t *takeover) withdraw() {
 		t.log.Info("runnerstate: takeover could not withdraw from the gate; it counts as a waiting starter until this process exits",
 			"dir", t.dir, "path", filepath.Join(t.dir, gateName), "err", err)
 	}
+}
+
+// takeBack removes this starter's restart request, or, when it upgraded an
+// operator's, puts the operator's back: a takeover that gives up withdraws
+// only what it wrote. Called under the state lock.
+func (t *takeover) takeBack() error {
+	if t.replaced == nil {
+		return durable.Remove(t.dir, RestartName)
+	}
+	data, err := protocolLine(*t.replaced)
+	if err != nil {
+		return err
+	}
+	return durable.Write(t.dir, RestartName, data)
 }
 
 // superseded is this starter's ErrSuperseded: it names the directory and,

@@ -279,6 +279,53 @@ func TestTakeoverCancelledStarterWithdraws(t *testing.T) {
 	require.NoError(t, old.Stop())
 }
 
+// A takeover that gives up withdraws only what it wrote: an operator's
+// request made while it waited stands (as strong as the takeover's, which
+// it joins, or weaker, which the takeover upgraded), and the runner still
+// reads it.
+func TestTakeoverGivingUpLeavesAnOperatorsRequest(t *testing.T) {
+	cases := []struct{ operator, takeover string }{
+		{RestartDrain, RestartDrain}, // the operator's request joins the takeover's
+		{RestartDrain, RestartNow},   // the takeover upgrades the operator's
+		{RestartNow, RestartDrain},   // the operator's upgrades the takeover's
+	}
+	for _, c := range cases {
+		t.Run(c.operator+" during "+c.takeover, func(t *testing.T) {
+			dir := tempDir(t)
+			// An old runner that does not watch for requests, as a frozen one.
+			old := startChild(t, "acquire", dir)
+			old.Expect("acquired")
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			operatorFirst := c.operator != c.takeover && c.takeover == RestartNow
+			if operatorFirst {
+				require.NoError(t, RequestRestart(dir, c.operator))
+			}
+			go func() {
+				_, err := Takeover(ctx, dir, TakeoverOptions{Mode: c.takeover, Grace: time.Minute})
+				done <- err
+			}()
+			eventually(t, "the starter waits and asked for a restart", func() bool {
+				st, err := Status(dir)
+				return err == nil && len(st.Waiting) == 1 && st.Restart == c.takeover
+			})
+			if !operatorFirst {
+				require.NoError(t, RequestRestart(dir, c.operator))
+			}
+			cancel()
+			assert.ErrorIs(t, <-done, context.Canceled)
+			st, err := Status(dir)
+			require.NoError(t, err)
+			assert.Empty(t, st.Waiting)
+			assert.Equal(t, c.operator, st.Restart, "the operator's request stands")
+			mode, ok := RestartRequested(dir)
+			assert.True(t, ok)
+			assert.Equal(t, c.operator, mode, "and the runner reads it")
+			require.NoError(t, old.Stop())
+		})
+	}
+}
+
 func TestTakeoverBadMode(t *testing.T) {
 	_, err := Takeover(background(t), tempDir(t), TakeoverOptions{Mode: "later"})
 	assert.ErrorIs(t, err, ErrBadMode)

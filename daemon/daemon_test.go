@@ -71,6 +71,68 @@ func TestStopDrainsAndReturnsOnceLetGo(t *testing.T) {
 	assert.ErrorIs(t, Stop(background(t), dir, "soon"), runnerstate.ErrBadMode)
 }
 
+// Point 12: an operator's Stop made while a takeover waits for a frozen
+// server stands when the takeover gives up: the server, continued, leaves
+// (the takeover withdraws only its own request).
+func TestStopStandsWhenATakeoverGivesUp(t *testing.T) {
+	dir := shortDir(t)
+	s := startServer(t, dir, Options{Program: "idxd", Endpoints: unixEndpoint("d.sock")})
+	s.Expect("ready inherited=0")
+	pid := s.PID()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	lctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	listened := make(chan error, 1)
+	go func() {
+		srv, err := Listen(lctx, dir, Options{Program: "idxd", Endpoints: unixEndpoint("d.sock")})
+		if err == nil {
+			srv.Close()
+		}
+		listened <- err
+	}()
+	testharness.Eventually(t, "the takeover waits, its request left", func() bool {
+		st, err := runnerstate.Status(dir)
+		return err == nil && len(st.Waiting) == 1 && st.Restart == runnerstate.RestartDrain
+	})
+	sctx, scancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer scancel()
+	require.ErrorIs(t, Stop(sctx, dir, runnerstate.RestartDrain), context.DeadlineExceeded, "the frozen server does not go")
+	cancel()
+	require.ErrorIs(t, <-listened, context.Canceled)
+	st, err := runnerstate.Status(dir)
+	require.NoError(t, err)
+	assert.Equal(t, runnerstate.RestartDrain, st.Restart, "the operator's request stands")
+	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
+	s.Expect("leaving drain")
+	s.Expect("closed")
+	require.NoError(t, s.Wait())
+}
+
+// Point 11: a new build whose endpoint cannot bind never takes the place
+// of the server there: it is refused before the takeover, and the server
+// is not asked to go.
+func TestAnEndpointThatCannotBindLeavesTheServer(t *testing.T) {
+	dir := shortDir(t)
+	s := startServer(t, dir, Options{Program: "idxd", Endpoints: []runnerstate.Endpoint{{Network: "tcp", Address: "127.0.0.1:0"}}})
+	s.Expect("ready inherited=0")
+	for _, addr := range []string{"127.0.0.1:99999", "192.0.2.1:0"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := Listen(ctx, dir, Options{Program: "idxd", Endpoints: []runnerstate.Endpoint{{Network: "tcp", Address: addr}}})
+		cancel()
+		require.Error(t, err, addr)
+		assert.Contains(t, err.Error(), addr)
+	}
+	st, err := runnerstate.Status(dir)
+	require.NoError(t, err)
+	assert.Empty(t, st.Restart, "the server is not asked to go")
+	rec, held, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	assert.True(t, held && rec.Ready && rec.PID == s.PID(), "it serves on")
+	require.NoError(t, Stop(background(t), dir, runnerstate.RestartNow))
+	s.Expect("leaving now")
+}
+
 // Point 12: a Stop whose ctx ends first names the holder; it never signals.
 func TestStopEndsWithCtxNamingTheHolder(t *testing.T) {
 	dir := shortDir(t)

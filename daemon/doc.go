@@ -9,23 +9,22 @@
 //	srv, err := daemon.Listen(ctx, dir, daemon.Options{Program: "idxd", Version: version,
 //		Endpoints: []runnerstate.Endpoint{{Network: "unix", Address: "idxd.sock"}}})
 //	...
-//	go serve(srv.Listeners()[0])
+//	defer srv.Close()
 //	srv.Ready(nil)
-//	<-srv.Leaving()
-//	... finish what is in flight when srv.Reason() is runnerstate.RestartDrain
-//	srv.Close()
+//	daemon.ServeHTTP(ctx, srv, &http.Server{Handler: h}) // or Accept until Leaving, then answer
 //
 //	conn, rec, err := daemon.Dial(ctx, dir, exec.Command(self, "serve"),
 //		daemon.DialOptions{Program: "idxd", Version: version})
 //
-// # Upgrades and versions
+// Every connection Accept returned is the leaving server's to answer: unless
+// Reason is RestartNow or RestartLost, serve each (its first request too,
+// even one not sent yet) before Close. http.Server.Shutdown alone drops those
+// whose request it has not read; ServeHTTP does not. The next connections
+// wait in the socket's backlog for the successor, which is never refused.
 //
-// A leaving server stops accepting and hands its listening sockets to the
-// server taking over (Linux and macOS; Windows binds anew), so two servers
-// never serve at once and no client is refused while the backlog holds.
-// Versions compare as semantic versions: a client newer than the ready
-// server replaces it once, an older one uses the newer server (or gets
-// ErrIncompatible), and a server Dial started steps aside for one of its
-// Program at the same or a newer Version, so versions never ping-pong.
-// docs/guarantees.md, docs/protocol.md and docs/operations.md say more.
+// A leaving server hands its listening sockets over (Linux and macOS;
+// Windows binds anew), so two servers never serve at once. Versions compare
+// as semantic versions, and never ping-pong (see Dial). docs/operations.md
+// ("A daemon of your own") says where a server may keep its files, how to
+// pass it options, and how long its Listen may wait.
 package daemon

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -37,8 +38,10 @@ type endpoint struct {
 func (e endpoint) key() string { return e.Network + " " + e.Address }
 
 // resolveEndpoints checks and resolves opts' endpoints, before anything is
-// taken or created.
-func resolveEndpoints(dir string, eps []runnerstate.Endpoint) ([]endpoint, error) {
+// taken or created: all that can be known without binding (a unix path's
+// length; a TCP port's range, a host's syntax, family and locality), so
+// that a build whose endpoint cannot bind never takes a server's place.
+func resolveEndpoints(ctx context.Context, dir string, eps []runnerstate.Endpoint) ([]endpoint, error) {
 	addrs := make([]string, len(eps))
 	for i, ep := range eps {
 		addrs[i] = ep.Address
@@ -74,8 +77,8 @@ func resolveEndpoints(dir string, eps []runnerstate.Endpoint) ([]endpoint, error
 				return nil, fmt.Errorf("daemon: endpoint %d (unix %s): the path is %d bytes, over the %d a unix socket address holds on %s; use a shorter directory or Address", i, e.Address, n, maxSunPath(), runtime.GOOS)
 			}
 		case "tcp", "tcp4", "tcp6":
-			if _, _, err := net.SplitHostPort(ep.Address); err != nil {
-				return nil, fmt.Errorf("daemon: endpoint %d (%s %q): %v; give host:port (port 0 picks one)", i, ep.Network, ep.Address, err)
+			if err := checkTCP(ctx, ep); err != nil {
+				return nil, fmt.Errorf("daemon: endpoint %d (%s %q): %w", i, ep.Network, ep.Address, err)
 			}
 		default:
 			return nil, fmt.Errorf("daemon: endpoint %d: network %q is not one of unix, tcp, tcp4, tcp6", i, ep.Network)
@@ -85,6 +88,68 @@ func resolveEndpoints(dir string, eps []runnerstate.Endpoint) ([]endpoint, error
 		}
 		seen[e.key()] = true
 		out = append(out, e)
+	}
+	return out, nil
+}
+
+// checkTCP checks what a TCP bind would refuse and can be known without
+// binding: host:port syntax, the port's range (or service name), and a
+// host that is an address of this machine (a name is resolved, bounded by
+// ctx) in the network's family.
+func checkTCP(ctx context.Context, ep runnerstate.Endpoint) error {
+	host, port, err := net.SplitHostPort(ep.Address)
+	if err != nil {
+		return fmt.Errorf("%v; give host:port (port 0 picks one)", err)
+	}
+	if _, err := net.LookupPort(ep.Network, port); err != nil {
+		return fmt.Errorf("%v; give a port from 0 to 65535 (0 picks one)", err)
+	}
+	if host == "" {
+		return nil // every address of the machine
+	}
+	var ips []net.IP
+	if ip := net.ParseIP(strings.SplitN(host, "%", 2)[0]); ip != nil {
+		ips = []net.IP{ip}
+	} else {
+		addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+		if err != nil {
+			return fmt.Errorf("the host cannot be resolved: %v; give an address of this machine (127.0.0.1, or empty for all)", err)
+		}
+		for _, a := range addrs {
+			ips = append(ips, a.IP)
+		}
+	}
+	local, err := localAddrs()
+	if err != nil {
+		return nil // cannot tell: the bind will
+	}
+	var why string
+	for _, ip := range ips {
+		switch {
+		case ep.Network == "tcp4" && ip.To4() == nil:
+			why = fmt.Sprintf("%s is not an IPv4 address", ip)
+		case ep.Network == "tcp6" && ip.To4() != nil:
+			why = fmt.Sprintf("%s is not an IPv6 address", ip)
+		case ip.IsUnspecified() || ip.IsLoopback() || local[ip.String()]:
+			return nil
+		default:
+			why = fmt.Sprintf("%s is not an address of this machine", ip)
+		}
+	}
+	return fmt.Errorf("%s; give one that is (127.0.0.1, or empty for all)", why)
+}
+
+// localAddrs are the addresses of this machine's interfaces.
+func localAddrs() (map[string]bool, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			out[n.IP.String()] = true
+		}
 	}
 	return out, nil
 }

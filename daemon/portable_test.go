@@ -30,6 +30,13 @@ func TestBadEndpointsAreRefusedFirst(t *testing.T) {
 		{"no address", unixEndpoint(""), "no Address"},
 		{"bad tcp", []runnerstate.Endpoint{{Network: "tcp", Address: "nope"}}, "host:port"},
 		{"twice", append(unixEndpoint("a.sock"), unixEndpoint("a.sock")...), "given twice"},
+		{"port over 65535", []runnerstate.Endpoint{{Network: "tcp", Address: "127.0.0.1:99999"}}, "port"},
+		{"negative port", []runnerstate.Endpoint{{Network: "tcp", Address: "127.0.0.1:-1"}}, "port"},
+		{"unknown service", []runnerstate.Endpoint{{Network: "tcp", Address: "127.0.0.1:no-such-service"}}, "port"},
+		{"not a local address", []runnerstate.Endpoint{{Network: "tcp", Address: "192.0.2.1:0"}}, "not an address of this machine"},
+		{"ipv6 on tcp4", []runnerstate.Endpoint{{Network: "tcp4", Address: "[::1]:0"}}, "not an IPv4 address"},
+		{"ipv4 on tcp6", []runnerstate.Endpoint{{Network: "tcp6", Address: "127.0.0.1:0"}}, "not an IPv6 address"},
+		{"unknown host", []runnerstate.Endpoint{{Network: "tcp", Address: "no-such-host.invalid:0"}}, "no-such-host.invalid"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

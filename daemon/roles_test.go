@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"testing"
@@ -27,6 +29,7 @@ const (
 
 var roles = testharness.Roles{
 	"server": roleServer,
+	"http":   roleHTTP,
 }
 
 func TestMain(m *testing.M) {
@@ -90,6 +93,56 @@ func roleServer(dir string) int {
 	inflight.Wait() // a ping is quick: even "now" answers what it accepted
 	srv.Close()
 	testharness.Say("closed")
+	return 0
+}
+
+// http: Listen with the options in its environment and say "listening";
+// on the command "ready", publish Ready and say "ready"; then, its accept
+// loop late (as on a loaded machine: not before the server leaves), serve
+// HTTP ("ok" to every request) as the package doc says, until it leaves
+// (saying "leaving <reason>" as Leaving closes); Close, say "closed
+// <reason>" and exit 0.
+func roleHTTP(dir string) int {
+	var opts Options
+	if err := json.Unmarshal([]byte(os.Getenv(envServerOptions)), &opts); err != nil {
+		testharness.Say("error %v", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
+	defer cancel()
+	srv, err := Listen(ctx, dir, opts)
+	if err != nil {
+		testharness.Say("error %v", err)
+		return 3
+	}
+	defer srv.Close()
+	testharness.Say("listening")
+	for cmd := range testharness.Commands() {
+		if cmd == "ready" {
+			break
+		}
+	}
+	if err := srv.Ready(nil); err != nil {
+		testharness.Say("error %v", err)
+		return 1
+	}
+	testharness.Say("ready")
+	tick := time.NewTicker(time.Millisecond)
+	for !srv.isLeaving() && ctx.Err() == nil {
+		<-tick.C
+	}
+	tick.Stop()
+	go func() {
+		<-srv.Leaving()
+		testharness.Say("leaving %s", srv.Reason())
+	}()
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })}
+	if err := ServeHTTP(context.Background(), srv, hs); err != nil {
+		testharness.Say("error %v", err)
+		return 1
+	}
+	srv.Close()
+	testharness.Say("closed %s", srv.Reason())
 	return 0
 }
 

@@ -30,6 +30,9 @@ type Options struct {
 	// Address is relative to the directory unless absolute ("@name": a
 	// Linux abstract socket); "tcp" ("tcp4", "tcp6") takes host:port, and
 	// port 0 picks one, which a successor that inherits the socket keeps.
+	// All a bind would refuse that can be known without binding (a path
+	// too long, a port out of range, a host that is not this machine's)
+	// is refused before the directory is taken over.
 	Endpoints []runnerstate.Endpoint
 	// Mode is asked of the server already there: runnerstate.RestartDrain
 	// (the default) or runnerstate.RestartNow.
@@ -74,6 +77,7 @@ type Server struct {
 	log       *slog.Logger
 
 	leaving   chan struct{}
+	urgent    chan struct{} // closed once the reason is RestartNow or RestartLost
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 	handStop  chan struct{}
@@ -81,6 +85,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	reason    string
+	urgentSet bool
 	ready     bool
 	conns     int // connections accepted and not closed
 	busy      int // Busy calls not yet ended
@@ -106,14 +111,16 @@ type Server struct {
 // a predecessor's sockets) or a path that is not a socket is refused.
 //
 // Errors, each naming what it is about: a bad endpoint (none, an unknown
-// network, a unix path longer than the platform's sun_path) or Mode
+// network, a unix path longer than the platform's sun_path, a TCP address
+// whose syntax, port, family or host a bind would refuse: a host that is
+// not an address of this machine) or Mode
 // (runnerstate.ErrBadMode), before anything is taken or created;
 // runnerstate.Takeover's (ErrOtherProgram, ErrSuperseded, a *BusyError when
 // ctx ends); a bind that fails after admission, after dir is let go. A
 // server that Dial started steps aside, with an error matching
 // runnerstate.ErrSuperseded, for a newer server of its program.
 func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
-	eps, err := resolveEndpoints(dir, opts.Endpoints)
+	eps, err := resolveEndpoints(ctx, dir, opts.Endpoints)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +148,7 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{dir: dir, opts: opts, release: release, rvAddr: rv.address(), log: log,
-		leaving: make(chan struct{}), handStop: make(chan struct{}), handDone: make(chan struct{}), sent: map[string]bool{}}
+		leaving: make(chan struct{}), urgent: make(chan struct{}), handStop: make(chan struct{}), handDone: make(chan struct{}), sent: map[string]bool{}}
 	if err := s.open(eps, rv); err != nil {
 		rv.close()
 		release()
@@ -274,8 +281,10 @@ func (s *Server) Ready(meta json.RawMessage) error {
 // replaced, or Close. Before it closes, the record already says Ready
 // false and Leaving (Reason), so Start and Dial never return a server that
 // is going, and from then on the listeners return no connection. Then
-// finish what is in flight (Reason RestartDrain) or stop at once (the
-// others), and call Close.
+// answer every connection they returned, its first request included, even
+// one not read yet (Reasons RestartDrain, ReasonIdle, ReasonClosed), or stop
+// at once (RestartNow, RestartLost), and call Close. ServeHTTP does so for
+// an http.Server.
 func (s *Server) Leaving() <-chan struct{} { return s.leaving }
 
 // Reason says why the server is leaving, once Leaving is closed:
@@ -373,6 +382,10 @@ func reasonRank(why string) int {
 // changes Reason.
 func (s *Server) leave(why string) {
 	s.mu.Lock()
+	if reasonRank(why) >= reasonRank(runnerstate.RestartNow) && !s.urgentSet {
+		s.urgentSet = true
+		close(s.urgent)
+	}
 	if s.reason != "" {
 		if reasonRank(why) > reasonRank(s.reason) {
 			s.reason = why
@@ -483,6 +496,10 @@ func (s *Server) untrack() {
 	s.mu.Unlock()
 	s.idleCheck()
 }
+
+// isUrgent reports whether the server must stop at once (RestartNow,
+// RestartLost).
+func (s *Server) isUrgent() bool { return isClosed(s.urgent) }
 
 // isLeaving reports whether the server has begun to leave.
 func (s *Server) isLeaving() bool { return s.Reason() != "" }

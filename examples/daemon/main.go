@@ -39,6 +39,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -203,7 +204,12 @@ func (d app) serve() int {
 	case <-r.tried:
 	case <-ctx.Done():
 	}
-	go d.answer(srv.Listeners()[0], r)
+	var conns sync.WaitGroup // the connections accepted and not yet answered
+	accepting := make(chan struct{})
+	go func() {
+		defer close(accepting)
+		d.answer(srv.Listeners()[0], r, &conns)
+	}()
 	if err := srv.Ready(nil); err != nil {
 		log.Error("serve: could not publish", "err", err)
 		return exitError
@@ -213,6 +219,12 @@ func (d app) serve() int {
 	case <-ctx.Done():
 	case <-srv.Leaving():
 		log.Info("serve: asked to go", "reason", srv.Reason())
+		// Every connection accepted before Leaving is this server's to
+		// answer (a ping it has not read yet too), unless told to stop now.
+		if why := srv.Reason(); why != runnerstate.RestartNow && why != runnerstate.RestartLost {
+			<-accepting
+			conns.Wait()
+		}
 	}
 	stop()
 	<-r.done()
@@ -221,13 +233,15 @@ func (d app) serve() int {
 
 // answer answers each connection's lines: "ping" gets
 // "pong from pid P: runner serving|standing by, total T".
-func (d app) answer(ln net.Listener, r *runnerRole) {
+func (d app) answer(ln net.Listener, r *runnerRole, conns *sync.WaitGroup) {
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
 			return
 		}
+		conns.Add(1)
 		go func() {
+			defer conns.Done()
 			defer conn.Close()
 			conn.SetDeadline(time.Now().Add(10 * time.Second))
 			sc := bufio.NewScanner(conn)

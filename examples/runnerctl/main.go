@@ -91,7 +91,7 @@ type command struct {
 
 var commands = map[string]command{
 	"status": {
-		synopsis: "status [--dir DIR] [--json]\n\nShow who runs the directory: the holder of its kernel lock, whether its\nidentity is verified, the pending restart request, waiting starters, stale\npids, orphans of a previous runner's tree, and warnings.",
+		synopsis: "status [--dir DIR] [--json]\n\nShow who runs the directory: the holder of its kernel lock, whether its\nidentity is verified, a daemon server's program, version and endpoints,\nthe pending restart request, waiting starters, stale pids, orphans of a\nprevious runner's tree, and warnings.",
 		exits:    "0 a runner holds the directory; 3 no runner does (also when there is no\nsuch directory: the text says so); 75 no runner does, but orphans of a\nprevious runner's tree keep it busy; 4 cannot tell (the directory cannot\nbe read, its filesystem's locks do not exclude, or other users can write it); 2 usage.",
 		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {
 			asJSON := fs.Bool("json", false, "print the report as JSON (the field names are stable)")
@@ -280,6 +280,12 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 	}
 	if r.Held && r.Verified && r.Holder.Process.PID != 0 {
 		row("ready", readyWords(r.Holder))
+	}
+	if h := r.Holder; h.Program != "" || h.Version != "" {
+		row("program", printable(strings.TrimSpace(h.Program+" "+h.Version)))
+	}
+	for i, ep := range r.Holder.Endpoints {
+		row(first(i, "endpoints"), printable(ep.Network+" "+ep.Address))
 	}
 	if r.Starting.PID != 0 {
 		row("starting", printable(r.Starting.String())+" (started by runnerctl start or runnerstate.Start, not yet ready)")

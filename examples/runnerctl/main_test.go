@@ -124,6 +124,22 @@ func TestStatusJSONOmitsWhatIsNotThere(t *testing.T) {
 	assert.NotContains(t, out, "null")
 }
 
+// Case: the text form says what --json says of a daemon server: its
+// program, version and endpoints.
+func TestStatusTextNamesProgramVersionEndpoints(t *testing.T) {
+	dir := testharness.TempDir(t)
+	release, err := runnerstate.Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+	require.NoError(t, runnerstate.Publish(dir, runnerstate.Record{Program: "idxd", Version: "v1.4.2",
+		Endpoints: []runnerstate.Endpoint{{Network: "unix", Address: "/run/idxd.sock"}, {Network: "tcp", Address: "127.0.0.1:8080"}}}))
+	code, out, _ := ctl("status", "--dir", dir)
+	require.Equal(t, exitOK, code, out)
+	assert.Regexp(t, `(?m)^program +idxd v1\.4\.2$`, out)
+	assert.Regexp(t, `(?m)^endpoints +unix /run/idxd\.sock$`, out)
+	assert.Regexp(t, `(?m)^ +tcp 127\.0\.0\.1:8080$`, out)
+}
+
 // Case: an empty --dir is a usage error everywhere, never "the current
 // directory" for some commands and an error for others.
 func TestEmptyDir(t *testing.T) {
