@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -73,6 +74,9 @@ func resolveEndpoints(dir string, eps []runnerstate.Endpoint) ([]endpoint, error
 		default:
 			return nil, fmt.Errorf("daemon: endpoint %d: network %q is not one of unix, tcp, tcp4, tcp6", i, ep.Network)
 		}
+		if err := checkMode(i, e); err != nil {
+			return nil, err
+		}
 		if seen[e.key()] {
 			return nil, fmt.Errorf("daemon: endpoint %d (%s %s) is given twice", i, e.Network, e.Address)
 		}
@@ -124,7 +128,8 @@ func bind(e endpoint) (net.Listener, error) {
 			return nil, err
 		}
 	}
-	ln, err := net.Listen(e.Network, e.Address)
+	lc := net.ListenConfig{Control: bindControl(e)}
+	ln, err := lc.Listen(context.Background(), e.Network, e.Address)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: listen on %s %s: %w", e.Network, e.Address, err)
 	}

@@ -208,6 +208,12 @@ func (s *Server) open(eps []endpoint, rv *rendezvous) error {
 		bound := runnerstate.Endpoint{Network: e.Network, Address: e.Address}
 		if e.Network != "unix" {
 			bound.Address = socks[i].Addr().String()
+		} else if !e.abstract {
+			if err := setSocketMode(e); err != nil {
+				closeAll()
+				return err
+			}
+			bound.Mode = socketMode(e.Endpoint)
 		}
 		s.bound = append(s.bound, bound)
 	}
