@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/user"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -93,15 +94,15 @@ func modeWords(ep runnerstate.Endpoint) string {
 	if ep.Network != "unix" || strings.HasPrefix(ep.Address, "@") {
 		return "this user may not reach the address"
 	}
-	file := "its mode cannot be read"
+	file := "the socket file's mode cannot be read"
 	if fi, err := os.Stat(ep.Address); err == nil {
 		file = fmt.Sprintf("the socket file is mode %#o", fi.Mode().Perm())
 	}
 	asked := fmt.Sprintf("Endpoint.Mode %#o", ep.Mode)
 	if ep.Mode == 0 {
-		asked = "Endpoint.Mode unset: 0600, its owner only"
+		asked = "Endpoint.Mode 0 (0600: its owner only)"
 	}
-	return fmt.Sprintf("%s (%s); a server lets a group's clients connect with Endpoint.Mode 0660, everyone's with 0666", file, asked)
+	return fmt.Sprintf("%s, %s; a server lets its group's users connect with Endpoint.Mode 0660, everyone with 0666", file, asked)
 }
 
 // checkMode refuses a Mode that is not a permission, or that is given for an
@@ -120,13 +121,15 @@ func checkMode(i int, e endpoint) error {
 
 // setSocketMode gives e's socket file its mode (socketMode), whatever the
 // umask it was bound under, and whichever server bound it (a socket handed
-// over keeps its file).
-func setSocketMode(e endpoint) error {
-	if e.Network != "unix" || e.abstract {
-		return nil
+// over keeps its file), and returns the mode to publish. Windows has no
+// such modes: nothing is set there, and 0 is published.
+func setSocketMode(e endpoint) (os.FileMode, error) {
+	if e.Network != "unix" || e.abstract || runtime.GOOS == "windows" {
+		return 0, nil
 	}
-	if err := os.Chmod(e.Address, socketMode(e.Endpoint)); err != nil {
-		return fmt.Errorf("daemon: listen on unix %s: set its mode %#o: %w", e.Address, socketMode(e.Endpoint), err)
+	mode := socketMode(e.Endpoint)
+	if err := os.Chmod(e.Address, mode); err != nil {
+		return 0, fmt.Errorf("daemon: listen on unix %s: set its mode %#o: %w", e.Address, mode, err)
 	}
-	return nil
+	return mode, nil
 }

@@ -30,6 +30,8 @@ type Options struct {
 	// Address is relative to the directory unless absolute ("@name": a
 	// Linux abstract socket); "tcp" ("tcp4", "tcp6") takes host:port, and
 	// port 0 picks one, which a successor that inherits the socket keeps.
+	// A unix socket file is given its Mode (0600 when 0) whatever the
+	// umask, and again when it is handed over.
 	Endpoints []runnerstate.Endpoint
 	// Mode is asked of the server already there: runnerstate.RestartDrain
 	// (the default) or runnerstate.RestartNow.
@@ -209,11 +211,12 @@ func (s *Server) open(eps []endpoint, rv *rendezvous) error {
 		if e.Network != "unix" {
 			bound.Address = socks[i].Addr().String()
 		} else if !e.abstract {
-			if err := setSocketMode(e); err != nil {
+			mode, err := setSocketMode(e)
+			if err != nil {
 				closeAll()
 				return err
 			}
-			bound.Mode = socketMode(e.Endpoint)
+			bound.Mode = mode
 		}
 		s.bound = append(s.bound, bound)
 	}
