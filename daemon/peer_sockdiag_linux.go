@@ -32,7 +32,7 @@ func listenerUID(addr *net.TCPAddr) (int, error) {
 	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return -1, fmt.Errorf("sock_diag: send: %w", err)
 	}
-	buf := make([]byte, 8192)
+	buf := make([]byte, 1024) // one inet_diag_msg, or an error: under 200 bytes
 	for {
 		n, _, err := unix.Recvfrom(fd, buf, 0)
 		if errors.Is(err, unix.EINTR) {

@@ -7,14 +7,16 @@ import (
 	"strings"
 )
 
-// uid reads the effective uid (the second field of the Uid line) of
-// /proc/<pid>/status, and then verifies through the pin that the process
-// read is still the pinned one.
-func (p *Process) uid() (int, error) {
-	path := procFile(procRoot, p.id.PID, "status")
+// uidOf reads the effective uid (the Uid line's second field) of
+// /proc/<pid>/status, then the pid's start identity (see UID).
+func uidOf(id Identity) (int, error) {
+	path := procFile(procRoot, id.PID, "status")
 	b, err := os.ReadFile(path)
+	if err != nil && notExist(err) {
+		return -1, fmt.Errorf("liveness: uid of %v: %w", id, ErrNotAlive)
+	}
 	if err != nil {
-		return -1, fmt.Errorf("liveness: uid of %v: %w", p.id, err)
+		return -1, fmt.Errorf("liveness: uid of %v: %w", id, err)
 	}
 	uid := -1
 	for line := range strings.Lines(string(b)) {
@@ -26,10 +28,14 @@ func (p *Process) uid() (int, error) {
 		}
 	}
 	if uid < 0 || err != nil {
-		return -1, fmt.Errorf("liveness: uid of %v: %s has no readable Uid line", p.id, path)
+		return -1, fmt.Errorf("liveness: uid of %v: %s has no readable Uid line", id, path)
 	}
-	if v, why := p.Verify(); v != Alive {
-		return -1, fmt.Errorf("liveness: uid of %v: %v (%s): %w", p.id, v, why, ErrNotAlive)
+	switch v, why := checkAfter(id); v {
+	case Alive, Self:
+		return uid, nil
+	case Dead, Stale:
+		return -1, fmt.Errorf("liveness: uid of %v: %v (%s): %w", id, v, why, ErrNotAlive)
+	default:
+		return -1, fmt.Errorf("liveness: uid of %v: cannot be read: %v (%s)", id, v, why)
 	}
-	return uid, nil
 }

@@ -7,7 +7,7 @@ import (
 	"fmt"
 )
 
-// uid: the kernel's credentials of another process are not read here.
-func (p *Process) uid() (int, error) {
-	return -1, fmt.Errorf("liveness: uid of %v: not read on this system: %w", p.id, errors.ErrUnsupported)
+// uidOf: the kernel's credentials of another process are not read here.
+func uidOf(id Identity) (int, error) {
+	return -1, fmt.Errorf("liveness: uid of %v: not read on this system: %w", id, errors.ErrUnsupported)
 }
