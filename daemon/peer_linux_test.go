@@ -316,3 +316,23 @@ func TestListenerUIDFromSockDiag(t *testing.T) {
 		assert.Equal(t, os.Geteuid(), uid)
 	}
 }
+
+// A socket handed over keeps its file, which is given the successor's Mode.
+func TestSocketModeFollowsTheServer(t *testing.T) {
+	dir := shortDir(t)
+	startServer(t, dir, Options{Endpoints: unixEndpoint("d.sock")}).Expect("ready inherited=0")
+	fi, err := os.Stat(filepath.Join(dir, "d.sock"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	next := startServer(t, dir, Options{Mode: runnerstate.RestartNow,
+		Endpoints: []runnerstate.Endpoint{{Network: "unix", Address: "d.sock", Mode: 0o660}}})
+	next.Expect("ready inherited=1")
+	fi2, err := os.Stat(filepath.Join(dir, "d.sock"))
+	require.NoError(t, err)
+	assert.True(t, os.SameFile(fi, fi2), "the same socket file")
+	assert.Equal(t, os.FileMode(0o660), fi2.Mode().Perm())
+	rec, _, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o660), rec.Endpoints[0].Mode)
+	require.NoError(t, Stop(background(t), dir, runnerstate.RestartNow))
+}
