@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -115,6 +116,12 @@ func (r Record) Usable() bool {
 type Endpoint struct {
 	Network string `json:"network"` // "unix", "tcp", "tcp4" or "tcp6"
 	Address string `json:"address"` // as net.Listen takes it; published as bound
+	// Mode is the permission of a unix socket file (package daemon binds it
+	// so whatever the umask): 0 means 0600, only its owner (and root) may
+	// connect; 0660 lets its group's users connect too, 0666 everyone.
+	// Published as bound (0600 for the default); none for another network
+	// or an abstract socket, which have no file.
+	Mode os.FileMode `json:"mode,omitempty"`
 }
 
 // ErrNotHolder reports a call that needs the directory's runner lock (Publish)

@@ -43,6 +43,7 @@ import (
 func init() {
 	roles["upgrade-client"] = upgradeClient
 	roles["echo-daemon"] = echoDaemon
+	roles["echo-daemon-tcp"] = echoDaemonTCP
 	roles["echo-bind-anew"] = echoBindAnew
 	roles["echo-tableflip"] = echoTableflip
 }
@@ -182,11 +183,20 @@ func writeAtomic(path, text string) {
 // it accepted, one line each), serve, Ready; on Leaving, finish what was
 // accepted, Close and exit.
 func echoDaemon(base string) int {
+	return echoDaemonOn(base, runnerstate.Endpoint{Network: "unix", Address: echoSocket})
+}
+
+// echo-daemon-tcp: echo-daemon on a TCP port of the loopback.
+func echoDaemonTCP(base string) int {
+	return echoDaemonOn(base, runnerstate.Endpoint{Network: "tcp", Address: "127.0.0.1:0"})
+}
+
+func echoDaemonOn(base string, ep runnerstate.Endpoint) int {
 	dir, _, _ := echoDirs(base)
 	e := newEchoServer(base)
 	ctx, cancel := context.WithTimeout(context.Background(), upgradeWait)
 	srv, err := daemon.Listen(ctx, dir, daemon.Options{Program: echoProgram,
-		Endpoints: []runnerstate.Endpoint{{Network: "unix", Address: echoSocket}},
+		Endpoints: []runnerstate.Endpoint{ep},
 		Mode:      runnerstate.RestartNow, Grace: upgradeWait})
 	cancel()
 	if err != nil {
@@ -808,16 +818,22 @@ func quantile(d []time.Duration, q float64) float64 {
 
 // ---------------------------------------------------------------------------
 // Dial to a ready server, against what it replaces: Start's fast path and
-// a net.Dial of the endpoint its record names.
+// a net.Dial of the endpoint its record names. Dial checks who accepted
+// (SO_PEERCRED over the unix socket; over TCP, one sock_diag query for the
+// listener's uid); net.Dial does not.
 
-func BenchmarkDialReady(b *testing.B) {
+func BenchmarkDialReady(b *testing.B) { dialReady(b, "echo-daemon") }
+
+func BenchmarkDialReadyTCP(b *testing.B) { dialReady(b, "echo-daemon-tcp") }
+
+func dialReady(b *testing.B, role string) {
 	base, err := os.MkdirTemp("", "rsb")
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(base)
 	dir, _, _ := echoDirs(base)
-	procs := newServerProcs(b, base, "echo-daemon")
+	procs := newServerProcs(b, base, role)
 	srv := procs.awaitReady(procs.start())
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)

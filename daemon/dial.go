@@ -161,6 +161,7 @@ func (d *dialing) dial(ctx context.Context, rec runnerstate.Record) (net.Conn, r
 		return nil, rec, fmt.Errorf("daemon: Dial %s: the server (pid %d) is stopped (state %c: SIGSTOP, a terminal's Ctrl-Z or a debugger) and answers nothing until it is continued (SIGCONT)", d.dir, rec.PID, state), false
 	}
 	c, err := dialEndpoint(ctx, ep)
+	c, err = checkPeer(c, err, ep, rec) // who accepted: the server's user, or root
 	if err == nil {
 		return c, rec, nil, false
 	}

@@ -1,10 +1,9 @@
 // Package daemon is a server's and a client's whole life over a runner
-// directory, in three calls: a server Listens (taking the directory over
-// from the server already there, and its listening sockets with it),
-// publishes Ready, serves until Leaving closes and then Closes; a client
-// Dials (starting the server when none runs, or when the one that runs is
-// older than the client) and gets a connection to a ready server; an
-// operator Stops it.
+// directory, in three calls: a server Listens (taking the directory over from
+// the server already there, and its listening sockets with it), publishes
+// Ready, serves until Leaving closes and then Closes; a client Dials (starting
+// the server when none runs, or when the one that runs is older than the
+// client) and gets a connection to a ready server; an operator Stops it.
 //
 //	srv, err := daemon.Listen(ctx, dir, daemon.Options{Program: "idxd", Version: version,
 //		Endpoints: []runnerstate.Endpoint{{Network: "unix", Address: "idxd.sock"}}})
@@ -24,7 +23,9 @@
 //
 // A leaving server hands its listening sockets over (Linux and macOS;
 // Windows binds anew), so two servers never serve at once. Versions compare
-// as semantic versions, and never ping-pong (see Dial). docs/operations.md
-// ("A daemon of your own") says where a server may keep its files, how to
-// pass it options, and how long its Listen may wait.
+// as semantic versions, and never ping-pong (see Dial). Dial checks who
+// accepts (ErrUntrustedPeer) over a unix socket on Linux and macOS, and over
+// TCP on Linux only. docs/operations.md ("A daemon of your own") says where
+// a server may keep its files, how to pass it options, and how long its
+// Listen may wait.
 package daemon

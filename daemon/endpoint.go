@@ -83,6 +83,9 @@ func resolveEndpoints(ctx context.Context, dir string, eps []runnerstate.Endpoin
 		default:
 			return nil, fmt.Errorf("daemon: endpoint %d: network %q is not one of unix, tcp, tcp4, tcp6", i, ep.Network)
 		}
+		if err := checkMode(i, e); err != nil {
+			return nil, err
+		}
 		if seen[e.key()] {
 			return nil, fmt.Errorf("daemon: endpoint %d (%s %s) is given twice", i, e.Network, e.Address)
 		}
@@ -196,7 +199,8 @@ func bind(e endpoint) (net.Listener, error) {
 			return nil, err
 		}
 	}
-	ln, err := net.Listen(e.Network, e.Address)
+	lc := net.ListenConfig{Control: bindControl(e)}
+	ln, err := lc.Listen(context.Background(), e.Network, e.Address)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: listen on %s %s: %w", e.Network, e.Address, err)
 	}

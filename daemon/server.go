@@ -33,6 +33,8 @@ type Options struct {
 	// All a bind would refuse that can be known without binding (a path
 	// too long, a port out of range, a host that is not this machine's)
 	// is refused before the directory is taken over.
+	// A unix socket file is given its Mode (0600 when 0) whatever the
+	// umask, and again when it is handed over.
 	Endpoints []runnerstate.Endpoint
 	// Mode is asked of the server already there: runnerstate.RestartDrain
 	// (the default) or runnerstate.RestartNow.
@@ -215,6 +217,13 @@ func (s *Server) open(eps []endpoint, rv *rendezvous) error {
 		bound := runnerstate.Endpoint{Network: e.Network, Address: e.Address}
 		if e.Network != "unix" {
 			bound.Address = socks[i].Addr().String()
+		} else if !e.abstract {
+			mode, err := setSocketMode(e)
+			if err != nil {
+				closeAll()
+				return err
+			}
+			bound.Mode = mode
 		}
 		s.bound = append(s.bound, bound)
 	}

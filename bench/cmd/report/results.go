@@ -111,6 +111,9 @@ func (r *results) median(name, unit string) float64 {
 	return benchmath.AssumeNothing.Summary(s, 0.95).Center
 }
 
+// has reports whether the file has runs of the benchmark in the unit.
+func (r *results) has(name, unit string) bool { return len(r.values[key{name, unit}]) > 0 }
+
 // max is the largest of one benchmark's runs in one unit, for a target
 // every run must meet; 0 when the file has none (see missing).
 func (r *results) max(name, unit string) float64 {
