@@ -38,7 +38,7 @@ func TestAttemptRecord(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(3), a.Seq)
 	assert.False(t, a.pending(), "a failed attempt is not pending")
-	assert.False(t, a.inProgress())
+	assert.False(t, a.inProgress("/d"))
 	f := a.failure("/d")
 	assert.Equal(t, StartError{Dir: "/d", PID: 42, ExitCode: 7, Log: "/d/out.log", LogTail: "boom\n", Err: f.Err}, *f)
 	assert.EqualError(t, f.Err, "exit status 7")

@@ -433,7 +433,7 @@ func (c *startCall) run(ctx context.Context) (Record, error) {
 		if look.ready && c.accept(look.rec) {
 			return look.rec, nil
 		}
-		if a := look.att; look.haveAtt && a.inProgress() && !c.spawned && !(look.ready && startedBy(a, look.rec)) {
+		if a := look.att; look.haveAtt && a.inProgress(c.abs) && !c.spawned && !(look.ready && startedBy(a, look.rec)) {
 			rec, err := c.await(ctx, a)
 			if err != errAgain {
 				return rec, err
@@ -514,7 +514,7 @@ func (c *startCall) decide(ctx context.Context, release func()) (Record, error) 
 	case have && ready && startedBy(a, rec) && c.spawned:
 		release()
 		return Record{}, c.refused(a)
-	case have && a.inProgress() && !(ready && startedBy(a, rec)):
+	case have && a.inProgress(c.abs) && !(ready && startedBy(a, rec)):
 		release()
 		return c.await(ctx, a)
 	case have && a.Failed && a.Ended.After(c.since):

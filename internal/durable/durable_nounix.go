@@ -3,6 +3,7 @@
 package durable
 
 import (
+	"errors"
 	"io"
 	"io/fs"
 	"os"
@@ -70,4 +71,16 @@ func KeyOf(dir string) (Key, error) {
 		return Key{}, &fs.PathError{Op: "abs", Path: dir, Err: err}
 	}
 	return Key{path: foldCase(filepath.Clean(abs))}, nil
+}
+
+// ErrChanged is Rewrite's answer when the file at path is not a single
+// regular file of its own any more.
+var ErrChanged = errors.New("has another name (a hard link); not rewritten in place")
+
+// Rewrite is not available here: a descriptor kept open while it writes
+// would block the removal of the file's directory (Windows), and these
+// systems cannot tell a file's identity. It returns an *fs.PathError
+// wrapping errors.ErrUnsupported and writes nothing.
+func Rewrite(path string, _ int, _ func(old []byte) ([]byte, bool)) error {
+	return &fs.PathError{Op: "rewrite", Path: path, Err: errors.ErrUnsupported}
 }
