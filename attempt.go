@@ -45,6 +45,13 @@ type startAttempt struct {
 	Err      string    `json:"err,omitempty"`
 	LogTail  string    `json:"log_tail,omitempty"`
 	Ended    time.Time `json:"ended,omitzero"`
+	// Failures counts the consecutive attempts whose child went away
+	// before it was ready, this one's included once it has (backoff.go);
+	// a child that becomes ready sets it to 0.
+	Failures int `json:"failures,omitempty"`
+	// Aside is set by the child when it stepped aside for a newer server
+	// (markAside): its end is not a failure.
+	Aside bool `json:"aside,omitzero"`
 }
 
 // parseAttempt decodes start.json: one JSON object (durable.DecodeObject),
@@ -89,6 +96,9 @@ func (a startAttempt) inProgress(abs string) bool {
 // failure is a's outcome, for dir (absolute), as a *StartError.
 func (a startAttempt) failure(abs string) *StartError {
 	e := &StartError{Dir: abs, PID: a.Child.PID, ExitCode: a.ExitCode, Log: a.Log, LogTail: a.LogTail}
+	if at := a.retryAt(); !at.IsZero() {
+		e.Failures, e.RetryAt = a.Failures, at
+	}
 	if a.Err != "" {
 		e.Err = errors.New(a.Err)
 	}
@@ -177,10 +187,12 @@ func lockStart(dir string) (func(), error) {
 // spawn.TakeReadiness does the readiness variables.
 const attemptEnv = "RUNNERSTATE_START_ATTEMPT"
 
-// spawn starts the call's cmd as attempt seq, holding start.lock, records
-// it in start.json, and logs it.
-func (c *startCall) spawn(seq uint64) (startAttempt, error) {
-	a := startAttempt{Seq: seq, By: liveness.Current(), Log: c.logPath, Began: time.Now(), ExitCode: -1}
+// spawn starts the call's cmd as the attempt after prev (the zero value
+// when there was none), holding start.lock, records it in start.json, and
+// logs it.
+func (c *startCall) spawn(prev startAttempt) (startAttempt, error) {
+	seq := prev.Seq + 1
+	a := startAttempt{Seq: seq, By: liveness.Current(), Log: c.logPath, Began: time.Now(), ExitCode: -1, Failures: prev.carried()}
 	var out *os.File
 	if c.logPath != "" {
 		f, size, err := c.openLog()
@@ -271,16 +283,15 @@ func settle(abs string, key durable.Key, a startAttempt, own *ownChild, c *spawn
 		if cur.Seq != a.Seq || cur.By.Instance != a.By.Instance || !sameProcess(Identity(cur.Child), Identity(a.Child)) || cur.Failed || !cur.Ended.IsZero() {
 			return cur, false
 		}
-		cur.Ended = time.Now()
-		if !wasReady && !cur.Ready {
-			cur.Failed, cur.ExitCode = true, c.ExitCode()
-			if err := c.WaitErr(); err != nil {
-				cur.Err = err.Error()
-			} else {
-				cur.Err = "exited before it was ready"
-			}
-			cur.LogTail = logTail(cur.Log, cur.LogFrom)
+		if wasReady || cur.Ready {
+			cur.Ended, cur.Failures = time.Now(), 0
+			return cur, true
 		}
+		why := "exited before it was ready"
+		if err := c.WaitErr(); err != nil {
+			why = err.Error()
+		}
+		cur.fail(time.Now(), c.ExitCode(), why, logTail(cur.Log, cur.LogFrom))
 		return cur, true
 	})
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -565,7 +576,7 @@ func markReady(dir string) error {
 	if state != fileOK || a.Seq == 0 || a.Ready || a.Failed || !sameProcess(Identity(a.Child), Self()) {
 		return nil
 	}
-	a.Ready = true
+	a.Ready, a.Failures = true, 0
 	return writeAttempt(dir, a)
 }
 

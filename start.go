@@ -62,6 +62,10 @@ type StartOptions struct {
 	// once for concurrent Starts. A rotation that fails (a directory at
 	// Log.3, say) is logged and the log appended to as it is.
 	LogMaxBytes int64
+	// NoBackoff makes this call start cmd even in the backoff window that
+	// consecutive failures open (see Start), for example for an operator
+	// who has just fixed the cause. It changes nothing for other callers.
+	NoBackoff bool
 }
 
 // ErrStartFailed is matched (errors.Is) by every *StartError: the runner
@@ -78,6 +82,13 @@ type StartError struct {
 	Log      string // the file its output went to ("" when the caller set cmd.Stdout/Stderr)
 	LogTail  string // the last lines written to that file since this attempt began, at most 4 KiB
 	Err      error  // why: the exec error, the exit error, or ctx.Err()
+	// Failures is the number of consecutive attempts that failed, this
+	// one's included, when they are 2 or more and no attempt is made
+	// before RetryAt (the backoff); else 0.
+	Failures int
+	// RetryAt is when the backoff lets the next attempt be made, when
+	// Failures is set; else the zero time.
+	RetryAt time.Time
 }
 
 // Error names the directory, the pid, the exit status and the log file,
@@ -114,6 +125,10 @@ func (e *StartError) Error() string {
 		// argument"): seen without opening the log.
 		b.WriteString(", ending: ")
 		b.WriteString(line)
+	}
+	if e.Failures > 0 {
+		fmt.Fprintf(&b, "; %d consecutive failed starts: no runner is started before %s (in %s; StartOptions.NoBackoff starts one now)",
+			e.Failures, e.RetryAt.Format(time.RFC3339Nano), max(0, time.Until(e.RetryAt)).Round(time.Millisecond))
 	}
 	return b.String()
 }
@@ -166,11 +181,13 @@ const (
 // or the same *StartError. The process started takes dir itself, with
 // Takeover and Publish: cmd runs the runner, not a command that leaves it
 // in the background, and the caller must not call cmd.Wait (the package
-// reaps it). Start waits for a runner that is not ready yet, or is
-// leaving; there is no start-up timeout, ctx is the only bound, and a
-// process not ready when ctx ends is left running. The contract point by
-// point, and what Start sets on cmd: [docs/operations.md]; the sequence
-// and the files: [docs/protocol.md].
+// reaps it). Start waits for a runner not ready yet, or leaving; ctx is
+// the only bound, and a process not ready when it ends is left running. After k >= 2
+// consecutive failed attempts nothing is started before the last one's end
+// + 250 ms × 2^(k-2) (at most 30 s): a call meanwhile gets that failure's
+// *StartError at once, with Failures and RetryAt (only a ctx whose deadline
+// is later waits, and tries once; StartOptions.NoBackoff). The contract
+// point by point: [docs/operations.md]; the files: [docs/protocol.md].
 //
 // Errors, before anything but dir is created: an error naming what is
 // wrong for a nil cmd, a cmd already started, a stream that is not an
@@ -236,7 +253,7 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 		opts.Log = ""
 	}
 	c := &startCall{dir: dir, abs: abs, cmd: cmd, logPath: opts.Log, logMax: cmp.Or(opts.LogMaxBytes, defaultLogMax), log: opts.Logger,
-		accept: accept, since: since, unreadable: &unreadableSince{}}
+		accept: accept, since: since, unreadable: &unreadableSince{}, noBackoff: opts.NoBackoff}
 	rec, err := c.run(ctx)
 	if se, ok := err.(*StartError); ok {
 		se.Err = whyNotReady(dir, se)
@@ -409,7 +426,9 @@ type startCall struct {
 	since      time.Time        // when the call began
 	unreadable *unreadableSince // the call's looks at an unreadable record
 
-	spawned bool // this call started cmd: it never starts another
+	spawned   bool // this call started cmd: it never starts another
+	noBackoff bool // StartOptions.NoBackoff
+	waitedOut bool // this call waited for a backoff window to end: it never waits again
 }
 
 // run returns the record of a ready runner that accept accepts, starting
@@ -432,6 +451,15 @@ func (c *startCall) run(ctx context.Context) (Record, error) {
 		}
 		if look.ready && c.accept(look.rec) {
 			return look.rec, nil
+		}
+		if c.backingOff(look.held, look.att, look.haveAtt) {
+			// In a backoff window: said at once, without start.lock.
+			rec, err := Record{}, c.backedOff(ctx, look.att)
+			if err != errAgain {
+				return rec, err
+			}
+			woke = time.Now()
+			continue
 		}
 		if a := look.att; look.haveAtt && a.inProgress(c.abs) && !c.spawned && !(look.ready && startedBy(a, look.rec)) {
 			rec, err := c.await(ctx, a)
@@ -531,7 +559,14 @@ func (c *startCall) decide(ctx context.Context, release func()) (Record, error) 
 		release()
 		return Record{}, &StartError{Dir: c.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, Err: errors.New("the runner this call started is gone, and no attempt is recorded for it")}
 	}
-	a, err = c.spawn(a.Seq + 1)
+	if have && a.gone() {
+		a = c.recordGone(a)
+	}
+	if c.backingOff(held, a, have) {
+		release()
+		return Record{}, c.backedOff(ctx, a)
+	}
+	a, err = c.spawn(a)
 	release()
 	if err != nil {
 		return Record{}, err

@@ -4,6 +4,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -466,4 +467,41 @@ func TestALivePathIsRefused(t *testing.T) {
 	c, err := net.Dial("unix", path)
 	require.NoError(t, err, "the other's socket is untouched")
 	c.Close()
+}
+
+// A server whose build fails at start is not started again and again:
+// after two consecutive failures, Dial returns the last one's
+// *runnerstate.StartError at once, saying when the next start comes, and
+// starts nothing (Start's backoff across callers).
+func TestDialBacksOffAFailingServer(t *testing.T) {
+	dir := shortDir(t)
+	cmd := serverCmd(dir, Options{Program: "echo"}) // no Endpoints: Listen refuses, exit 3
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, _, err := Dial(ctx, dir, cmd, DialOptions{Program: "echo"})
+	var se *runnerstate.StartError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, 3, se.ExitCode)
+	assert.Equal(t, 2, se.Failures, "the second copy's failure opens the window")
+	seq := attemptSeq(t, dir)
+
+	began := time.Now()
+	_, _, err = Dial(ctx, dir, cmd, DialOptions{Program: "echo"})
+	took := time.Since(began)
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, 2, se.Failures)
+	assert.True(t, time.Now().Before(se.RetryAt))
+	assert.Contains(t, se.Error(), "no runner is started before")
+	assert.Contains(t, se.Error(), "no Endpoints", "why, from the log")
+	assert.Equal(t, seq, attemptSeq(t, dir), "nothing started in the window")
+	t.Logf("Dial in the window answered in %s", took)
+}
+
+// attemptSeq is the number of the last Start attempt in dir's start.json.
+func attemptSeq(t *testing.T, dir string) int {
+	data, err := os.ReadFile(filepath.Join(dir, "start.json"))
+	require.NoError(t, err)
+	var a struct{ Seq int }
+	require.NoError(t, json.Unmarshal(data, &a))
+	return a.Seq
 }

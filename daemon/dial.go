@@ -73,8 +73,9 @@ var ErrIncompatible = errors.New("daemon: the server that runs will not do for t
 // runnerstate.ErrOtherProgram (matching runnerstate.ErrBusy); an error
 // naming the runner when its record has no Endpoints (it does not serve
 // through this package) or not opts.Endpoint; a *runnerstate.StartError
-// when the copy started did not become ready; an error wrapping ctx.Err()
-// naming the holder when ctx ends first.
+// when the copy started did not become ready, or at once while failed
+// starts hold every start back (its RetryAt: Start's backoff); an error
+// wrapping ctx.Err() naming the holder when ctx ends first.
 func Dial(ctx context.Context, dir string, cmd *exec.Cmd, opts DialOptions) (net.Conn, runnerstate.Record, error) {
 	d := &dialing{dir: dir, cmd: cmd, opts: opts, asked: map[string]bool{}}
 	defer d.close()
@@ -252,7 +253,11 @@ func (d *dialing) start(ctx context.Context, was runnerstate.Record) (net.Conn, 
 		}
 		// Nobody holds dir nor waits: the copy failed by itself, or stepped
 		// aside for a server that died the instant after. Another copy
-		// tells which, a few times at most.
+		// tells which, a few times at most, unless the failures before it
+		// hold every start back (the backoff): that is said at once.
+		if se.Failures > 0 {
+			return nil, was, err, false
+		}
 		if d.failed++; d.failed < maxStartFailures {
 			return nil, was, nil, true
 		}
