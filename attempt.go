@@ -52,6 +52,12 @@ type startAttempt struct {
 	// Aside is set by the child when it stepped aside for a newer server
 	// (markAside): its end is not a failure.
 	Aside bool `json:"aside,omitzero"`
+	// How is how the child ended, as the caller that reaped it saw it
+	// ("exit 2", "signal 9"), whether it had been ready or not.
+	How string `json:"how,omitempty"`
+	// LastExit is the last unclean end of a runner of the directory, kept
+	// by Start before it starts one and by an admission (exit.go).
+	LastExit *Exit `json:"last_exit,omitempty"`
 }
 
 // parseAttempt decodes start.json: one JSON object (durable.DecodeObject),
@@ -99,6 +105,7 @@ func (a startAttempt) failure(abs string) *StartError {
 	if at := a.retryAt(); !at.IsZero() {
 		e.Failures, e.RetryAt = a.Failures, at
 	}
+	e.Exit = exitOfAttempt(a)
 	if a.Err != "" {
 		e.Err = errors.New(a.Err)
 	}
@@ -188,11 +195,14 @@ func lockStart(dir string) (func(), error) {
 const attemptEnv = "RUNNERSTATE_START_ATTEMPT"
 
 // spawn starts the call's cmd as the attempt after prev (the zero value
-// when there was none), holding start.lock, records it in start.json, and
-// logs it.
-func (c *startCall) spawn(prev startAttempt) (startAttempt, error) {
+// when there was none), holding start.lock, records it in start.json (with
+// the last unclean end, found before anything is started: held says a
+// runner holds the directory, whose record is then no leftover), and logs
+// it.
+func (c *startCall) spawn(prev startAttempt, held bool) (startAttempt, error) {
 	seq := prev.Seq + 1
-	a := startAttempt{Seq: seq, By: liveness.Current(), Log: c.logPath, Began: time.Now(), ExitCode: -1, Failures: prev.carried()}
+	a := startAttempt{Seq: seq, By: liveness.Current(), Log: c.logPath, Began: time.Now(), ExitCode: -1, Failures: prev.carried(),
+		LastExit: lastExit(c.dir, held, prev, prev.Seq > 0 || prev.LastExit != nil)} // before the log is rotated
 	var out *os.File
 	if c.logPath != "" {
 		f, size, err := c.openLog()
@@ -283,6 +293,7 @@ func settle(abs string, key durable.Key, a startAttempt, own *ownChild, c *spawn
 		if cur.Seq != a.Seq || cur.By.Instance != a.By.Instance || !sameProcess(Identity(cur.Child), Identity(a.Child)) || cur.Failed || !cur.Ended.IsZero() {
 			return cur, false
 		}
+		cur.How = c.How()
 		if wasReady || cur.Ready {
 			cur.Ended, cur.Failures = time.Now(), 0
 			return cur, true

@@ -89,6 +89,9 @@ type StartError struct {
 	// RetryAt is when the backoff lets the next attempt be made, when
 	// Failures is set; else the zero time.
 	RetryAt time.Time
+	// Exit is how the process went away, when it did and this is known:
+	// How ("exit 2", "signal 9", or "unknown") and its log's last lines.
+	Exit *Exit
 }
 
 // Error names the directory, the pid, the exit status and the log file,
@@ -142,7 +145,9 @@ const maxLogLine = 200
 // failed, and its end, in Go's "op: cause" errors, the cause.
 func lastLogLine(tail string) string {
 	tail = strings.TrimRight(tail, " \t\r\n")
-	if i := strings.LastIndexByte(tail, '\n'); i >= 0 {
+	if p := panicLine(tail); p != "" {
+		tail = p // a Go panic's stack ends the log: its cause is above it
+	} else if i := strings.LastIndexByte(tail, '\n'); i >= 0 {
 		tail = tail[i+1:]
 	}
 	var esc strings.Builder
@@ -159,6 +164,26 @@ func lastLogLine(tail string) string {
 		line = string(r[:maxLogLine/2]) + "…" + string(r[len(r)-maxLogLine/2:])
 	}
 	return line
+}
+
+// panicLine is the last line of tail that says why a Go program died
+// ("panic: …", "fatal error: …") when a goroutine trace follows it to the
+// end of tail; "" otherwise.
+func panicLine(tail string) string {
+	lines := strings.Split(tail, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") {
+			for _, after := range lines[i+1:] {
+				if a := strings.TrimSpace(after); a != "" && !strings.HasPrefix(a, "goroutine ") && !strings.HasPrefix(after, "\t") &&
+					!strings.HasPrefix(a, "[") && !strings.HasPrefix(a, "exit status") && !strings.HasPrefix(a, "created by ") && !strings.Contains(a, "(") {
+					return "" // something else was said after it
+				}
+			}
+			return l
+		}
+	}
+	return ""
 }
 
 // Is reports true for ErrStartFailed.
@@ -566,7 +591,7 @@ func (c *startCall) decide(ctx context.Context, release func()) (Record, error) 
 		release()
 		return Record{}, c.backedOff(ctx, a)
 	}
-	a, err = c.spawn(a)
+	a, err = c.spawn(a, held)
 	release()
 	if err != nil {
 		return Record{}, err

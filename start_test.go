@@ -98,3 +98,12 @@ func TestStartPortable(t *testing.T) {
 	assert.Equal(t, 3, se.ExitCode)
 	assert.Contains(t, se.LogTail, "boom")
 }
+
+// TestLastLogLineQuotesAPanic: a Go panic's goroutine trace ends the log;
+// the error quotes its "panic:" line, not the trace's last frame.
+func TestLastLogLineQuotesAPanic(t *testing.T) {
+	trace := "starting v2\npanic: config: unknown field \"listen_adress\"\n\ngoroutine 1 [running]:\nmain.main()\n\t/src/main.go:12 +0x1d\nexit status 2\n"
+	assert.Equal(t, `panic: config: unknown field "listen_adress"`, lastLogLine(trace))
+	assert.Equal(t, "bind: address in use", lastLogLine("panic: earlier\n\ngoroutine 1 [running]:\nmain.main()\n\t/src/main.go:12 +0x1d\nrestarted\nbind: address in use\n"))
+	assert.Equal(t, "listening", lastLogLine("listening\n"))
+}

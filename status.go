@@ -42,6 +42,11 @@ type Report struct {
 	// failure's end + 250 ms × 2^(failures-2), at most 30 s. Omitted when
 	// nothing is held back.
 	NextStart time.Time `json:"next_start,omitzero"`
+	// LastExit is what is known of the last runner of the directory that
+	// ended without releasing it, or of the last process a Start started
+	// that went away before it was ready, the newest of them (see Exit);
+	// nil when none is known. A clean release leaves it as it was.
+	LastExit *Exit `json:"last_exit,omitempty"`
 }
 
 // Status reports dir's state: whether a runner holds the lock and who it is,
@@ -122,7 +127,12 @@ func Status(dir string) (Report, error) {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%s cannot be read and is ignored: %v", filepath.Join(dir, RecordName), recErr))
 	}
 	r.Starting = pendingChild(dir, r.Holder)
-	if a, ok := readAttempt(dir); ok {
+	a, haveAttempt := readAttempt(dir)
+	if !haveAttempt {
+		a, _, _ = readState(filepath.Join(dir, startName), parseAttempt) // an admission's last_exit alone
+	}
+	r.LastExit = lastExit(dir, r.Held, a, haveAttempt || a.LastExit != nil)
+	if a, ok := a, haveAttempt; ok {
 		r.StartFailures = a.carried()
 		if at := a.retryAt(); time.Now().Before(at) && !r.Held {
 			r.NextStart = at

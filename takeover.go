@@ -114,7 +114,7 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 // newer starter's pid; when ctx ends, a *BusyError naming the holder and
 // wrapping ctx's error, once it has withdrawn from the gate; ErrNewerProtocol
 // (wrapped); otherwise the errors of Acquire, or of gate.json, naming it.
-// Touches runner.lock, runner.json, restart.json and gate.json.
+// Touches runner.lock, runner.json, restart.json, gate.json (start.json: Acquire).
 func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release func(), err error) {
 	if err := checkDir("Takeover", dir); err != nil {
 		return nil, err

@@ -282,6 +282,20 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 	if r.Starting.PID != 0 {
 		row("starting", printable(r.Starting.String())+" (started by runnerctl start or runnerstate.Start, not yet ready)")
 	}
+	if e := r.LastExit; e != nil {
+		who := "pid " + strconv.Itoa(e.Process.PID)
+		if e.Program != "" {
+			who += " (" + printable(strings.TrimSpace(e.Program+" "+e.Version)) + ")"
+		}
+		when := "found gone"
+		if e.How != "unknown" {
+			when = "ended"
+		}
+		row("last exit", fmt.Sprintf("%s: %s, %s %s (%s ago)", who, printable(e.How), when, e.Gone.Format(time.RFC3339), time.Since(e.Gone).Round(time.Second)))
+		for _, l := range e.Log {
+			row("", "| "+printable(l))
+		}
+	}
 	if r.StartFailures > 0 {
 		row("start failures", strconv.Itoa(r.StartFailures)+" in a row (processes started that went away before they were ready)")
 	}
