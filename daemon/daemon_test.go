@@ -495,6 +495,12 @@ func TestDialBacksOffAFailingServer(t *testing.T) {
 	assert.Contains(t, se.Error(), "no Endpoints", "why, from the log")
 	assert.Equal(t, seq, attemptSeq(t, dir), "nothing started in the window")
 	t.Logf("Dial in the window answered in %s", took)
+
+	// Without a command: not running, and how the last one ended.
+	_, _, err = Dial(ctx, dir, nil, DialOptions{Program: "echo"})
+	require.ErrorIs(t, err, ErrNotRunning)
+	assert.Contains(t, err.Error(), "ended: exit 3 at")
+	assert.Contains(t, err.Error(), "no Endpoints")
 }
 
 // attemptSeq is the number of the last Start attempt in dir's start.json.
@@ -504,4 +510,29 @@ func attemptSeq(t *testing.T, dir string) int {
 	var a struct{ Seq int }
 	require.NoError(t, json.Unmarshal(data, &a))
 	return a.Seq
+}
+
+// A copy that Dial started and that stepped aside for a newer server is no
+// failed start: it counts for nothing in Start's backoff, however often.
+func TestACopyThatStepsAsideIsNoFailure(t *testing.T) {
+	dir := shortDir(t)
+	eps := unixEndpoint("d.sock")
+	newer := startServer(t, dir, Options{Program: "echo", Version: "v2.0.0", Endpoints: eps})
+	newer.Expect("ready inherited=0")
+	t.Cleanup(func() { Stop(context.Background(), dir, runnerstate.RestartNow) })
+	for range 3 {
+		cmd := serverCmd(dir, Options{Program: "echo", Version: "v1.0.0", Endpoints: eps})
+		cmd.Env = append(cmd.Env, envYield+"=1")
+		// Accept refuses the newer server, so that Start starts the copy.
+		_, err := runnerstate.Start(background(t), dir, cmd, runnerstate.StartOptions{Accept: func(runnerstate.Record) bool { return false }})
+		var se *runnerstate.StartError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, 4, se.ExitCode, "stepped aside: %v", err)
+		assert.Zero(t, se.Failures)
+	}
+	r, err := runnerstate.Status(dir)
+	require.NoError(t, err)
+	assert.Zero(t, r.StartFailures, "no failure counted")
+	assert.Zero(t, r.NextStart)
+	assert.Equal(t, 3, attemptSeq(t, dir))
 }
