@@ -483,14 +483,23 @@ func TestDialBacksOffAFailingServer(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, 3, se.ExitCode)
 	assert.Equal(t, 2, se.Failures, "the second copy's failure opens the window")
+	assert.Equal(t, 2, attemptSeq(t, dir))
+	// NoBackoff starts one copy at once; three more failures make the
+	// window 2 s long, time enough for a loaded machine.
+	for k := 3; k <= 5; k++ {
+		_, _, err = Dial(ctx, dir, cmd, DialOptions{Program: "echo", NoBackoff: true})
+		require.ErrorAs(t, err, &se)
+		require.Equal(t, k, se.Failures)
+	}
 	seq := attemptSeq(t, dir)
+	assert.Equal(t, 5, seq)
 
 	began := time.Now()
 	_, _, err = Dial(ctx, dir, cmd, DialOptions{Program: "echo"})
 	took := time.Since(began)
 	require.ErrorAs(t, err, &se)
-	assert.Equal(t, 2, se.Failures)
-	assert.True(t, time.Now().Before(se.RetryAt))
+	require.True(t, began.Before(se.RetryAt), "the test's Dial came in the window")
+	assert.Equal(t, 5, se.Failures)
 	assert.Contains(t, se.Error(), "no runner is started before")
 	assert.Contains(t, se.Error(), "no Endpoints", "why, from the log")
 	assert.Equal(t, seq, attemptSeq(t, dir), "nothing started in the window")
