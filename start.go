@@ -207,12 +207,12 @@ const (
 // Takeover and Publish: cmd runs the runner, not a command that leaves it
 // in the background, and the caller must not call cmd.Wait (the package
 // reaps it). Start waits for a runner not ready yet, or leaving; ctx is
-// the only bound, and a process not ready when it ends is left running. After k >= 2
-// consecutive failed attempts nothing is started before the last one's end
-// + 250 ms × 2^(k-2) (at most 30 s): a call meanwhile gets that failure's
-// *StartError at once, with Failures and RetryAt (only a ctx whose deadline
-// is later waits, and tries once; StartOptions.NoBackoff). The contract
-// point by point: [docs/operations.md]; the files: [docs/protocol.md].
+// the only bound, and a process not ready when it ends is left running.
+// After k >= 2 consecutive failed attempts nothing is started before the
+// last one's end + 250 ms × 2^(k-2) (at most 30 s): a call meanwhile gets
+// that failure's *StartError at once, with Failures and RetryAt (only a
+// ctx whose deadline is later waits, and tries once; StartOptions.NoBackoff).
+// The contract point by point: [docs/operations.md]; the files: [docs/protocol.md].
 //
 // Errors, before anything but dir is created: an error naming what is
 // wrong for a nil cmd, a cmd already started, a stream that is not an
