@@ -399,20 +399,17 @@ func watchAttempt(ctx context.Context, a startAttempt, own *ownChild) (exited, r
 // maxLogTail bounds a *StartError's LogTail.
 const maxLogTail = 4 << 10
 
-// maxLogRead bounds how much of a log is read to find its tail.
-const maxLogRead = 64 << 20
-
 // logTail is the last lines written to the log at path from offset on, at
-// most maxLogTail bytes; "" when there is no log or it cannot be read.
+// most maxLogTail bytes (durable.ReadTail: the rest is not read); "" when
+// there is no log or it cannot be read.
 func logTail(path string, from int64) string {
 	if path == "" {
 		return ""
 	}
-	data, err := durable.ReadFile(path, maxLogRead)
-	if err != nil || int64(len(data)) <= from {
+	data, err := durable.ReadTail(path, from, maxLogTail+1)
+	if err != nil || len(data) == 0 {
 		return ""
 	}
-	data = data[from:]
 	if len(data) > maxLogTail {
 		data = data[len(data)-maxLogTail:]
 		if i := bytes.IndexByte(data, '\n'); i >= 0 && i < len(data)-1 {

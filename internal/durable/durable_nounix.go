@@ -84,3 +84,18 @@ var ErrChanged = errors.New("has another name (a hard link); not rewritten in pl
 func Rewrite(path string, _ int, _ func(old []byte) ([]byte, bool)) error {
 	return &fs.PathError{Op: "rewrite", Path: path, Err: errors.ErrUnsupported}
 }
+
+// ReadTail reads the regular file at path from offset from, or from its
+// last limit bytes when more was written since from. Here it reads the file
+// whole (at most 64 MiB) and cuts it.
+func ReadTail(path string, from int64, limit int) ([]byte, error) {
+	data, err := ReadFile(path, 64<<20)
+	if err != nil && !errors.Is(err, ErrTooLarge) {
+		return nil, err
+	}
+	off := max(from, int64(len(data))-int64(limit))
+	if off >= int64(len(data)) {
+		return nil, nil
+	}
+	return data[off:], nil
+}

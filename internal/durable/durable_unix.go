@@ -237,3 +237,43 @@ func Rewrite(path string, limit int, update func(old []byte) (data []byte, write
 		return nil
 	}
 }
+
+// ReadTail reads the regular file at path from offset from, or from its
+// last limit bytes when more was written since from: what an appended log
+// says since from, at most limit bytes, without reading the rest. It
+// refuses what ReadFile refuses (a symlink, a directory, a FIFO...); a
+// missing file satisfies errors.Is(err, fs.ErrNotExist).
+func ReadTail(path string, from int64, limit int) ([]byte, error) {
+	fd, err := OpenRetry(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, OpenError(path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if err := CheckMode(path, ModeOf(uint32(st.Mode))); err != nil {
+		return nil, err
+	}
+	off := max(from, st.Size-int64(limit))
+	if off >= st.Size {
+		return nil, nil
+	}
+	buf := make([]byte, st.Size-off)
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Pread(fd, buf[n:], off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return buf[:n], nil
+}

@@ -85,3 +85,27 @@ func TestRewriteInPlace(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	assert.Len(t, entries, 3, "no temporary file")
 }
+
+// ReadTail reads from an offset, or only the last bytes when more was
+// written since; past the end it reads nothing; a FIFO is refused, never
+// waited on.
+func TestReadTail(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "runner.log")
+	require.NoError(t, os.WriteFile(path, []byte("old\nnew line\n"), 0o600))
+	data, err := ReadTail(path, 4, 100)
+	require.NoError(t, err)
+	assert.Equal(t, "new line\n", string(data))
+	data, err = ReadTail(path, 0, 5)
+	require.NoError(t, err)
+	assert.Equal(t, "line\n", string(data))
+	data, err = ReadTail(path, 1<<20, 5)
+	require.NoError(t, err)
+	assert.Empty(t, data)
+	_, err = ReadTail(filepath.Join(dir, "absent"), 0, 5)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	fifo := filepath.Join(dir, "fifo")
+	require.NoError(t, unix.Mkfifo(fifo, 0o600))
+	_, err = ReadTail(fifo, 0, 5)
+	assert.ErrorIs(t, err, ErrNotRegular)
+}
