@@ -63,10 +63,22 @@ func TestStartBackoff(t *testing.T) {
 	assert.Equal(t, 5, r.StartFailures)
 	assert.True(t, r.NextStart.Equal(se.RetryAt), "%s, %s", r.NextStart, se.RetryAt)
 
-	// Another process's caller is told the same, and starts nothing.
+	// Another process's caller is told the same, and starts nothing; on a
+	// machine so loaded that it calls only once the window has ended, what
+	// it starts is started after RetryAt.
 	caller := startCallers(t, dir, "", 1)[0]
-	caller.Expect("failed " + strconv.Itoa(se.PID) + " 3")
-	require.Len(t, spawns(t, dir), 5)
+	switch said := caller.Expect(""); {
+	case said == "failed "+strconv.Itoa(se.PID)+" 3":
+		require.Len(t, spawns(t, dir), 5)
+	case strings.HasPrefix(said, "ready "):
+		t.Logf("the other process called Start after the window: %s", said)
+		rec, held, err := Running(dir)
+		require.NoError(t, err)
+		require.True(t, held)
+		assert.False(t, rec.StartedAt.Before(se.RetryAt), "started at %s, before RetryAt %s", rec.StartedAt, se.RetryAt)
+	default:
+		t.Fatalf("the other process's caller said %q", said)
+	}
 
 	// A deadline past RetryAt: wait, then one try, which is ready.
 	ctx, cancelWait := context.WithDeadline(background(t), se.RetryAt.Add(childWait))
