@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -44,6 +45,19 @@ type startAttempt struct {
 	Err      string    `json:"err,omitempty"`
 	LogTail  string    `json:"log_tail,omitempty"`
 	Ended    time.Time `json:"ended,omitzero"`
+	// Failures counts the consecutive attempts whose child went away
+	// before it was ready, this one's included once it has (backoff.go);
+	// a child that becomes ready sets it to 0.
+	Failures int `json:"failures,omitempty"`
+	// Aside is set by the child when it stepped aside for a newer server
+	// (markAside): its end is not a failure.
+	Aside bool `json:"aside,omitzero"`
+	// How is how the child ended, as the caller that reaped it saw it
+	// ("exit 2", "signal 9"), whether it had been ready or not.
+	How string `json:"how,omitempty"`
+	// LastExit is the last unclean end of a runner of the directory, kept
+	// by Start before it starts one and by an admission (exit.go).
+	LastExit *Exit `json:"last_exit,omitempty"`
 }
 
 // parseAttempt decodes start.json: one JSON object (durable.DecodeObject),
@@ -65,20 +79,33 @@ func (a startAttempt) pending() bool {
 	return v == liveness.Alive
 }
 
-// inProgress reports whether a has not ended: its child lives, or it has
-// exited and the caller that started it, still alive, is about to record
-// how (its reaper writes Ended, and Failed when it was not ready). An
-// attempt whose child has been ready has ended.
-func (a startAttempt) inProgress() bool {
+// inProgress reports whether a, an attempt of the directory abs, has not
+// ended: its child lives, or it has exited and the caller that started it,
+// still alive, is about to record how (its reaper writes Ended, and Failed
+// when it was not ready). When that caller is this process, its reaper is
+// known done once the child is no longer among ownChildren (it may have
+// recorded nothing: see settle). An attempt whose child has been ready has
+// ended.
+func (a startAttempt) inProgress(abs string) bool {
 	if a.Failed || a.Ready || !a.Ended.IsZero() || a.Child.PID <= 0 {
 		return false
 	}
-	return a.pending() || verifiedAlive(a.By)
+	if a.pending() {
+		return true
+	}
+	if sameProcess(Identity(a.By), Self()) {
+		return ownChildOf(abs, a.Seq) != nil
+	}
+	return verifiedAlive(a.By)
 }
 
 // failure is a's outcome, for dir (absolute), as a *StartError.
 func (a startAttempt) failure(abs string) *StartError {
 	e := &StartError{Dir: abs, PID: a.Child.PID, ExitCode: a.ExitCode, Log: a.Log, LogTail: a.LogTail}
+	if at := a.retryAt(); !at.IsZero() {
+		e.Failures, e.RetryAt = a.Failures, at
+	}
+	e.Exit = exitOfAttempt(a)
 	if a.Err != "" {
 		e.Err = errors.New(a.Err)
 	}
@@ -169,10 +196,15 @@ func lockStart(dir string) (func(), error) {
 // spawn.TakeReadiness does the readiness variables.
 const attemptEnv = "RUNNERSTATE_START_ATTEMPT"
 
-// spawn starts the call's cmd as attempt seq, holding start.lock, records
-// it in start.json, and logs it.
-func (c *startCall) spawn(seq uint64) (startAttempt, error) {
-	a := startAttempt{Seq: seq, By: liveness.Current(), Log: c.logPath, Began: time.Now(), ExitCode: -1}
+// spawn starts the call's cmd as the attempt after prev (the zero value
+// when there was none), holding start.lock, records it in start.json (with
+// the last unclean end, found before anything is started: held says a
+// runner holds the directory, whose record is then no leftover), and logs
+// it.
+func (c *startCall) spawn(prev startAttempt, held bool) (startAttempt, error) {
+	seq := prev.Seq + 1
+	a := startAttempt{Seq: seq, By: liveness.Current(), Log: c.logPath, Began: time.Now(), ExitCode: -1, Failures: prev.carried(),
+		LastExit: lastExit(c.dir, held, prev, prev.Seq > 0 || prev.LastExit != nil)} // before the log is rotated
 	var out *os.File
 	if c.logPath != "" {
 		f, size, err := c.openLog()
@@ -188,9 +220,12 @@ func (c *startCall) spawn(seq uint64) (startAttempt, error) {
 	started := make(chan struct{})
 	env := []string{attemptEnv + "=" + strconv.FormatUint(seq, 10)}
 	dir := c.dir
+	dirKey, keyErr := durable.KeyOf(c.abs)
 	child, err := spawn.Start(c.cmd, env, out, c.abs, func(ch *spawn.Child) {
 		<-started
-		settle(dir, a, own, ch)
+		if keyErr == nil {
+			settle(c.abs, dirKey, a, own, ch)
+		}
 		ownChildren.Lock()
 		delete(ownChildren.m, key)
 		ownChildren.Unlock()
@@ -228,40 +263,108 @@ func (c *startCall) openLog() (*os.File, int64, error) {
 // settle records in dir's start.json that attempt a's child exited: when,
 // and, when it exited before it was ready, its exit status and log tail,
 // for the callers that wait on it. Called by the reaper once the child has
-// exited.
-func settle(dir string, a startAttempt, own *ownChild, c *spawn.Child) {
+// exited, in the caller's process, maybe long after Start returned, so it
+// creates nothing: it takes start.lock only if it is there
+// (lockExistingStart), rewrites start.json in place (durable.Rewrite), and
+// records nothing when the directory is no longer the one key names
+// (removed, or replaced by another at its path), nor on Windows, where the
+// descriptors it would open block the directory's removal.
+func settle(abs string, key durable.Key, a startAttempt, own *ownChild, c *spawn.Child) {
 	wasReady := own.ready.Load()
 	select {
 	case <-c.Ready():
 		wasReady = true
 	default:
 	}
-	release, err := lockStart(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return // the directory is gone, and its attempt with it
+	if runtime.GOOS == "windows" || !sameDir(abs, key) {
+		return
+	}
+	release, err := lockExistingStart(abs)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errors.ErrUnsupported) || errors.Is(err, filelock.ErrReplaced) {
+		return // the directory is going, and its attempt with it
 	}
 	if err != nil {
-		notSettled(dir, c.PID, err)
+		notSettled(abs, c.PID, err)
 		return
 	}
 	defer release()
-	cur, ok, _ := readAttemptErr(dir)
-	if !ok || cur.Seq != a.Seq || cur.Failed || !cur.Ended.IsZero() {
-		return
+	if !sameDir(abs, key) {
+		return // replaced while this waited for its lock
 	}
-	cur.Ended = time.Now()
-	if !wasReady && !cur.Ready {
-		cur.Failed, cur.ExitCode = true, c.ExitCode()
-		if err := c.WaitErr(); err != nil {
-			cur.Err = err.Error()
-		} else {
-			cur.Err = "exited before it was ready"
+	err = rewriteAttempt(abs, func(cur startAttempt) (startAttempt, bool) {
+		if cur.Seq != a.Seq || cur.By.Instance != a.By.Instance || !sameProcess(Identity(cur.Child), Identity(a.Child)) || cur.Failed || !cur.Ended.IsZero() {
+			return cur, false
 		}
-		cur.LogTail = logTail(cur.Log, cur.LogFrom)
+		cur.How = c.How()
+		if wasReady || cur.Ready {
+			cur.Ended, cur.Failures = time.Now(), 0
+			return cur, true
+		}
+		why := "exited before it was ready"
+		if err := c.WaitErr(); err != nil {
+			why = err.Error()
+		}
+		cur.fail(time.Now(), c.ExitCode(), why, logTail(cur.Log, cur.LogFrom))
+		return cur, true
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		notSettled(abs, c.PID, err)
 	}
-	if err := writeAttempt(dir, cur); err != nil {
-		notSettled(dir, c.PID, err)
+}
+
+// sameDir reports whether the directory at abs is still the one key names.
+func sameDir(abs string, key durable.Key) bool {
+	k, err := durable.KeyOf(abs)
+	return err == nil && k == key
+}
+
+// lockExistingStart takes start.lock, waiting at most as long as for the
+// state lock, only while it exists: it never creates it.
+func lockExistingStart(dir string) (func(), error) {
+	path := filepath.Join(dir, startLockName)
+	deadline := time.Now().Add(stateLockWait)
+	for wait := time.Millisecond; ; wait = min(2*wait, startPoll) {
+		l, err := filelock.TryLockExisting(path, filelock.Exclusive)
+		if err == nil {
+			return l.Release, nil
+		}
+		if !errors.Is(err, filelock.ErrWouldBlock) || time.Now().After(deadline) {
+			return nil, public(err)
+		}
+		// Its holders (a caller deciding, a child marking itself ready)
+		// hold it for a few system calls: this goroutine has nobody
+		// waiting on it, and a poll costs less than a parked locker
+		// that could create the file.
+		time.Sleep(wait)
 	}
+}
+
+// rewriteAttempt rewrites start.json in place (durable.Rewrite: no file
+// created, none replaced), as update says; the caller holds start.lock, so
+// no reader that takes it sees the rewrite half done, and a reader that
+// does not take it treats a torn start.json as no attempt.
+func rewriteAttempt(dir string, update func(startAttempt) (startAttempt, bool)) error {
+	var encodeErr error
+	err := durable.Rewrite(filepath.Join(dir, startName), maxRecordSize, func(old []byte) ([]byte, bool) {
+		cur, err := parseAttempt(old)
+		if err != nil {
+			return nil, false
+		}
+		cur, write := update(cur)
+		if !write {
+			return nil, false
+		}
+		data, err := protocolLine(cur)
+		if err != nil {
+			encodeErr = err
+			return nil, false
+		}
+		return data, true
+	})
+	if err == nil {
+		err = encodeErr
+	}
+	return public(err)
 }
 
 // notSettled logs that the exit of an attempt's child pid could not be
@@ -298,20 +401,17 @@ func watchAttempt(ctx context.Context, a startAttempt, own *ownChild) (exited, r
 // maxLogTail bounds a *StartError's LogTail.
 const maxLogTail = 4 << 10
 
-// maxLogRead bounds how much of a log is read to find its tail.
-const maxLogRead = 64 << 20
-
 // logTail is the last lines written to the log at path from offset on, at
-// most maxLogTail bytes; "" when there is no log or it cannot be read.
+// most maxLogTail bytes (durable.ReadTail: the rest is not read); "" when
+// there is no log or it cannot be read.
 func logTail(path string, from int64) string {
 	if path == "" {
 		return ""
 	}
-	data, err := durable.ReadFile(path, maxLogRead)
-	if err != nil || int64(len(data)) <= from {
+	data, err := durable.ReadTail(path, from, maxLogTail+1)
+	if err != nil || len(data) == 0 {
 		return ""
 	}
-	data = data[from:]
 	if len(data) > maxLogTail {
 		data = data[len(data)-maxLogTail:]
 		if i := bytes.IndexByte(data, '\n'); i >= 0 && i < len(data)-1 {
@@ -517,7 +617,7 @@ func markReady(dir string) error {
 	if state != fileOK || a.Seq == 0 || a.Ready || a.Failed || !sameProcess(Identity(a.Child), Self()) {
 		return nil
 	}
-	a.Ready = true
+	a.Ready, a.Failures = true, 0
 	return writeAttempt(dir, a)
 }
 

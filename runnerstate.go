@@ -124,7 +124,8 @@ func (runnerFiles) Tidy(h *hold.Hold, runnerHere bool) {
 // refuse every runner) when they do not exist. On success this process is the
 // one runner of dir: its Identity is written into runner.lock, a stale
 // runner.json left by a previous runner is removed (an unreadable one is set
-// aside as runner.json.corrupt-<time> and logged once), and a restart request is
+// aside, logged once; a readable one is first kept as start.json's
+// last_exit when start.lock is free: Report.LastExit), and a restart request is
 // retired when it was addressed to another runner or made before this call; a
 // request made while this call ran is kept for this runner.
 //
@@ -251,6 +252,7 @@ func makePrivate(l *filelock.File) {
 // lock, holding the runner lock. Failures are logged.
 func settleIn(held stateHeld, self Identity, since time.Time) {
 	dir := held.dir
+	recordLastExit(dir, self)
 	clearStaleRecord(dir, self)
 	retireOnAdmission(dir, self, since)
 }

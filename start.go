@@ -62,6 +62,10 @@ type StartOptions struct {
 	// once for concurrent Starts. A rotation that fails (a directory at
 	// Log.3, say) is logged and the log appended to as it is.
 	LogMaxBytes int64
+	// NoBackoff makes this call start cmd even in the backoff window that
+	// consecutive failures open (see Start), for example for an operator
+	// who has just fixed the cause. It changes nothing for other callers.
+	NoBackoff bool
 }
 
 // ErrStartFailed is matched (errors.Is) by every *StartError: the runner
@@ -78,6 +82,16 @@ type StartError struct {
 	Log      string // the file its output went to ("" when the caller set cmd.Stdout/Stderr)
 	LogTail  string // the last lines written to that file since this attempt began, at most 4 KiB
 	Err      error  // why: the exec error, the exit error, or ctx.Err()
+	// Failures is the number of consecutive attempts that failed, this
+	// one's included, when they are 2 or more and no attempt is made
+	// before RetryAt (the backoff); else 0.
+	Failures int
+	// RetryAt is when the backoff lets the next attempt be made, when
+	// Failures is set; else the zero time.
+	RetryAt time.Time
+	// Exit is how the process went away, when it did and this is known:
+	// How ("exit 2", "signal 9", or "unknown") and its log's last lines.
+	Exit *Exit
 }
 
 // Error names the directory, the pid, the exit status and the log file,
@@ -115,6 +129,10 @@ func (e *StartError) Error() string {
 		b.WriteString(", ending: ")
 		b.WriteString(line)
 	}
+	if e.Failures > 0 {
+		fmt.Fprintf(&b, "; %d consecutive failed starts: no runner is started before %s (in %s; StartOptions.NoBackoff starts one now)",
+			e.Failures, e.RetryAt.Format(time.RFC3339Nano), max(0, time.Until(e.RetryAt)).Round(time.Millisecond))
+	}
 	return b.String()
 }
 
@@ -127,7 +145,9 @@ const maxLogLine = 200
 // failed, and its end, in Go's "op: cause" errors, the cause.
 func lastLogLine(tail string) string {
 	tail = strings.TrimRight(tail, " \t\r\n")
-	if i := strings.LastIndexByte(tail, '\n'); i >= 0 {
+	if p := panicLine(tail); p != "" {
+		tail = p // a Go panic's stack ends the log: its cause is above it
+	} else if i := strings.LastIndexByte(tail, '\n'); i >= 0 {
 		tail = tail[i+1:]
 	}
 	var esc strings.Builder
@@ -144,6 +164,26 @@ func lastLogLine(tail string) string {
 		line = string(r[:maxLogLine/2]) + "…" + string(r[len(r)-maxLogLine/2:])
 	}
 	return line
+}
+
+// panicLine is the last line of tail that says why a Go program died
+// ("panic: …", "fatal error: …") when a goroutine trace follows it to the
+// end of tail; "" otherwise.
+func panicLine(tail string) string {
+	lines := strings.Split(tail, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") {
+			for _, after := range lines[i+1:] {
+				if a := strings.TrimSpace(after); a != "" && !strings.HasPrefix(a, "goroutine ") && !strings.HasPrefix(after, "\t") &&
+					!strings.HasPrefix(a, "[") && !strings.HasPrefix(a, "exit status") && !strings.HasPrefix(a, "created by ") && !strings.Contains(a, "(") {
+					return "" // something else was said after it
+				}
+			}
+			return l
+		}
+	}
+	return ""
 }
 
 // Is reports true for ErrStartFailed.
@@ -166,11 +206,13 @@ const (
 // or the same *StartError. The process started takes dir itself, with
 // Takeover and Publish: cmd runs the runner, not a command that leaves it
 // in the background, and the caller must not call cmd.Wait (the package
-// reaps it). Start waits for a runner that is not ready yet, or is
-// leaving; there is no start-up timeout, ctx is the only bound, and a
-// process not ready when ctx ends is left running. The contract point by
-// point, and what Start sets on cmd: [docs/operations.md]; the sequence
-// and the files: [docs/protocol.md].
+// reaps it). Start waits for a runner not ready yet, or leaving; ctx is
+// the only bound, and a process not ready when it ends is left running.
+// After k >= 2 consecutive failed attempts nothing is started before the
+// last one's end + 250 ms × 2^(k-2) (at most 30 s): a call meanwhile gets
+// that failure's *StartError at once, with Failures and RetryAt (only a
+// ctx whose deadline is later waits, and tries once; StartOptions.NoBackoff).
+// The contract point by point: [docs/operations.md]; the files: [docs/protocol.md].
 //
 // Errors, before anything but dir is created: an error naming what is
 // wrong for a nil cmd, a cmd already started, a stream that is not an
@@ -236,7 +278,7 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 		opts.Log = ""
 	}
 	c := &startCall{dir: dir, abs: abs, cmd: cmd, logPath: opts.Log, logMax: cmp.Or(opts.LogMaxBytes, defaultLogMax), log: opts.Logger,
-		accept: accepts, since: since, unreadable: &unreadableSince{}}
+		accept: accepts, since: since, unreadable: &unreadableSince{}, noBackoff: opts.NoBackoff}
 	rec, err := c.run(ctx)
 	if se, ok := err.(*StartError); ok {
 		se.Err = whyNotReady(dir, se)
@@ -390,7 +432,9 @@ type startCall struct {
 	since      time.Time        // when the call began
 	unreadable *unreadableSince // the call's looks at an unreadable record
 
-	spawned bool // this call started cmd: it never starts another
+	spawned   bool // this call started cmd: it never starts another
+	noBackoff bool // StartOptions.NoBackoff
+	waitedOut bool // this call waited for a backoff window to end: it never waits again
 }
 
 // run returns the record of a ready runner that accept accepts, starting
@@ -415,7 +459,16 @@ func (c *startCall) run(ctx context.Context) (Record, error) {
 		if look.ready && c.accept(look.rec) {
 			return look.rec, nil
 		}
-		if a := look.att; look.haveAtt && a.inProgress() && !c.spawned && !readyChild(a, look.rec, look.ready) {
+		if c.backingOff(look.held, look.att, look.haveAtt) {
+			// In a backoff window: said at once, without start.lock.
+			rec, err := Record{}, c.backedOff(ctx, look.att)
+			if err != errAgain {
+				return rec, err
+			}
+			woke = time.Now()
+			continue
+		}
+		if a := look.att; look.haveAtt && a.inProgress(c.abs) && !c.spawned && !readyChild(a, look.rec, look.ready) {
 			rec, err := c.await(ctx, a)
 			if err != errAgain {
 				return rec, err
@@ -496,7 +549,7 @@ func (c *startCall) decide(ctx context.Context, release func()) (Record, error) 
 	case have && readyChild(a, rec, ready) && c.spawned:
 		release()
 		return Record{}, c.refused(a)
-	case have && a.inProgress() && !readyChild(a, rec, ready):
+	case have && a.inProgress(c.abs) && !readyChild(a, rec, ready):
 		release()
 		return c.await(ctx, a)
 	case have && a.Failed && a.Ended.After(c.since):
@@ -513,7 +566,14 @@ func (c *startCall) decide(ctx context.Context, release func()) (Record, error) 
 		release()
 		return Record{}, &StartError{Dir: c.abs, PID: a.Child.PID, ExitCode: -1, Log: a.Log, Err: errors.New("the runner this call started is gone, and no attempt is recorded for it")}
 	}
-	a, err = c.spawn(a.Seq + 1)
+	if have && a.gone() {
+		a = c.recordGone(a)
+	}
+	if c.backingOff(held, a, have) {
+		release()
+		return Record{}, c.backedOff(ctx, a)
+	}
+	a, err = c.spawn(a, held)
 	release()
 	if err != nil {
 		return Record{}, err

@@ -160,3 +160,12 @@ func TestStartErrorLastLine(t *testing.T) {
 	assert.Contains(t, e.Error(), ": bind: invalid argument")
 	assert.LessOrEqual(t, len(e.Error()), 400)
 }
+
+// TestLastLogLineQuotesAPanic: a Go panic's goroutine trace ends the log;
+// the error quotes its "panic:" line, not the trace's last frame.
+func TestLastLogLineQuotesAPanic(t *testing.T) {
+	trace := "starting v2\npanic: config: unknown field \"listen_adress\"\n\ngoroutine 1 [running]:\nmain.main()\n\t/src/main.go:12 +0x1d\nexit status 2\n"
+	assert.Equal(t, `panic: config: unknown field "listen_adress"`, lastLogLine(trace))
+	assert.Equal(t, "bind: address in use", lastLogLine("panic: earlier\n\ngoroutine 1 [running]:\nmain.main()\n\t/src/main.go:12 +0x1d\nrestarted\nbind: address in use\n"))
+	assert.Equal(t, "listening", lastLogLine("listening\n"))
+}

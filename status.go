@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/filelock"
@@ -32,6 +33,20 @@ type Report struct {
 	// and is not ready yet (its Instance is empty: it is read before the
 	// child picks one). Omitted when no attempt is in progress.
 	Starting Identity `json:"starting,omitzero"`
+	// StartFailures is the number of consecutive Start attempts whose
+	// process went away before it was ready (start.json); omitted when 0.
+	// A process that becomes ready resets it.
+	StartFailures int `json:"start_failures,omitempty"`
+	// NextStart is, while consecutive failures hold Start back (2 or more
+	// of them), the time before which no Start starts a runner: the last
+	// failure's end + 250 ms × 2^(failures-2), at most 30 s. Omitted when
+	// nothing is held back.
+	NextStart time.Time `json:"next_start,omitzero"`
+	// LastExit is what is known of the last runner of the directory that
+	// ended without releasing it, or of the last process a Start started
+	// that went away before it was ready, the newest of them (see Exit);
+	// nil when none is known. A clean release leaves it as it was.
+	LastExit *Exit `json:"last_exit,omitempty"`
 }
 
 // Status reports dir's state: whether a runner holds the lock and who it is,
@@ -112,6 +127,17 @@ func Status(dir string) (Report, error) {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%s cannot be read and is ignored: %v", filepath.Join(dir, RecordName), recErr))
 	}
 	r.Starting = pendingChild(dir, r.Holder)
+	a, haveAttempt := readAttempt(dir)
+	if !haveAttempt {
+		a, _, _ = readState(filepath.Join(dir, startName), parseAttempt) // an admission's last_exit alone
+	}
+	r.LastExit = lastExit(dir, r.Held, a, haveAttempt || a.LastExit != nil)
+	if a, ok := a, haveAttempt; ok {
+		r.StartFailures = a.carried()
+		if at := a.retryAt(); time.Now().Before(at) && !r.Held {
+			r.NextStart = at
+		}
+	}
 	r.Stale = append(r.Stale, stalePIDs(dir, st)...)
 	switch req, state, err := readRestartState(dir); {
 	case state == fileOK && !req.void():

@@ -114,7 +114,7 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 // newer starter's pid; when ctx ends, a *BusyError naming the holder and
 // wrapping ctx's error, once it has withdrawn from the gate; ErrNewerProtocol
 // (wrapped); otherwise the errors of Acquire, or of gate.json, naming it.
-// Touches runner.lock, runner.json, restart.json and gate.json.
+// Touches runner.lock, runner.json, restart.json, gate.json (start.json: Acquire).
 func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release func(), err error) {
 	if err := ownDir("Takeover", dir); err != nil {
 		return nil, err
@@ -139,6 +139,7 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	}
 	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger, live: ctx.Err() == nil, starter: bridge.StarterOf(ctx)}
 	if err := t.register(ctx); err != nil {
+		t.steppedAside()
 		if ctx.Err() != nil && (errors.Is(err, ErrBusy) || errors.Is(err, ctx.Err())) {
 			return nil, t.busy(ctx.Err()) // the wait for the state lock ended with ctx
 		}
@@ -147,9 +148,22 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	h, err := t.run(ctx)
 	if err != nil {
 		t.withdraw()
+		t.steppedAside()
 		return nil, err
 	}
 	return h.Release, nil
+}
+
+// steppedAside records, when this starter stepped aside for a newer server
+// and a Start attempt started this process for dir, that its end is no
+// failure (markAside): the backoff does not count it.
+func (t *takeover) steppedAside() {
+	if t.yielded == nil {
+		return
+	}
+	if err := markAside(t.dir); err != nil {
+		t.log.Info("runnerstate: could not record in the start attempt that this process stepped aside", "dir", t.dir, "err", err)
+	}
 }
 
 // takeover is one Takeover call, from joining the gate to admission or

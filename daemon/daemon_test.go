@@ -4,6 +4,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -529,4 +530,81 @@ func TestALivePathIsRefused(t *testing.T) {
 	c, err := net.Dial("unix", path)
 	require.NoError(t, err, "the other's socket is untouched")
 	c.Close()
+}
+
+// A server whose build fails at start is not started again and again:
+// after two consecutive failures, Dial returns the last one's
+// *runnerstate.StartError at once, saying when the next start comes, and
+// starts nothing (Start's backoff across callers).
+func TestDialBacksOffAFailingServer(t *testing.T) {
+	dir := shortDir(t)
+	cmd := serverCmd(dir, Options{Program: "echo"}) // no Endpoints: Listen refuses, exit 3
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, _, err := Dial(ctx, dir, cmd, DialOptions{Program: "echo"})
+	var se *runnerstate.StartError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, 3, se.ExitCode)
+	assert.Equal(t, 2, se.Failures, "the second copy's failure opens the window")
+	assert.Equal(t, 2, attemptSeq(t, dir))
+	// NoBackoff starts one copy at once; three more failures make the
+	// window 2 s long, time enough for a loaded machine.
+	for k := 3; k <= 5; k++ {
+		_, _, err = Dial(ctx, dir, cmd, DialOptions{Program: "echo", NoBackoff: true})
+		require.ErrorAs(t, err, &se)
+		require.Equal(t, k, se.Failures)
+	}
+	seq := attemptSeq(t, dir)
+	assert.Equal(t, 5, seq)
+
+	began := time.Now()
+	_, _, err = Dial(ctx, dir, cmd, DialOptions{Program: "echo"})
+	took := time.Since(began)
+	require.ErrorAs(t, err, &se)
+	require.True(t, began.Before(se.RetryAt), "the test's Dial came in the window")
+	assert.Equal(t, 5, se.Failures)
+	assert.Contains(t, se.Error(), "no runner is started before")
+	assert.Contains(t, se.Error(), "no Endpoints", "why, from the log")
+	assert.Equal(t, seq, attemptSeq(t, dir), "nothing started in the window")
+	t.Logf("Dial in the window answered in %s", took)
+
+	// Without a command: not running, and how the last one ended.
+	_, _, err = Dial(ctx, dir, nil, DialOptions{Program: "echo"})
+	require.ErrorIs(t, err, ErrNotRunning)
+	assert.Contains(t, err.Error(), "ended: exit 3 at")
+	assert.Contains(t, err.Error(), "no Endpoints")
+}
+
+// attemptSeq is the number of the last Start attempt in dir's start.json.
+func attemptSeq(t *testing.T, dir string) int {
+	data, err := os.ReadFile(filepath.Join(dir, "start.json"))
+	require.NoError(t, err)
+	var a struct{ Seq int }
+	require.NoError(t, json.Unmarshal(data, &a))
+	return a.Seq
+}
+
+// A copy that Dial started and that stepped aside for a newer server is no
+// failed start: it counts for nothing in Start's backoff, however often.
+func TestACopyThatStepsAsideIsNoFailure(t *testing.T) {
+	dir := shortDir(t)
+	eps := unixEndpoint("d.sock")
+	newer := startServer(t, dir, Options{Program: "echo", Version: "v2.0.0", Endpoints: eps})
+	newer.Expect("ready inherited=0")
+	t.Cleanup(func() { Stop(context.Background(), dir, runnerstate.RestartNow) })
+	for range 3 {
+		cmd := serverCmd(dir, Options{Program: "echo", Version: "v1.0.0", Endpoints: eps})
+		cmd.Env = append(cmd.Env, envYield+"=1")
+		// Accept refuses the newer server, so that Start starts the copy.
+		_, err := runnerstate.Start(background(t), dir, cmd, runnerstate.StartOptions{Accept: func(runnerstate.Record) bool { return false }})
+		var se *runnerstate.StartError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, 4, se.ExitCode, "stepped aside: %v", err)
+		assert.Zero(t, se.Failures)
+	}
+	r, err := runnerstate.Status(dir)
+	require.NoError(t, err)
+	assert.Zero(t, r.StartFailures, "no failure counted")
+	assert.Zero(t, r.NextStart)
+	assert.Equal(t, 3, attemptSeq(t, dir))
 }

@@ -36,6 +36,9 @@ type DialOptions struct {
 	// Log and Logger are runnerstate.StartOptions'.
 	Log    string
 	Logger *slog.Logger
+	// NoBackoff is runnerstate.StartOptions': start a copy even while
+	// consecutive failed starts hold every start back.
+	NoBackoff bool
 }
 
 // ErrNotRunning is Dial's answer with a nil cmd when nothing holds the
@@ -75,8 +78,9 @@ var ErrIncompatible = errors.New("daemon: the server that runs will not do for t
 // runnerstate.ErrOtherProgram (matching runnerstate.ErrBusy); an error
 // naming the runner when its record has no Endpoints (it does not serve
 // through this package) or not opts.Endpoint; a *runnerstate.StartError
-// when the copy started did not become ready; an error wrapping ctx.Err()
-// naming the holder when ctx ends first.
+// when the copy started did not become ready, or at once while failed
+// starts hold every start back (its RetryAt: Start's backoff); an error
+// wrapping ctx.Err() naming the holder when ctx ends first.
 func Dial(ctx context.Context, dir string, cmd *exec.Cmd, opts DialOptions) (net.Conn, runnerstate.Record, error) {
 	if err := checkNames("Dial", dir); err != nil {
 		return nil, runnerstate.Record{}, err
@@ -136,7 +140,7 @@ func (d *dialing) once(ctx context.Context) (net.Conn, runnerstate.Record, error
 		}
 		return d.dial(ctx, rec)
 	case d.cmd == nil && !held:
-		return nil, rec, fmt.Errorf("%w: nothing holds %s", ErrNotRunning, d.dir), false
+		return nil, rec, fmt.Errorf("%w: nothing holds %s%s", ErrNotRunning, d.dir, lastExitWords(d.dir)), false
 	case d.cmd == nil:
 		d.wait(ctx)
 		return nil, rec, nil, true
@@ -248,10 +252,11 @@ func (d *dialing) start(ctx context.Context, was runnerstate.Record) (net.Conn, 
 		return nil, was, nil, true
 	}
 	rec, err := runnerstate.Start(ctx, d.dir, d.copyCmd(), runnerstate.StartOptions{
-		Accept:  func(r runnerstate.Record) bool { return !older(r.Version, d.opts.Version) },
-		Log:     d.opts.Log,
-		Logger:  d.opts.Logger,
-		Program: d.opts.Program,
+		Accept:    func(r runnerstate.Record) bool { return !older(r.Version, d.opts.Version) },
+		Log:       d.opts.Log,
+		Logger:    d.opts.Logger,
+		Program:   d.opts.Program,
+		NoBackoff: d.opts.NoBackoff,
 	})
 	var se *runnerstate.StartError
 	switch {
@@ -274,6 +279,11 @@ func (d *dialing) start(ctx context.Context, was runnerstate.Record) (net.Conn, 
 		if _, held, _ := runnerstate.Running(d.dir); !held && waiting(d.dir) {
 			d.wait(ctx) // a starter is being admitted
 			return nil, was, nil, true
+		}
+		// The failures before this copy hold every start back (Start's
+		// backoff): that is said at once, without another copy.
+		if se.Failures > 0 {
+			return nil, was, err, false
 		}
 		if d.failed < maxStartFailures || d.othersThere() {
 			return nil, was, nil, true
@@ -365,6 +375,31 @@ func (d *dialing) ended(ctx context.Context, rec runnerstate.Record) error {
 	}
 	_ = rec
 	return fmt.Errorf("daemon: Dial %s: no server became ready: %w", d.dir, ctxErr(ctx))
+}
+
+// lastExitWords says how the last server of dir ended, when it ended
+// without releasing it and that is known (runnerstate.Report.LastExit):
+// "; the last server, pid 7 (v1.2.0), ended: signal 9 at …, its log
+// ending: …"; "" otherwise.
+func lastExitWords(dir string) string {
+	r, err := runnerstate.Status(dir)
+	if err != nil || r.LastExit == nil {
+		return ""
+	}
+	e := r.LastExit
+	s := fmt.Sprintf("; the last server, pid %d", e.Process.PID)
+	if e.Version != "" {
+		s += " (" + e.Version + ")"
+	}
+	if e.How == "unknown" {
+		s += fmt.Sprintf(", was found gone at %s, how it ended unknown", e.Gone.Format(time.RFC3339))
+	} else {
+		s += fmt.Sprintf(", ended: %s at %s", e.How, e.Gone.Format(time.RFC3339))
+	}
+	if n := len(e.Log); n > 0 {
+		s += fmt.Sprintf(", its log ending: %q", e.Log[n-1])
+	}
+	return s
 }
 
 func versionWords(v string) string {

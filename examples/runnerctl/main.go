@@ -290,6 +290,26 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 	if r.Starting.PID != 0 {
 		row("starting", printable(r.Starting.String())+" (started by runnerctl start or runnerstate.Start, not yet ready)")
 	}
+	if e := r.LastExit; e != nil {
+		who := "pid " + strconv.Itoa(e.Process.PID)
+		if e.Program != "" {
+			who += " (" + printable(strings.TrimSpace(e.Program+" "+e.Version)) + ")"
+		}
+		when := "found gone"
+		if e.How != "unknown" {
+			when = "ended"
+		}
+		row("last exit", fmt.Sprintf("%s: %s, %s %s (%s ago)", who, printable(e.How), when, e.Gone.Format(time.RFC3339), time.Since(e.Gone).Round(time.Second)))
+		for _, l := range e.Log {
+			row("", "| "+printable(l))
+		}
+	}
+	if r.StartFailures > 0 {
+		row("start failures", strconv.Itoa(r.StartFailures)+" in a row (processes started that went away before they were ready)")
+	}
+	if !r.NextStart.IsZero() {
+		row("next start", fmt.Sprintf("not before %s (in %s): consecutive failures hold every start back", r.NextStart.Format(time.RFC3339Nano), max(0, time.Until(r.NextStart)).Round(time.Millisecond)))
+	}
 	if r.Held && r.Verified && !r.Holder.StartedAt.IsZero() {
 		row("started", fmt.Sprintf("%s (%s ago)", r.Holder.StartedAt.Format(time.RFC3339), time.Since(r.Holder.StartedAt).Round(time.Second)))
 		if r.Holder.MaxParallel > 0 {

@@ -99,6 +99,17 @@ func TestStartFailurePrintsTheLogTail(t *testing.T) {
 	assert.Contains(t, errOut, "status 3")
 	assert.Contains(t, errOut, "runner.log")
 	assert.Contains(t, errOut, "boom")
+
+	// A second failure holds every start back: status says how many in a
+	// row, and how the last one ended.
+	code, _, errOut = ctl("start", "--dir", dir, "--", os.Args[0], "-test.run=^$")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "2 consecutive failed starts: no runner is started before")
+	code, out, _ := ctl("status", "--dir", dir)
+	assert.Equal(t, exitNotRunning, code)
+	assert.Contains(t, out, "start failures  2 in a row")
+	assert.Contains(t, out, "last exit       pid ")
+	assert.Contains(t, out, "| boom")
 }
 
 // Case: usage errors exit 2: no command, an unknown flag.

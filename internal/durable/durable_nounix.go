@@ -3,6 +3,7 @@
 package durable
 
 import (
+	"errors"
 	"io"
 	"io/fs"
 	"os"
@@ -74,3 +75,30 @@ func KeyOf(dir string) (Key, error) {
 
 // GiveToDirOwner does nothing here: no owners to give a file to.
 func GiveToDirOwner(int, string) {}
+
+// ErrChanged is Rewrite's answer when the file at path is not a single
+// regular file of its own any more.
+var ErrChanged = errors.New("has another name (a hard link); not rewritten in place")
+
+// Rewrite is not available here: a descriptor kept open while it writes
+// would block the removal of the file's directory (Windows), and these
+// systems cannot tell a file's identity. It returns an *fs.PathError
+// wrapping errors.ErrUnsupported and writes nothing.
+func Rewrite(path string, _ int, _ func(old []byte) ([]byte, bool)) error {
+	return &fs.PathError{Op: "rewrite", Path: path, Err: errors.ErrUnsupported}
+}
+
+// ReadTail reads the regular file at path from offset from, or from its
+// last limit bytes when more was written since from. Here it reads the file
+// whole (at most 64 MiB) and cuts it.
+func ReadTail(path string, from int64, limit int) ([]byte, error) {
+	data, err := ReadFile(path, 64<<20)
+	if err != nil && !errors.Is(err, ErrTooLarge) {
+		return nil, err
+	}
+	off := max(from, int64(len(data))-int64(limit))
+	if off >= int64(len(data)) {
+		return nil, nil
+	}
+	return data[off:], nil
+}

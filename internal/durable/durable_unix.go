@@ -182,3 +182,114 @@ func GiveToDirOwner(fd int, dir string) {
 	}
 	unix.Fchown(fd, int(st.Uid), int(st.Gid))
 }
+
+// ErrChanged is Rewrite's answer when the file at path is not a single
+// regular file of its own any more (another name links it).
+var ErrChanged = errors.New("has another name (a hard link); not rewritten in place")
+
+// Rewrite rewrites the regular file at path in place, through one
+// descriptor opened without O_CREAT (never through a symlink, never
+// blocking on a FIFO): it reads at most limit bytes, asks update for the
+// new content (write false: leave it as it is), writes that at offset 0
+// and cuts the tail. It creates no file, not even a temporary one: a
+// missing file is an error satisfying errors.Is(err, fs.ErrNotExist), and
+// a file unlinked since it was opened is written where nobody reads it.
+// It is neither atomic nor synced: a reader may see a mix of old and new
+// bytes, which the caller's readers must treat as unreadable (the caller
+// serialises its writers). Errors are *fs.PathError naming path.
+func Rewrite(path string, limit int, update func(old []byte) (data []byte, write bool)) error {
+	fd, err := OpenRetry(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return OpenError(path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if err := CheckMode(path, ModeOf(uint32(st.Mode))); err != nil {
+		return err
+	}
+	if st.Nlink > 1 {
+		return &fs.PathError{Op: "rewrite", Path: path, Err: ErrChanged}
+	}
+	old := make([]byte, 0, min(int(st.Size)+1, limit))
+	buf := make([]byte, 4096)
+	for len(old) < limit {
+		n, err := unix.Pread(fd, buf[:min(len(buf), limit-len(old))], int64(len(old)))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			break
+		}
+		old = append(old, buf[:n]...)
+	}
+	data, write := update(old)
+	if !write {
+		return nil
+	}
+	for off := 0; off < len(data); {
+		n, err := unix.Pwrite(fd, data[off:], int64(off))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &fs.PathError{Op: "write", Path: path, Err: err}
+		}
+		off += n
+	}
+	for {
+		err := unix.Ftruncate(fd, int64(len(data)))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &fs.PathError{Op: "truncate", Path: path, Err: err}
+		}
+		return nil
+	}
+}
+
+// ReadTail reads the regular file at path from offset from, or from its
+// last limit bytes when more was written since from: what an appended log
+// says since from, at most limit bytes, without reading the rest. It
+// refuses what ReadFile refuses (a symlink, a directory, a FIFO...); a
+// missing file satisfies errors.Is(err, fs.ErrNotExist).
+func ReadTail(path string, from int64, limit int) ([]byte, error) {
+	fd, err := OpenRetry(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, OpenError(path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if err := CheckMode(path, ModeOf(uint32(st.Mode))); err != nil {
+		return nil, err
+	}
+	off := max(from, st.Size-int64(limit))
+	if off >= st.Size {
+		return nil, nil
+	}
+	buf := make([]byte, st.Size-off)
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Pread(fd, buf[n:], off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return buf[:n], nil
+}

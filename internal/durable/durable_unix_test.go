@@ -49,3 +49,63 @@ func TestOpenErrorNamesASymlinkLoopOnTheWay(t *testing.T) {
 	require.NoError(t, os.Symlink("target", link))
 	assert.ErrorIs(t, OpenError(link, unix.ELOOP), ErrSymlink, "a symlink at the file's own place is still refused as one")
 }
+
+// Rewrite changes a file in place, through the inode it opened, and creates
+// nothing: a missing file stays missing, a symlink and a hard-linked file
+// are refused, and update may decline.
+func TestRewriteInPlace(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "start.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"a":"a long old value"}`+"\n"), 0o644))
+	before, err := os.Stat(path)
+	require.NoError(t, err)
+	require.NoError(t, Rewrite(path, 1024, func(old []byte) ([]byte, bool) {
+		assert.Equal(t, `{"a":"a long old value"}`+"\n", string(old))
+		return []byte(`{"a":1}` + "\n"), true
+	}))
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, `{"a":1}`+"\n", string(data), "the old tail is cut")
+	after, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.True(t, os.SameFile(before, after), "the same inode, not a replacement")
+	require.NoError(t, Rewrite(path, 1024, func([]byte) ([]byte, bool) { return []byte("x"), false }))
+	data, _ = os.ReadFile(path)
+	assert.Equal(t, `{"a":1}`+"\n", string(data), "declined: left as it was")
+
+	missing := filepath.Join(dir, "missing.json")
+	assert.ErrorIs(t, Rewrite(missing, 1024, func([]byte) ([]byte, bool) { return []byte("x"), true }), os.ErrNotExist)
+	_, err = os.Lstat(missing)
+	assert.ErrorIs(t, err, os.ErrNotExist, "nothing created")
+
+	require.NoError(t, os.Symlink(path, filepath.Join(dir, "link.json")))
+	assert.ErrorIs(t, Rewrite(filepath.Join(dir, "link.json"), 1024, func([]byte) ([]byte, bool) { return nil, true }), ErrSymlink)
+	require.NoError(t, os.Link(path, filepath.Join(dir, "hard.json")))
+	assert.ErrorIs(t, Rewrite(path, 1024, func([]byte) ([]byte, bool) { return nil, true }), ErrChanged)
+	entries, _ := os.ReadDir(dir)
+	assert.Len(t, entries, 3, "no temporary file")
+}
+
+// ReadTail reads from an offset, or only the last bytes when more was
+// written since; past the end it reads nothing; a FIFO is refused, never
+// waited on.
+func TestReadTail(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "runner.log")
+	require.NoError(t, os.WriteFile(path, []byte("old\nnew line\n"), 0o600))
+	data, err := ReadTail(path, 4, 100)
+	require.NoError(t, err)
+	assert.Equal(t, "new line\n", string(data))
+	data, err = ReadTail(path, 0, 5)
+	require.NoError(t, err)
+	assert.Equal(t, "line\n", string(data))
+	data, err = ReadTail(path, 1<<20, 5)
+	require.NoError(t, err)
+	assert.Empty(t, data)
+	_, err = ReadTail(filepath.Join(dir, "absent"), 0, 5)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	fifo := filepath.Join(dir, "fifo")
+	require.NoError(t, unix.Mkfifo(fifo, 0o600))
+	_, err = ReadTail(fifo, 0, 5)
+	assert.ErrorIs(t, err, ErrNotRegular)
+}

@@ -46,3 +46,22 @@ func TestWriteContentCutsForeignTail(t *testing.T) {
 	require.NoError(t, f.WriteContent(nil))
 	require.Empty(t, content(), "a clear leaves nothing, whatever was written since")
 }
+
+// TryLockExisting locks a file that is there, and creates none.
+func TestTryLockExisting(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "start.lock")
+	_, err := TryLockExisting(path, Exclusive)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	_, err = os.Lstat(path)
+	require.ErrorIs(t, err, os.ErrNotExist, "nothing created")
+
+	l, err := TryLock(path, Exclusive, 0o600)
+	require.NoError(t, err)
+	_, err = TryLockExisting(path, Exclusive)
+	require.ErrorIs(t, err, ErrWouldBlock)
+	l.Release()
+	l, err = TryLockExisting(path, Exclusive)
+	require.NoError(t, err)
+	l.Release()
+}

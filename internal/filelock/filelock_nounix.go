@@ -40,3 +40,10 @@ var WouldBlockErrno error
 
 // Empty is true: a lock file carries no content here.
 func (f *File) Empty() bool { return true }
+
+// TryLockExisting is not available here: it returns an *fs.PathError
+// wrapping errors.ErrUnsupported and opens nothing (on Windows, an open
+// handle would block the removal of the file's directory).
+func TryLockExisting(path string, _ Mode) (*File, error) {
+	return nil, &fs.PathError{Op: "lock", Path: path, Err: errors.ErrUnsupported}
+}

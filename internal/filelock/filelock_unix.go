@@ -312,3 +312,39 @@ func (f *File) Dup() (*os.File, error) {
 	}
 	return os.NewFile(uintptr(fd), f.path), nil
 }
+
+// TryLockExisting makes one try, without waiting, to lock the file at path
+// in mode, only if it exists: it is opened without O_CREAT, so that nothing
+// is created, and a missing file is an error satisfying errors.Is(err,
+// fs.ErrNotExist). ErrWouldBlock (in an *fs.PathError) when the lock is
+// held; a file replaced or removed while it was locked is ErrReplaced, not
+// retried (a caller that must not create is looking at a directory being
+// removed).
+func TryLockExisting(path string, mode Mode) (*File, error) {
+	flags := openExclusive &^ unix.O_CREAT
+	if mode == Shared {
+		flags = openShared &^ unix.O_CREAT
+	}
+	fd, err := durable.OpenRetry(path, flags, 0)
+	if err != nil {
+		return nil, durable.OpenError(path, err)
+	}
+	f := &File{path: path, fd: fd, mode: mode}
+	f.size.Store(-1)
+	if err := f.lock(false); err != nil {
+		f.Release()
+		return nil, err
+	}
+	same, err := f.AtPath()
+	if err == nil && !same {
+		err = &fs.PathError{Op: "lock", Path: path, Err: ErrReplaced}
+	}
+	if err == nil {
+		err = f.judge(true)
+	}
+	if err != nil {
+		f.Release()
+		return nil, err
+	}
+	return f, nil
+}

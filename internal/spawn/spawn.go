@@ -51,6 +51,7 @@ type Child struct {
 
 	mu       sync.Mutex
 	exitCode int
+	how      string
 	waitErr  error
 	readDone chan struct{} // closed when awaitReady returned; nil without a readiness descriptor
 	readyR   *os.File
@@ -68,6 +69,14 @@ func (c *Child) ExitCode() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.exitCode
+}
+
+// How says how the process ended once Exited is closed: "exit N",
+// "signal N", or "unknown" when its status could not be read.
+func (c *Child) How() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.how
 }
 
 // WaitErr is what waiting for the process returned (an *exec.ExitError for
@@ -231,9 +240,13 @@ const readLinger = 5 * time.Millisecond
 // reap waits for c's process to exit, records its status and calls onExit.
 func reap(c *Child, cmd *exec.Cmd, onExit func(*Child)) {
 	err := cmd.Wait()
-	code := -1
+	code, how := -1, "unknown"
 	if cmd.ProcessState != nil {
 		code = exitCode(cmd.ProcessState)
+		how = "exit " + strconv.Itoa(code)
+		if code > 128 && code != cmd.ProcessState.ExitCode() {
+			how = "signal " + strconv.Itoa(code-128)
+		}
 	}
 	if c.readDone != nil {
 		if c.readyR.SetReadDeadline(time.Now().Add(readLinger)) != nil {
@@ -242,7 +255,7 @@ func reap(c *Child, cmd *exec.Cmd, onExit func(*Child)) {
 		<-c.readDone
 	}
 	c.mu.Lock()
-	c.exitCode, c.waitErr = code, err
+	c.exitCode, c.how, c.waitErr = code, how, err
 	c.mu.Unlock()
 	if onExit != nil {
 		onExit(c)

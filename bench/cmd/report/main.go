@@ -25,6 +25,11 @@
 //	go test -run '^$' -bench 'Upgrade|DialReady|IdleExit' -count 6 | tee daemon-busy.txt
 //	kill %1 %2
 //
+// The crash loop's table (Start's backoff beside today's behaviour) is
+// written from crashloop-results.txt (-crashloop), a run of 60 s scenarios:
+//
+//	BENCH_CRASHLOOP_DURATION=60s go test -run '^$' -bench CrashLoop -benchtime 1x | tee crashloop-results.txt
+//
 // With -check it writes nothing and exits 1 when the docs differ from what it
 // would write (TestReportMatchesDocs runs it so). It exits 2 on a file it
 // cannot read or a marker it does not know, naming the file.
@@ -54,17 +59,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	in := fl.String("in", "results.txt", "the benchmark output file to read")
 	daemonIn := fl.String("daemon", "", "the run of package daemon's benchmarks (default: daemon-results.txt beside -in)")
 	busyIn := fl.String("busy", "", "the same beside two CPU hogs (default: daemon-busy.txt beside -in)")
+	crashIn := fl.String("crashloop", "", "the run of the crash loop benchmark (default: crashloop-results.txt beside -in)")
 	doc := fl.String("doc", "../docs/benchmarks.md", "the Markdown file whose marked tables to write")
 	check := fl.Bool("check", false, "write nothing; exit 1 when the file differs from what the report would write")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
 	if fl.NArg() > 0 {
-		fmt.Fprintf(stderr, "report: unexpected arguments %q: it takes only flags (-in, -daemon, -busy, -doc, -check)\n", fl.Args())
+		fmt.Fprintf(stderr, "report: unexpected arguments %q: it takes only flags (-in, -daemon, -busy, -crashloop, -doc, -check)\n", fl.Args())
 		return 2
 	}
-	files := map[string]string{"results": *in, "daemon": *daemonIn, "busy": *busyIn}
-	for name, beside := range map[string]string{"daemon": "daemon-results.txt", "busy": "daemon-busy.txt"} {
+	files := map[string]string{"results": *in, "daemon": *daemonIn, "busy": *busyIn, "crashloop": *crashIn}
+	for name, beside := range map[string]string{"daemon": "daemon-results.txt", "busy": "daemon-busy.txt", "crashloop": "crashloop-results.txt"} {
 		if files[name] == "" {
 			files[name] = filepath.Join(filepath.Dir(*in), beside)
 		}
@@ -85,12 +91,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // report writes each table from its results file (files, by the names
-// blocks give: results, daemon, busy) into the Markdown file doc, or with
+// blocks give: results, daemon, busy, crashloop) into the Markdown file doc, or with
 // check only compares them. It returns the names of the tables that were
 // (or would be) rewritten.
 func report(files map[string]string, doc string, check bool) ([]string, error) {
 	texts := map[string]string{}
-	for _, file := range []string{"results", "daemon", "busy"} {
+	for _, file := range []string{"results", "daemon", "busy", "crashloop"} {
 		res, err := loadResults(files[file])
 		if err != nil {
 			return nil, err

@@ -12,12 +12,13 @@ import (
 // figure before it is rounded for display.
 var blocks = []struct {
 	name  string
-	file  string // the results file it is written from: results (-in), daemon (-daemon) or busy (-busy)
+	file  string // the results file it is written from: results (-in), daemon (-daemon), busy (-busy) or crashloop (-crashloop)
 	write func(r *results) string
 }{
 	{"core", "results", coreTable},
 	{"daemon", "daemon", daemonTable},
 	{"daemon-busy", "busy", daemonTable},
+	{"crashloop", "crashloop", crashLoopTable},
 }
 
 // coreTable is the table of the core library's figures: each row ours
@@ -243,4 +244,29 @@ func statusRow(r *results) row {
 		// half again, and a long state file costs nothing more.
 		target: fmt.Sprintf("linear %s", mark(per100 <= 1.5*per10 && per10 <= 1.5*per100 && long <= 1.2*none)),
 	}
+}
+
+// crashLoopTable is the crash loop's table: a server that exits 1 at
+// start, 8 client processes each dialling it every 100 ms, with Start's
+// backoff and without it (NoBackoff: today's behaviour).
+func crashLoopTable(r *results) string {
+	m := func(impl, unit string) float64 { return r.median("CrashLoop/impl="+impl, unit) }
+	secs := m("backoff", "seconds")
+	starts, offStarts := m("backoff", "starts"), m("nobackoff", "starts")
+	p99 := m("backoff", "window-p99-µs")
+	rows := []row{{
+		what: fmt.Sprintf("a server that exits 1 at start, 8 client processes each `Dial`ling it every 100 ms for %s s", whole(secs)),
+		ours: fmt.Sprintf("with the backoff: %s processes started for %s `Dial`s; %s of them answered in a backoff window, p50 %s, p99 %s (the `Dial`s that waited for a start: p50 %s)",
+			whole(starts), count(m("backoff", "dials")), count(m("backoff", "window-dials")), us(m("backoff", "window-p50-µs")), us(p99), us(m("backoff", "failed-p50-µs"))),
+		peer: fmt.Sprintf("without it (`NoBackoff`, today's behaviour): %s processes started for %s `Dial`s, each waiting for a start to fail: p50 %s, p99 %s",
+			count(offStarts), count(m("nobackoff", "dials")), us(m("nobackoff", "failed-p50-µs")), us(m("nobackoff", "failed-p99-µs"))),
+		ratio:  fmt.Sprintf("%s fewer processes", times(offStarts/starts)),
+		target: fmt.Sprintf("at most 10 processes %s; p99 in the window ≤ 10 ms %s", mark(starts <= 10), mark(p99 <= 10e3)),
+	}}
+	about := []string{}
+	if cpu := r.config["cpu"]; cpu != "" {
+		about = append(about, cpu)
+	}
+	about = append(about, r.runs()+" of each benchmark")
+	return fmt.Sprintf("From `bench/%s` (%s):\n\n%s", filepath.Base(r.path), strings.Join(about, ", "), table(rows))
 }
