@@ -56,31 +56,29 @@ var ErrIncompatible = errors.New("daemon: the server that runs will not do for t
 //
 // cmd is a template: Dial never starts cmd itself, and may start more than
 // one copy (at most 3 that exit before they are ready, whatever holds dir),
-// each with cmd's Path, Args, Env, Dir, ExtraFiles, SysProcAttr,
-// Stdout and Stderr. A server a copy runs steps aside for a server of its
-// program at the same or a newer version (Listen), so clients of two
-// versions cause at most one replacement (older → newer), never back and
-// forth, and a client never bounces a deploy. N concurrent Dials
-// from any number of processes start one server (Start's shared attempt).
+// each with cmd's Path, Args, Env, Dir, ExtraFiles, SysProcAttr, Stdout and
+// Stderr. A server a copy runs steps aside for a server of its program at
+// the same or a newer version (Listen), so clients of two versions cause at
+// most one replacement (older → newer), never back and forth. N concurrent
+// Dials from any number of processes start one server (Start's attempt).
 //
-// Dial never returns a connection to a server that is not ready. A dial
+// Dial never returns a connection to a server that is not ready, nor to a
+// peer that is not the server's user or root (ErrUntrustedPeer). A dial
 // refused (ECONNREFUSED, ENOENT, ECONNRESET, EAGAIN) while the record shows
 // the server gone, another instance, leaving or not ready is tried again
 // (starting a copy of cmd when none is ready) until ctx ends; a refusal by a
 // ready server that is not leaving, and any other error, is returned naming
-// the endpoint (docs/operations.md says how long a refusing server is given
-// to show it is exiting). With a nil cmd, Dial waits (bounded by ctx) for a
-// server not ready yet or leaving, and returns ErrNotRunning once nothing holds
-// dir.
+// the endpoint (docs/operations.md). With a nil cmd, Dial waits (bounded by
+// ctx) for a server not ready yet or leaving, and returns ErrNotRunning once
+// nothing holds dir.
 //
-// Errors: ErrNotRunning; ErrIncompatible, naming both versions; an error
-// naming the server when it is stopped (SIGSTOP: Linux only can tell);
-// runnerstate.ErrOtherProgram (matching runnerstate.ErrBusy); an error
-// naming the runner when its record has no Endpoints (it does not serve
-// through this package) or not opts.Endpoint; a *runnerstate.StartError
-// when the copy started did not become ready, or at once while failed
-// starts hold every start back (its RetryAt: Start's backoff); an error
-// wrapping ctx.Err() naming the holder when ctx ends first.
+// Errors: ErrNotRunning; ErrIncompatible, naming both versions;
+// ErrUntrustedPeer; an error naming a stopped server (SIGSTOP: Linux only);
+// runnerstate.ErrOtherProgram (matching runnerstate.ErrBusy); an error naming
+// the holder when its record has no Endpoints or not opts.Endpoint; a
+// *runnerstate.StartError when the copy started did not become ready, or at
+// once while failed starts hold every start back (RetryAt: Start's backoff);
+// an error wrapping ctx.Err() naming the holder when ctx ends first.
 func Dial(ctx context.Context, dir string, cmd *exec.Cmd, opts DialOptions) (net.Conn, runnerstate.Record, error) {
 	if err := checkNames("Dial", dir); err != nil {
 		return nil, runnerstate.Record{}, err

@@ -65,5 +65,9 @@ func TestOneDialStartsAtMostThreeCopies(t *testing.T) {
 	assert.NoError(t, ctx.Err(), "returned before its context ended")
 	data, err := os.ReadFile(count)
 	require.NoError(t, err)
-	assert.Equal(t, maxStartFailures, strings.Count(string(data), "x"), "copies started by one Dial")
+	// Here Start's backoff (TestDialBacksOffAFailingServer) ends it at the
+	// second failure, which opens a window: never more than the bound.
+	n := strings.Count(string(data), "x")
+	assert.GreaterOrEqual(t, n, 2, "copies started by one Dial")
+	assert.LessOrEqual(t, n, maxStartFailures, "copies started by one Dial")
 }
