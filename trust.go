@@ -172,7 +172,7 @@ func (e *untrustedError) Error() string {
 	fmt.Fprintf(&b, "%s (%s) is owned by %s, mode %s", p.Path, which, userWords(p.UID), modeWords(p.Mode))
 	switch e.f.Why {
 	case owner.Overflowed:
-		b.WriteString(": an owner unmapped in this user namespace, whom anyone there may be")
+		b.WriteString(": the overflow uid, which the kernel also shows for any owner a user namespace does not map, so it proves nobody's ownership")
 	case owner.NotOwned:
 		if e.access == owner.Write {
 			fmt.Fprintf(&b, ", not by you (uid %d) or root", os.Geteuid())

@@ -268,6 +268,8 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("dir", printable(r.Dir))
 	switch _, err := os.Stat(dir); {
+	case code == exitUnknown && errors.Is(rerr, runnerstate.ErrUntrustedDir):
+		row("runner", "cannot tell: other users can write this directory (see warnings)")
 	case code == exitUnknown:
 		row("runner", "cannot tell: this filesystem's locks do not exclude (see warnings)")
 	case errors.Is(err, fs.ErrNotExist) && !r.Held:

@@ -65,4 +65,6 @@ func TestStatusOfADirectoryOthersCanWrite(t *testing.T) {
 	assert.Equal(t, exitUnknown, code, "cannot tell: 4\n%s", out)
 	assert.Contains(t, out, "other users can write it")
 	assert.Contains(t, out, "0777")
+	assert.Contains(t, out, "cannot tell: other users can write this directory")
+	assert.NotContains(t, out, "locks do not exclude", "the reason is the directory's modes, not its filesystem")
 }
