@@ -255,7 +255,7 @@ func Start(ctx context.Context, dir string, cmd *exec.Cmd, opts StartOptions) (R
 		return Record{}, pathError("Start", dir, err)
 	}
 	if ctx.Err() != nil {
-		return Record{}, &StartError{Dir: abs, ExitCode: -1, Err: ctx.Err()}
+		return Record{}, &StartError{Dir: abs, ExitCode: -1, Err: fmt.Errorf("%w, before this call looked for an attempt (this call ran no command of its own)", ctx.Err())}
 	}
 	if err := checkProtocol(dir, true); err != nil {
 		return Record{}, err // nothing started, nothing created
