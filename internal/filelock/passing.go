@@ -13,7 +13,9 @@ import (
 // TryExclusive takes the exclusive lock of path (created 0600) without
 // waiting for a holder, but tries again while the busy answer is only
 // passing (see passage): at once and then after pauses that double from
-// 50 µs, for up to passingWait while nobody holds the lock, or for five
+// 50 µs to 5 ms, for as long as the only holders are probes that run
+// (BusyProbing: evidence, however long the scheduler keeps a prober off a
+// core), for up to passingWait while nobody holds the lock, or for five
 // tries a millisecond apart where the holders cannot all be seen. It
 // answers ErrWouldBlock when held; any other error is TryLock's.
 func TryExclusive(path string) (*File, error) {
@@ -46,8 +48,16 @@ func TryExclusive(path string) (*File, error) {
 		if l, err = TryLock(path, Exclusive, 0o600); !errors.Is(err, ErrWouldBlock) {
 			return l, err
 		}
-		if passage(path, false) == BusyHeld {
+		switch next := passage(path, false); {
+		case next == BusyHeld:
 			state = BusyHeld
+		case state == BusyMayBePassing:
+		case next == BusyProbing:
+			state = BusyProbing
+		case state == BusyProbing:
+			// A probe was seen to run until now: the time left to a lock
+			// nobody holds counts from here.
+			state, deadline = BusyPassing, time.Now().Add(passingWait)
 		}
 	}
 }
@@ -79,6 +89,7 @@ const (
 	BusyHeld         BusyAnswer = iota // a process holds the lock through a descriptor of its own
 	BusyMayBePassing                   // nobody is seen to hold it, but not every holder can be seen
 	BusyPassing                        // nobody holds it: it is on its way to being free
+	BusyProbing                        // only probes that run hold it (shared, for an instant each)
 )
 
 // String names the answer, for logs and test failures.
@@ -90,6 +101,8 @@ func (b BusyAnswer) String() string {
 		return "may be passing"
 	case BusyPassing:
 		return "passing"
+	case BusyProbing:
+		return "probing"
 	}
 	return fmt.Sprintf("BusyAnswer(%d)", int(b))
 }
@@ -102,14 +115,18 @@ func (b BusyAnswer) String() string {
 //     to a file drops its lock, and that is the reader's;
 //   - while a probe's shared lock (taken by a process that cannot see the
 //     holder in the kernel's list: in a container, or off Linux) is held,
-//     for an instant;
+//     for an instant: BusyProbing when the kernel lists only such locks and
+//     each prober runs (locktable.ProbeOf), which is evidence that it lets
+//     go however long the scheduler keeps it off a core; passing, under
+//     passingWait, when a prober is asleep, gone or cannot be read;
 //   - while the kernel names this process as the holder and this process
 //     has a parked goroutine (Lock) for path whose wait was given up: that
 //     goroutine holds it only on its way to letting it go (InTransit).
 //
 // It is held when the kernel lists an exclusive holder that shows the lock
 // among its own descriptors, or one whose descriptors cannot be read
-// (another user's); and, with scan set, where every process can be seen,
+// (another user's), or a shared holder through a descriptor that is not a
+// probe's; and, with scan set, where every process can be seen,
 // when a scan of every process's descriptors finds one that holds it (such
 // as the runner's children that inherited tree.lock). It may be passing
 // when it is neither, but not every holder can be seen.
@@ -119,8 +136,20 @@ func passage(path string, scan bool) BusyAnswer {
 		return BusyMayBePassing
 	}
 	holders, _ := locktable.HoldersOf(ino) // where the kernel lists none, any busy answer may be passing
+	probing, notProbing := false, false
 	for _, h := range holders {
-		if h.Exclusive && locktable.HeldBy(h.PID, ino) != locktable.No {
+		if !h.Exclusive {
+			switch locktable.ProbeOf(h.PID, ino) {
+			case locktable.ProbeNot:
+				return BusyHeld
+			case locktable.ProbeRunning:
+				probing = true
+			case locktable.ProbeAsleep, locktable.ProbeUnknown:
+				notProbing = true
+			}
+			continue
+		}
+		if locktable.HeldBy(h.PID, ino) != locktable.No {
 			if h.PID == os.Getpid() && InTransit(path) {
 				return BusyPassing // this process's own given-up wait, about to let go
 			}
@@ -130,8 +159,12 @@ func passage(path string, scan bool) BusyAnswer {
 	if !locktable.SeesAllHolders() {
 		return BusyMayBePassing
 	}
+	passing := BusyPassing
+	if probing && !notProbing {
+		passing = BusyProbing
+	}
 	if !scan {
-		return BusyPassing
+		return passing
 	}
 	switch pids, complete := locktable.ScanHolders(ino); {
 	case len(pids) > 0:
@@ -139,5 +172,5 @@ func passage(path string, scan bool) BusyAnswer {
 	case !complete:
 		return BusyMayBePassing
 	}
-	return BusyPassing
+	return passing
 }
