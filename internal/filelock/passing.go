@@ -15,8 +15,9 @@ import (
 // passing (see passage): at once and then after pauses that double from
 // 50 µs to 5 ms, for as long as the only holders are probes that run
 // (BusyProbing: evidence, however long the scheduler keeps a prober off a
-// core), for up to passingWait while nobody holds the lock, or for five
-// tries a millisecond apart where the holders cannot all be seen. It
+// core), while nobody holds the lock for up to passingWait and at least
+// passingTries tries (a try the scheduler delays is still made), or for
+// five tries a millisecond apart where the holders cannot all be seen. It
 // answers ErrWouldBlock when held; any other error is TryLock's.
 func TryExclusive(path string) (*File, error) {
 	l, err := TryLock(path, Exclusive, 0o600)
@@ -24,10 +25,10 @@ func TryExclusive(path string) (*File, error) {
 		return l, err
 	}
 	state := passage(path, true)
+	deadline, passed := time.Now().Add(passingWait), 0
 	if fn := testHookPassing.Load(); fn != nil {
 		(*fn)(state)
 	}
-	deadline := time.Now().Add(passingWait)
 	pause := 50 * time.Microsecond
 	for try := 0; ; try++ {
 		switch state {
@@ -39,7 +40,7 @@ func TryExclusive(path string) (*File, error) {
 			}
 			pause = time.Millisecond
 		case BusyPassing:
-			if time.Now().After(deadline) {
+			if passed++; passed > passingTries && time.Now().After(deadline) {
 				return nil, err
 			}
 		}
@@ -55,9 +56,9 @@ func TryExclusive(path string) (*File, error) {
 		case next == BusyProbing:
 			state = BusyProbing
 		case state == BusyProbing:
-			// A probe was seen to run until now: the time left to a lock
-			// nobody holds counts from here.
-			state, deadline = BusyPassing, time.Now().Add(passingWait)
+			// A probe was seen to run until now: the time and tries left
+			// to a lock nobody holds count from here.
+			state, deadline, passed = BusyPassing, time.Now().Add(passingWait), 0
 		}
 	}
 }
@@ -80,6 +81,16 @@ func SetPassingHook(fn func(state BusyAnswer)) (restore func()) {
 // file, and so its lock, is a reader's of /proc/<pid>/fdinfo for the time
 // of its read(2), which a loaded machine can stretch to milliseconds.
 const passingWait = 250 * time.Millisecond
+
+// passingTries is how many tries TryExclusive makes, at least, of a lock
+// that nobody holds, however long they take: passingWait alone is a guess
+// about the scheduler, which a loaded machine outlasts with this process
+// off a core between two tries (an Acquire beside a prober in a container
+// gave up after a single try that way: each probe's instant lock, met by a
+// try, is gone by the look that follows it). Each try that fails met a new
+// instant hold; twenty in a row do not happen beside a prober that holds the
+// lock a small part of its time.
+const passingTries = 20
 
 // BusyAnswer is what a busy answer on a lock means, as TryExclusive reads
 // it (passage).

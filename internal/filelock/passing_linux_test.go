@@ -1,6 +1,8 @@
 package filelock
 
 import (
+	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -69,4 +71,39 @@ func TestTryExclusiveRefusesASharedHolder(t *testing.T) {
 	_, err = TryExclusive(path)
 	require.ErrorIs(t, err, ErrWouldBlock)
 	assert.Equal(t, BusyHeld, <-read)
+}
+
+// TestTryExclusiveTriesAgainAfterBeingDescheduled: a busy answer that
+// nobody is seen to hold (here a shared lock the kernel lists for this
+// process, which gave its descriptor to a child and closed its own) is
+// tried again even when this process was kept off a core for longer than
+// passingWait right after its first look, as a loaded machine does: the
+// tries are counted, not only the time. (Before, TryExclusive gave up
+// without a second try, and an Acquire beside a prober in a container
+// failed.)
+func TestTryExclusiveTriesAgainAfterBeingDescheduled(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	l, err := TryLock(path, Exclusive, 0o600)
+	require.NoError(t, err)
+	l.Release()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	require.NoError(t, unix.Flock(int(f.Fd()), unix.LOCK_SH))
+	child := exec.Command("sleep", "600")
+	child.ExtraFiles = []*os.File{f}
+	require.NoError(t, child.Start())
+	defer func() { child.Process.Kill(); child.Wait() }()
+	f.Close()
+
+	read := make(chan BusyAnswer, 1)
+	defer SetPassingHook(func(state BusyAnswer) {
+		read <- state
+		child.Process.Kill() // the holder goes...
+		child.Wait()
+		time.Sleep(2 * passingWait) // ...and this process is off a core past passingWait
+	})()
+	got, err := TryExclusive(path)
+	require.NoError(t, err, "a lock let go while this process was descheduled is taken at its next try")
+	got.Release()
+	assert.Equal(t, BusyPassing, <-read)
 }
