@@ -252,8 +252,10 @@ var WouldBlockErrno error = syscall.EWOULDBLOCK
 // taking and at once dropping a non-blocking shared lock on a read-only
 // descriptor. It creates nothing. It is the fallback where the kernel does
 // not list lock holders; for the instant it holds the shared lock, a
-// concurrent exclusive try-lock fails, so a caller that probes retries a busy
-// answer briefly.
+// concurrent exclusive try-lock fails, so TryExclusive tries again while
+// the only holders are probes that run. Its descriptor's flags (read-only,
+// O_NONBLOCK, O_NOFOLLOW) are how locktable.ProbeOf knows a probe's lock
+// from a holder's: keep them.
 func ProbeHeld(path string) (held bool, err error) {
 	fd, err := durable.OpenRetry(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {

@@ -13,8 +13,11 @@ import (
 // TryExclusive takes the exclusive lock of path (created 0600) without
 // waiting for a holder, but tries again while the busy answer is only
 // passing (see passage): at once and then after pauses that double from
-// 50 µs, for up to passingWait while nobody holds the lock, or for five
-// tries a millisecond apart where the holders cannot all be seen. It
+// 50 µs to 5 ms, for as long as the only holders are probes that run
+// (BusyProbing: evidence, however long the scheduler keeps a prober off a
+// core), while nobody holds the lock for up to passingWait and at least
+// passingTries tries (a try the scheduler delays is still made), or for
+// five tries a millisecond apart where the holders cannot all be seen. It
 // answers ErrWouldBlock when held; any other error is TryLock's.
 func TryExclusive(path string) (*File, error) {
 	l, err := TryLock(path, Exclusive, 0o600)
@@ -22,10 +25,10 @@ func TryExclusive(path string) (*File, error) {
 		return l, err
 	}
 	state := passage(path, true)
+	deadline, passed := time.Now().Add(passingWait), 0
 	if fn := testHookPassing.Load(); fn != nil {
 		(*fn)(state)
 	}
-	deadline := time.Now().Add(passingWait)
 	pause := 50 * time.Microsecond
 	for try := 0; ; try++ {
 		switch state {
@@ -37,7 +40,7 @@ func TryExclusive(path string) (*File, error) {
 			}
 			pause = time.Millisecond
 		case BusyPassing:
-			if time.Now().After(deadline) {
+			if passed++; passed > passingTries && time.Now().After(deadline) {
 				return nil, err
 			}
 		}
@@ -46,8 +49,16 @@ func TryExclusive(path string) (*File, error) {
 		if l, err = TryLock(path, Exclusive, 0o600); !errors.Is(err, ErrWouldBlock) {
 			return l, err
 		}
-		if passage(path, false) == BusyHeld {
+		switch next := passage(path, false); {
+		case next == BusyHeld:
 			state = BusyHeld
+		case state == BusyMayBePassing:
+		case next == BusyProbing:
+			state = BusyProbing
+		case state == BusyProbing:
+			// A probe was seen to run until now: the time and tries left
+			// to a lock nobody holds count from here.
+			state, deadline, passed = BusyPassing, time.Now().Add(passingWait), 0
 		}
 	}
 }
@@ -71,6 +82,16 @@ func SetPassingHook(fn func(state BusyAnswer)) (restore func()) {
 // of its read(2), which a loaded machine can stretch to milliseconds.
 const passingWait = 250 * time.Millisecond
 
+// passingTries is how many tries TryExclusive makes, at least, of a lock
+// that nobody holds, however long they take: passingWait alone is a guess
+// about the scheduler, which a loaded machine outlasts with this process
+// off a core between two tries (an Acquire beside a prober in a container
+// gave up after a single try that way: each probe's instant lock, met by a
+// try, is gone by the look that follows it). Each try that fails met a new
+// instant hold; twenty in a row do not happen beside a prober that holds the
+// lock a small part of its time.
+const passingTries = 20
+
 // BusyAnswer is what a busy answer on a lock means, as TryExclusive reads
 // it (passage).
 type BusyAnswer int
@@ -79,6 +100,7 @@ const (
 	BusyHeld         BusyAnswer = iota // a process holds the lock through a descriptor of its own
 	BusyMayBePassing                   // nobody is seen to hold it, but not every holder can be seen
 	BusyPassing                        // nobody holds it: it is on its way to being free
+	BusyProbing                        // only probes that run hold it (shared, for an instant each)
 )
 
 // String names the answer, for logs and test failures.
@@ -90,6 +112,8 @@ func (b BusyAnswer) String() string {
 		return "may be passing"
 	case BusyPassing:
 		return "passing"
+	case BusyProbing:
+		return "probing"
 	}
 	return fmt.Sprintf("BusyAnswer(%d)", int(b))
 }
@@ -102,14 +126,18 @@ func (b BusyAnswer) String() string {
 //     to a file drops its lock, and that is the reader's;
 //   - while a probe's shared lock (taken by a process that cannot see the
 //     holder in the kernel's list: in a container, or off Linux) is held,
-//     for an instant;
+//     for an instant: BusyProbing when the kernel lists only such locks and
+//     each prober runs (locktable.ProbeOf), which is evidence that it lets
+//     go however long the scheduler keeps it off a core; passing, under
+//     passingWait, when a prober is asleep, gone or cannot be read;
 //   - while the kernel names this process as the holder and this process
 //     has a parked goroutine (Lock) for path whose wait was given up: that
 //     goroutine holds it only on its way to letting it go (InTransit).
 //
 // It is held when the kernel lists an exclusive holder that shows the lock
 // among its own descriptors, or one whose descriptors cannot be read
-// (another user's); and, with scan set, where every process can be seen,
+// (another user's), or a shared holder through a descriptor that is not a
+// probe's; and, with scan set, where every process can be seen,
 // when a scan of every process's descriptors finds one that holds it (such
 // as the runner's children that inherited tree.lock). It may be passing
 // when it is neither, but not every holder can be seen.
@@ -119,8 +147,20 @@ func passage(path string, scan bool) BusyAnswer {
 		return BusyMayBePassing
 	}
 	holders, _ := locktable.HoldersOf(ino) // where the kernel lists none, any busy answer may be passing
+	probing, notProbing := false, false
 	for _, h := range holders {
-		if h.Exclusive && locktable.HeldBy(h.PID, ino) != locktable.No {
+		if !h.Exclusive {
+			switch locktable.ProbeOf(h.PID, ino) {
+			case locktable.ProbeNot:
+				return BusyHeld
+			case locktable.ProbeRunning:
+				probing = true
+			case locktable.ProbeAsleep, locktable.ProbeUnknown:
+				notProbing = true
+			}
+			continue
+		}
+		if locktable.HeldBy(h.PID, ino) != locktable.No {
 			if h.PID == os.Getpid() && InTransit(path) {
 				return BusyPassing // this process's own given-up wait, about to let go
 			}
@@ -130,8 +170,12 @@ func passage(path string, scan bool) BusyAnswer {
 	if !locktable.SeesAllHolders() {
 		return BusyMayBePassing
 	}
+	passing := BusyPassing
+	if probing && !notProbing {
+		passing = BusyProbing
+	}
 	if !scan {
-		return BusyPassing
+		return passing
 	}
 	switch pids, complete := locktable.ScanHolders(ino); {
 	case len(pids) > 0:
@@ -139,5 +183,5 @@ func passage(path string, scan bool) BusyAnswer {
 	case !complete:
 		return BusyMayBePassing
 	}
-	return BusyPassing
+	return passing
 }

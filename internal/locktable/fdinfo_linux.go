@@ -347,3 +347,103 @@ func ReadThrough(pid, fd, limit int) ([]byte, error) {
 	}
 	return buf[:n], err
 }
+
+// ProbeOf tells how process pid, which the kernel lists with a shared flock
+// on the file ino, holds it: through a probe's descriptor (filelock's
+// ProbeHeld opens the file read-only with O_NONBLOCK|O_NOFOLLOW, which its
+// fdinfo "flags:" line shows, and holds the lock for the few instructions
+// between taking and dropping it), and whether the process runs, or through
+// another descriptor. A probe's hold ends as soon as the prober runs, however
+// long the scheduler keeps it off a core: it is evidence, not a duration,
+// that a caller waits on. It scans /proc/<pid>/fdinfo, and reads
+// /proc/<pid>/task/*/stat only for a probe's hold.
+func ProbeOf(pid int, ino Inode) Probe {
+	if pid <= 0 {
+		return ProbeUnknown
+	}
+	dir := "/proc/" + strconv.Itoa(pid) + "/fdinfo"
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return ProbeUnknown
+	}
+	bp := fdinfoBufs.Get().(*[]byte)
+	defer fdinfoBufs.Put(bp)
+	probe := false
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, _, err := readAllInto(fdinfoPath(pid, fd), bp, true)
+		if err != nil || !sharedIn(data, ino) {
+			continue
+		}
+		if !probeFlags(data) {
+			return ProbeNot
+		}
+		probe = true
+	}
+	switch {
+	case !probe:
+		return ProbeGone
+	case running(pid):
+		return ProbeRunning
+	}
+	return ProbeAsleep
+}
+
+// sharedIn reports whether an fdinfo file's "lock:" lines hold a granted
+// shared flock on ino (the device as lockedIn matches it).
+func sharedIn(data []byte, ino Inode) bool {
+	major, minor := uint64(unix.Major(ino.Dev)), uint64(unix.Minor(ino.Dev))
+	for line := range bytes.Lines(data) {
+		rest, ok := bytes.CutPrefix(bytes.TrimSuffix(line, []byte("\n")), []byte("lock:"))
+		if !ok {
+			continue
+		}
+		h, lmaj, lmin, lino, ok := ParseLocksLine(rest)
+		if ok && !h.Exclusive && lino == ino.Ino && (lmaj == major && lmin == minor || !devReliable(ino)) {
+			return true
+		}
+	}
+	return false
+}
+
+// probeFlags reports whether an fdinfo file's "flags:" line (octal open
+// flags) is a probe's descriptor's: read-only, O_NONBLOCK and O_NOFOLLOW.
+func probeFlags(data []byte) bool {
+	for line := range bytes.Lines(data) {
+		rest, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("flags:"))
+		if !ok {
+			continue
+		}
+		flags, err := strconv.ParseUint(string(bytes.TrimSpace(rest)), 8, 32)
+		const mark = unix.O_NONBLOCK | unix.O_NOFOLLOW
+		return err == nil && flags&unix.O_ACCMODE == unix.O_RDONLY && flags&mark == mark
+	}
+	return false
+}
+
+// running reports whether a thread of process pid is running or runnable
+// (R) or in an uninterruptible wait (D), from /proc/<pid>/task/*/stat; a
+// process gone, or all of whose threads sleep or are stopped, is not.
+func running(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, t := range tasks {
+		data, err := os.ReadFile(dir + t.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// "tid (comm) S ...": comm may hold spaces and parentheses.
+		if i := bytes.LastIndexByte(data, ')'); i >= 0 && i+2 < len(data) {
+			if s := data[i+2]; s == 'R' || s == 'D' {
+				return true
+			}
+		}
+	}
+	return false
+}

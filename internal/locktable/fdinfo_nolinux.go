@@ -48,3 +48,6 @@ func LockThrough(pid, fd int) (path string, ino Inode, locked Answer) {
 // ReadThrough is unsupported: only Linux opens another process's
 // descriptors (/proc/<pid>/fd).
 func ReadThrough(pid, fd, limit int) ([]byte, error) { return nil, errors.ErrUnsupported }
+
+// ProbeOf is ProbeUnknown: only Linux shows a process's locks (fdinfo).
+func ProbeOf(pid int, ino Inode) Probe { return ProbeUnknown }

@@ -63,3 +63,27 @@ func StillHolds(path string, pid int) bool {
 	holds, known := HoldsExclusive(path, pid)
 	return holds || !known
 }
+
+// Probe is how a process that the kernel lists with a shared lock on a file
+// holds it (ProbeOf).
+type Probe uint8
+
+const (
+	// ProbeUnknown: the process's descriptors cannot be read here (another
+	// user's, hidepid, gone, or not Linux).
+	ProbeUnknown Probe = iota
+	// ProbeGone: no descriptor of the process holds a shared lock on the
+	// file any more: it let go since the list was read.
+	ProbeGone
+	// ProbeRunning: it holds the lock only through a probe's descriptor
+	// (read-only, opened O_NONBLOCK|O_NOFOLLOW, as filelock.ProbeHeld
+	// opens it) and a thread of it is running, runnable or in an
+	// uninterruptible wait: a probe on its way to letting go.
+	ProbeRunning
+	// ProbeAsleep: it holds the lock only through a probe's descriptor but
+	// every thread of it is asleep or stopped: not a probe in flight.
+	ProbeAsleep
+	// ProbeNot: it holds the lock through a descriptor that is not a
+	// probe's: a holder.
+	ProbeNot
+)
