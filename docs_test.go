@@ -3,16 +3,15 @@
 package runnerstate
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -138,40 +137,8 @@ func anchors(doc string) []string {
 // blocks of its package daemon section, build against the packages as they
 // are, placed in a program that gives them their imports and a handler.
 func TestREADMEDaemonStoryCompiles(t *testing.T) {
-	data, err := os.ReadFile("README.md")
-	require.NoError(t, err)
-	_, section, ok := strings.Cut(string(data), "\n## A server and its client: package `daemon`\n")
-	require.True(t, ok, "the README has the daemon section")
-	section, _, _ = strings.Cut(section, "\n## ")
-	var blocks []string
-	for {
-		_, rest, ok := strings.Cut(section, "\n```go\n")
-		if !ok {
-			break
-		}
-		code, after, ok := strings.Cut(rest, "\n```\n")
-		require.True(t, ok, "a Go block ends")
-		blocks = append(blocks, code)
-		section = after
-	}
-	require.Len(t, blocks, 2, "a server and a client")
-	program := `package main
-
-import (
-	"context"
-	"log"
-	"net"
-	"net/http"
-	"os"
-	"os/exec"
-	"os/signal"
-	"syscall"
-	"time"
-
-	"github.com/runnerstate/runnerstate"
-	"github.com/runnerstate/runnerstate/daemon"
-)
-
+	blocks := testharness.READMEDaemonBlocks(t, "README.md")
+	program := "package main\n\n" + testharness.READMEDaemonImports + `
 var handler http.Handler
 
 func main() { _, _ = serve, client }
@@ -199,20 +166,8 @@ func TestREADMEQuickStartCompiles(t *testing.T) {
 // buildOverlaid builds program as the package internal/readmequickstart,
 // with an overlay, so that nothing is written in the tree.
 func buildOverlaid(t *testing.T, program string) {
-	gotool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command here: ", err)
-	}
 	root, err := filepath.Abs(".")
 	require.NoError(t, err)
-	tmp := t.TempDir()
-	src := filepath.Join(tmp, "main.go")
-	require.NoError(t, os.WriteFile(src, []byte(program), 0o644))
-	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(root, "internal", "readmequickstart", "main.go"): src}})
-	require.NoError(t, err)
-	ov := filepath.Join(tmp, "overlay.json")
-	require.NoError(t, os.WriteFile(ov, overlay, 0o644))
-	cmd := exec.Command(gotool, "build", "-overlay", ov, "-o", filepath.Join(tmp, "quickstart"), "./internal/readmequickstart")
-	out, err := cmd.CombinedOutput()
+	_, out, err := testharness.BuildOverlaid(t, root, "internal/readmequickstart", program)
 	assert.NoError(t, err, "the README's code does not build:\n%s\n%s", out, program)
 }

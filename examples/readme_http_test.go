@@ -4,7 +4,6 @@ package examples_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/runnerstate/runnerstate"
 	"github.com/runnerstate/runnerstate/daemon"
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -128,40 +128,8 @@ func abCount(t *testing.T, out, what string) int {
 // "ok", in a program whose argument is the directory.
 func buildREADMEServer(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile("../README.md")
-	require.NoError(t, err)
-	_, section, ok := strings.Cut(string(data), "\n## A server and its client: package `daemon`\n")
-	require.True(t, ok, "the README has the daemon section")
-	section, _, _ = strings.Cut(section, "\n## ")
-	var blocks []string
-	for {
-		_, rest, ok := strings.Cut(section, "\n```go\n")
-		if !ok {
-			break
-		}
-		code, after, ok := strings.Cut(rest, "\n```\n")
-		require.True(t, ok, "a Go block ends")
-		blocks = append(blocks, code)
-		section = after
-	}
-	require.Len(t, blocks, 2, "a server and a client")
-	program := `package main
-
-import (
-	"context"
-	"log"
-	"net"
-	"net/http"
-	"os"
-	"os/exec"
-	"os/signal"
-	"syscall"
-	"time"
-
-	"github.com/runnerstate/runnerstate"
-	"github.com/runnerstate/runnerstate/daemon"
-)
-
+	blocks := testharness.READMEDaemonBlocks(t, "../README.md")
+	program := "package main\n\n" + testharness.READMEDaemonImports + `
 var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 
 func main() {
@@ -175,17 +143,7 @@ func main() {
 ` + strings.Join(blocks, "\n\n") + "\n"
 	root, err := filepath.Abs("..")
 	require.NoError(t, err)
-	tmp := t.TempDir()
-	src := filepath.Join(tmp, "main.go")
-	require.NoError(t, os.WriteFile(src, []byte(program), 0o644))
-	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(root, "internal", "readmehttp", "main.go"): src}})
-	require.NoError(t, err)
-	ov := filepath.Join(tmp, "overlay.json")
-	require.NoError(t, os.WriteFile(ov, overlay, 0o644))
-	bin := filepath.Join(tmp, "server")
-	cmd := exec.Command("go", "build", "-overlay", ov, "-o", bin, "./internal/readmehttp")
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
+	bin, out, err := testharness.BuildOverlaid(t, root, "internal/readmehttp", program)
 	require.NoError(t, err, "the README's server does not build:\n%s\n%s", out, program)
 	return bin
 }
