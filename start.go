@@ -459,7 +459,7 @@ func (c *startCall) run(ctx context.Context) (Record, error) {
 		if look.ready && c.accept(look.rec) {
 			return look.rec, nil
 		}
-		if c.backingOff(look.held, look.att, look.haveAtt) {
+		if c.backingOff(look.held && !look.ready, look.att, look.haveAtt) {
 			// In a backoff window: said at once, without start.lock.
 			rec, err := Record{}, c.backedOff(ctx, look.att)
 			if err != errAgain {
@@ -569,7 +569,7 @@ func (c *startCall) decide(ctx context.Context, release func()) (Record, error) 
 	if have && a.gone() {
 		a = c.recordGone(a)
 	}
-	if c.backingOff(held, a, have) {
+	if c.backingOff(false, a, have) { // held here: ready, and accept refused it
 		release()
 		return Record{}, c.backedOff(ctx, a)
 	}
