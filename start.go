@@ -130,7 +130,7 @@ func (e *StartError) Error() string {
 		b.WriteString(line)
 	}
 	if e.Failures > 0 {
-		fmt.Fprintf(&b, "; %d consecutive failed starts: no runner is started before %s (in %s; StartOptions.NoBackoff starts one now)",
+		fmt.Fprintf(&b, "; %d consecutive failed starts: no runner is started before %s (in %s; NoBackoff starts one now)",
 			e.Failures, e.RetryAt.Format(time.RFC3339Nano), max(0, time.Until(e.RetryAt)).Round(time.Millisecond))
 	}
 	return b.String()

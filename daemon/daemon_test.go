@@ -612,6 +612,8 @@ func TestDialBacksOffBesideAnOlderServer(t *testing.T) {
 		require.True(t, began.Before(se.RetryAt), "the test's Dial came in the window")
 		assert.Equal(t, 5, se.Failures)
 		assert.Contains(t, se.Error(), "no Endpoints", "why, from the log")
+		assert.Contains(t, se.Error(), "NoBackoff starts one now")
+		assert.NotContains(t, se.Error(), "StartOptions", "a Dial user has DialOptions")
 		t.Logf("Dial in the window answered in %s", took)
 	}
 	// Start itself, with an Accept that refuses the holder, is held back too.
