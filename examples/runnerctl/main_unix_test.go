@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,4 +66,21 @@ func TestStatusOfADirectoryOthersCanWrite(t *testing.T) {
 	assert.Equal(t, exitUnknown, code, "cannot tell: 4\n%s", out)
 	assert.Contains(t, out, "other users can write it")
 	assert.Contains(t, out, "0777")
+}
+
+// Case: a runner that ended without releasing, whose end nothing recorded:
+// status says it was found gone now, not "found gone at <now> (0s ago)",
+// which reads as a time of death.
+func TestStatusFoundGoneSaysNoTimeOfDeath(t *testing.T) {
+	dir := testharness.TempDir(t)
+	dead := exec.Command("true")
+	require.NoError(t, dead.Run())
+	pid := dead.ProcessState.Pid()
+	data, err := json.Marshal(runnerstate.Record{PID: pid, Process: runnerstate.Identity{PID: pid}, Program: "srv", Version: "v1.1.0"})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, runnerstate.RecordName), data, 0o644))
+	code, out, _ := ctl("status", "--dir", dir)
+	assert.Equal(t, exitNotRunning, code, out)
+	assert.Contains(t, out, "found gone now, when it ended is not known", out)
+	assert.NotContains(t, out, "s ago)", out)
 }
