@@ -58,6 +58,11 @@ type startAttempt struct {
 	// LastExit is the last unclean end of a runner of the directory, kept
 	// by Start before it starts one and by an admission (exit.go).
 	LastExit *Exit `json:"last_exit,omitempty"`
+	// Over is the runner whose record was in the directory when this
+	// attempt, or the first of those before it under the same record,
+	// began, and where its lines in runner.log lie: what follows is the
+	// attempts' children's (exit.go).
+	Over *logOwner `json:"over,omitempty"`
 }
 
 // parseAttempt decodes start.json: one JSON object (durable.DecodeObject),
@@ -213,6 +218,7 @@ func (c *startCall) spawn(prev startAttempt, held bool) (startAttempt, error) {
 		}
 		defer f.Close()
 		out, a.LogFrom = f, size
+		a.Over = c.over(prev, a.LogFrom, !held)
 	}
 	c.spawned = true
 	own := &ownChild{}
@@ -248,6 +254,47 @@ func (c *startCall) spawn(prev startAttempt, held bool) (startAttempt, error) {
 	close(started)
 	c.log.Info("runnerstate: started the runner", "dir", dir, "pid", child.PID, "log", c.logPath)
 	return a, nil
+}
+
+// logOwner is the runner whose record was in the directory when Start
+// attempts began appending to its log (runner.log), and its lines there:
+// from LogFrom to LogTo. Found: the directory was free then, its end found
+// (and kept in the attempt's LastExit, unless a newer one replaced it).
+type logOwner struct {
+	Process Identity `json:"process"`
+	LogFrom int64    `json:"log_from"`
+	LogTo   int64    `json:"log_to"`
+	Found   bool     `json:"found,omitzero"`
+}
+
+// over is the attempt's logOwner, its log opened at size from, after prev;
+// found says the directory is free. Nil unless the log is runner.log and a
+// record is there.
+func (c *startCall) over(prev startAttempt, from int64, found bool) *logOwner {
+	if !samePath(c.logPath, filepath.Join(c.dir, logName)) {
+		return nil
+	}
+	rec, state, _ := readRecord(c.dir)
+	if state != fileOK || rec.PID == 0 {
+		return nil
+	}
+	id := rec.Process
+	if id.PID == 0 {
+		id.PID = rec.PID
+	}
+	if o := prev.Over; o != nil && sameProcess(o.Process, id) {
+		o2 := *o
+		if from < o2.LogTo { // rotated since: its lines are in no log read
+			o2.LogFrom, o2.LogTo = 0, 0
+		}
+		o2.Found = o2.Found || found
+		return &o2
+	}
+	o := &logOwner{Process: id, LogTo: from, Found: found}
+	if prev.Child.PID > 0 && sameProcess(id, Identity(prev.Child)) && samePath(prev.Log, c.logPath) && prev.LogFrom <= from {
+		o.LogFrom = prev.LogFrom // the runner prev started: its lines begin there
+	}
+	return o
 }
 
 // openLog opens the log, rotated first when it is over the call's bound;
@@ -405,10 +452,15 @@ const maxLogTail = 4 << 10
 // most maxLogTail bytes (durable.ReadTail: the rest is not read); "" when
 // there is no log or it cannot be read.
 func logTail(path string, from int64) string {
+	return logTailBefore(path, from, -1)
+}
+
+// logTailBefore is logTail of the log cut at offset to (to < 0: not cut).
+func logTailBefore(path string, from, to int64) string {
 	if path == "" {
 		return ""
 	}
-	data, err := durable.ReadTail(path, from, maxLogTail+1)
+	data, err := durable.ReadTailBefore(path, from, to, maxLogTail+1)
 	if err != nil || len(data) == 0 {
 		return ""
 	}

@@ -65,12 +65,13 @@ func (a *startAttempt) fail(end time.Time, code int, why, tail string) {
 	}
 }
 
-// backingOff reports whether a look at the directory (held: a runner holds
-// it; a, have: start.json) finds this call in a backoff window, where it
-// must not start a runner: never while a runner holds the directory, nor
-// for a call with NoBackoff.
-func (c *startCall) backingOff(held bool, a startAttempt, have bool) bool {
-	if c.noBackoff || held || !have {
+// backingOff reports whether a look at the directory (waits: a runner
+// holds it, not ready, which Start waits for rather than start one; a,
+// have: start.json) finds this call in a backoff window, where it must not
+// start a runner: wherever Start would start one, including in place of a
+// ready holder that accept refuses; never for a call with NoBackoff.
+func (c *startCall) backingOff(waits bool, a startAttempt, have bool) bool {
+	if c.noBackoff || waits || !have {
 		return false
 	}
 	at := a.retryAt()

@@ -71,21 +71,36 @@ func howOr(how string) string {
 // by a runner that no longer holds it (the caller has found the directory
 // free): how it ended and its log's end from the attempt a (have) when a
 // started it and its caller recorded its end, else "unknown", found gone
-// at now.
+// at now. Its log is cut where an attempt begun after its admission began
+// appending to the same log: what follows is that attempt's child's.
 func exitOfRecord(dir string, rec Record, a startAttempt, have bool, now time.Time) *Exit {
 	e := &Exit{Process: rec.Process, Program: rec.Program, Version: rec.Version, Admitted: rec.StartedAt, Gone: now, How: "unknown"}
 	if e.Process.PID == 0 {
 		e.Process.PID = rec.PID
 	}
-	logPath, from := filepath.Join(dir, logName), int64(0)
-	if have && a.Child.PID > 0 && sameProcess(rec.Process, Identity(a.Child)) {
+	logPath, from, to := filepath.Join(dir, logName), int64(0), int64(-1)
+	switch {
+	case have && a.Child.PID > 0 && sameProcess(rec.Process, Identity(a.Child)):
 		if a.How != "" && !a.Ended.IsZero() {
 			e.How, e.Gone = a.How, a.Ended
 		}
 		logPath, from = a.Log, a.LogFrom
+	case have && a.Over != nil && sameProcess(a.Over.Process, e.Process):
+		from, to = a.Over.LogFrom, a.Over.LogTo
+	case have && a.Seq > 0 && a.Log != "" && a.Began.After(rec.StartedAt) && samePath(a.Log, logPath):
+		// A build without Over wrote start.json: a's child's lines follow
+		// a.LogFrom, and earlier attempts' may precede it: nothing is sure.
+		to = 0
 	}
-	e.Log = logLines(logTail(logPath, from))
+	e.Log = logLines(logTailBefore(logPath, from, to))
 	return e
+}
+
+// samePath reports whether the paths a and b name the same file by name.
+func samePath(a, b string) bool {
+	a1, err1 := filepath.Abs(a)
+	b1, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && a1 == b1
 }
 
 // lastExit is what is known of the last unclean end in dir, reading only:
@@ -101,8 +116,15 @@ func lastExit(dir string, held bool, a startAttempt, have bool) *Exit {
 	}
 	// The record left behind first: of the same end, it says more (the
 	// program and version) than the attempt does.
+	// A record whose end start.json keeps already (found by an earlier
+	// Start or admission, the runner's lines cut from the log then) is
+	// not found again: kept, its log is its own, and its Gone when it was
+	// first found.
 	if !held {
-		if rec, state, _ := readRecord(dir); state == fileOK && rec.PID != 0 {
+		rec, state, _ := readRecord(dir)
+		kept := have && (a.LastExit != nil && sameProcess(a.LastExit.Process, rec.Process) ||
+			a.Over != nil && a.Over.Found && sameProcess(a.Over.Process, rec.Process))
+		if state == fileOK && rec.PID != 0 && !kept {
 			consider(exitOfRecord(dir, rec, a, have, time.Now()))
 		}
 	}

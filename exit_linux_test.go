@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -61,4 +62,58 @@ func TestLastExit(t *testing.T) {
 	require.NotNil(t, r.LastExit)
 	assert.Equal(t, c.PID(), r.LastExit.Process.PID)
 	assert.Equal(t, "unknown", r.LastExit.How)
+}
+
+// TestLastExitQuotesOnlyItsOwnLines: a runner killed after it was ready,
+// then a newer build that fails at start, twice, appending to the same
+// runner.log: no Exit quotes another process's lines. Status says the
+// last failure with its own lines; start.json keeps the killed runner's
+// end with its lines only, and how it ended.
+func TestLastExitQuotesOnlyItsOwnLines(t *testing.T) {
+	captureLog(t)
+	dir := startDir(t)
+	cmd := startedRunner(dir, "")
+	rec, err := Start(background(t), dir, cmd, StartOptions{})
+	require.NoError(t, err)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	eventually(t, "the runner is reaped", func() bool { return reaped(dir) })
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
+	var se *StartError
+	for range 2 {
+		_, err = Start(background(t), dir, startedRunner(dir, "die:3"), StartOptions{NoBackoff: true})
+		require.ErrorAs(t, err, &se)
+		require.Equal(t, 3, se.ExitCode)
+	}
+	own := func(e *Exit) {
+		t.Helper()
+		require.NotNil(t, e)
+		for _, line := range e.Log {
+			if pid, ok := strings.CutPrefix(line, "started "); ok {
+				assert.Equal(t, strconv.Itoa(e.Process.PID), pid, "pid %d's exit quotes %q", e.Process.PID, line)
+			}
+		}
+		assert.Contains(t, e.Log, "started "+strconv.Itoa(e.Process.PID))
+	}
+	r, err := Status(dir)
+	require.NoError(t, err)
+	own(r.LastExit)
+	assert.Equal(t, se.PID, r.LastExit.Process.PID, "the last unclean end is the last failure")
+	assert.Equal(t, "exit 3", r.LastExit.How)
+	assert.Contains(t, r.LastExit.Log, "boom 3")
+
+	// Its record still there, and its end not found (start.json as when
+	// the failed starts were made beside it, held): Status computes it
+	// again, with its lines only.
+	a, ok := readAttempt(dir)
+	require.True(t, ok)
+	own(a.LastExit)
+	require.NotNil(t, a.Over)
+	over := *a.Over
+	over.Found = false
+	require.NoError(t, writeAttempt(dir, startAttempt{Seq: a.Seq, Log: a.Log, LogFrom: a.LogFrom, Began: a.Began, Over: &over, ExitCode: -1}))
+	r, err = Status(dir)
+	require.NoError(t, err)
+	own(r.LastExit)
+	assert.Equal(t, rec.PID, r.LastExit.Process.PID)
+	assert.NotContains(t, r.LastExit.Log, "boom 3")
 }

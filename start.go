@@ -130,7 +130,7 @@ func (e *StartError) Error() string {
 		b.WriteString(line)
 	}
 	if e.Failures > 0 {
-		fmt.Fprintf(&b, "; %d consecutive failed starts: no runner is started before %s (in %s; StartOptions.NoBackoff starts one now)",
+		fmt.Fprintf(&b, "; %d consecutive failed starts: no runner is started before %s (in %s; NoBackoff starts one now)",
 			e.Failures, e.RetryAt.Format(time.RFC3339Nano), max(0, time.Until(e.RetryAt)).Round(time.Millisecond))
 	}
 	return b.String()
@@ -459,7 +459,7 @@ func (c *startCall) run(ctx context.Context) (Record, error) {
 		if look.ready && c.accept(look.rec) {
 			return look.rec, nil
 		}
-		if c.backingOff(look.held, look.att, look.haveAtt) {
+		if c.backingOff(look.held && !look.ready, look.att, look.haveAtt) {
 			// In a backoff window: said at once, without start.lock.
 			rec, err := Record{}, c.backedOff(ctx, look.att)
 			if err != errAgain {
@@ -569,7 +569,7 @@ func (c *startCall) decide(ctx context.Context, release func()) (Record, error) 
 	if have && a.gone() {
 		a = c.recordGone(a)
 	}
-	if c.backingOff(held, a, have) {
+	if c.backingOff(false, a, have) { // held here: ready, and accept refused it
 		release()
 		return Record{}, c.backedOff(ctx, a)
 	}

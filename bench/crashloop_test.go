@@ -27,6 +27,10 @@ import (
 // with NoBackoff: each starts up to 3 copies). Figures: the processes
 // started, and how long a Dial in a backoff window takes to say why.
 //
+// impl=beside-older: the same with an older server (v1.0.0) ready in the
+// directory and clients of v2.0.0, so that every Start would replace it
+// with the new build: the backoff holds there too.
+//
 // A scenario lasts crashLoopDuration: BENCH_CRASHLOOP_DURATION (a Go
 // duration; docs/benchmarks.md's figures are from 60s), else 3 s, so that
 // a run with -benchtime 1x stays short.
@@ -41,6 +45,7 @@ const (
 	crashInterval = 100 * time.Millisecond
 	envCrashFor   = "BENCH_CRASHLOOP_DURATION"
 	envCrashImpl  = "BENCH_CRASHLOOP_IMPL"
+	envEchoVer    = "BENCH_ECHO_VERSION" // echo-daemon's Version
 )
 
 // crashLoopDuration is how long one scenario's clients dial.
@@ -66,6 +71,10 @@ func crashClient(base string) int {
 	dir, _, logs := echoDirs(base)
 	d, _ := time.ParseDuration(os.Getenv(envCrashFor))
 	noBackoff := os.Getenv(envCrashImpl) == "nobackoff"
+	want := ""
+	if os.Getenv(envCrashImpl) == "beside-older" {
+		want = "v2.0.0"
+	}
 	server := testharness.Command(base)
 	server.Env = append(os.Environ(), testharness.RoleEnv+"=crash-server")
 	out, err := os.Create(filepath.Join(logs, strconv.Itoa(os.Getpid())))
@@ -80,7 +89,7 @@ func crashClient(base string) int {
 	defer tick.Stop()
 	for end := time.Now().Add(d); time.Now().Before(end); <-tick.C {
 		began := time.Now()
-		c, _, err := daemon.Dial(ctx, dir, copyCmd(server), daemon.DialOptions{NoBackoff: noBackoff})
+		c, _, err := daemon.Dial(ctx, dir, copyCmd(server), daemon.DialOptions{NoBackoff: noBackoff, Version: want})
 		took := time.Since(began)
 		if c != nil {
 			c.Close()
@@ -120,7 +129,7 @@ func copyCmd(cmd *exec.Cmd) *exec.Cmd {
 }
 
 func BenchmarkCrashLoop(b *testing.B) {
-	for _, impl := range []string{"backoff", "nobackoff"} {
+	for _, impl := range []string{"backoff", "nobackoff", "beside-older"} {
 		b.Run("impl="+impl, func(b *testing.B) {
 			var starts, dials, windows float64
 			var inWindow, failed []time.Duration
@@ -172,6 +181,20 @@ func crashLoop(b *testing.B, impl string) (int, []crashLine) {
 			b.Fatal(err)
 		}
 	}
+	if impl == "beside-older" {
+		os.Setenv(envEchoVer, "v1.0.0")
+		defer os.Unsetenv(envEchoVer)
+		procs := newServerProcs(b, base, "echo-daemon")
+		srv := procs.awaitReady(procs.start())
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
+			defer cancel()
+			if err := daemon.Stop(ctx, dir, runnerstate.RestartNow); err != nil {
+				b.Error(err)
+			}
+			procs.reap(srv)
+		}()
+	}
 	var clients []*exec.Cmd
 	for range crashClients {
 		cmd := testharness.Command(base)
@@ -193,6 +216,9 @@ func crashLoop(b *testing.B, impl string) (int, []crashLine) {
 		b.Fatal(err)
 	}
 	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue // not a client's (the older server's stderr)
+		}
 		data, err := os.ReadFile(filepath.Join(logs, e.Name()))
 		if err != nil {
 			b.Fatal(err)

@@ -196,8 +196,8 @@ func echoDaemonOn(base string, ep runnerstate.Endpoint) int {
 	e := newEchoServer(base)
 	ctx, cancel := context.WithTimeout(context.Background(), upgradeWait)
 	srv, err := daemon.Listen(ctx, dir, daemon.Options{Program: echoProgram,
-		Endpoints: []runnerstate.Endpoint{ep},
-		Mode:      runnerstate.RestartNow, Grace: upgradeWait})
+		Endpoints: []runnerstate.Endpoint{ep}, Version: os.Getenv(envEchoVer),
+		Mode: runnerstate.RestartNow, Grace: upgradeWait})
 	cancel()
 	if err != nil {
 		return fail(err)

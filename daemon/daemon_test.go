@@ -575,6 +575,58 @@ func TestDialBacksOffAFailingServer(t *testing.T) {
 	assert.Contains(t, err.Error(), "no Endpoints")
 }
 
+// The backoff holds where Start would replace a ready server that the
+// client refuses (older than its Version): a newer build that fails at
+// start is started twice, then every Dial in the window is told the last
+// failure at once, and nothing more is started, while the older server
+// keeps serving.
+func TestDialBacksOffBesideAnOlderServer(t *testing.T) {
+	dir := shortDir(t)
+	eps := unixEndpoint("d.sock")
+	old := startServer(t, dir, Options{Program: "echo", Version: "v1.0.0", Endpoints: eps})
+	old.Expect("ready inherited=0")
+	t.Cleanup(func() { Stop(context.Background(), dir, runnerstate.RestartNow) })
+	cmd := serverCmd(dir, Options{Program: "echo", Version: "v2.0.0"}) // no Endpoints: Listen refuses, exit 3
+	newer := DialOptions{Program: "echo", Version: "v2.0.0"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, _, err := Dial(ctx, dir, cmd, newer)
+	var se *runnerstate.StartError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, 3, se.ExitCode)
+	assert.Equal(t, 2, se.Failures, "the second copy's failure opens the window")
+	assert.Equal(t, 2, attemptSeq(t, dir))
+	// Three more (NoBackoff) make the window 2 s long.
+	for k := 3; k <= 5; k++ {
+		_, _, err = Dial(ctx, dir, cmd, DialOptions{Program: "echo", Version: "v2.0.0", NoBackoff: true})
+		require.ErrorAs(t, err, &se)
+		require.Equal(t, k, se.Failures)
+	}
+	require.Equal(t, 5, attemptSeq(t, dir))
+
+	for range 3 {
+		began := time.Now()
+		_, _, err = Dial(ctx, dir, cmd, newer)
+		took := time.Since(began)
+		require.ErrorAs(t, err, &se)
+		require.True(t, began.Before(se.RetryAt), "the test's Dial came in the window")
+		assert.Equal(t, 5, se.Failures)
+		assert.Contains(t, se.Error(), "no Endpoints", "why, from the log")
+		assert.Contains(t, se.Error(), "NoBackoff starts one now")
+		assert.NotContains(t, se.Error(), "StartOptions", "a Dial user has DialOptions")
+		t.Logf("Dial in the window answered in %s", took)
+	}
+	// Start itself, with an Accept that refuses the holder, is held back too.
+	_, err = runnerstate.Start(ctx, dir, cmd, runnerstate.StartOptions{Accept: func(runnerstate.Record) bool { return false }})
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, 5, se.Failures)
+	assert.Equal(t, 5, attemptSeq(t, dir), "nothing started in the window")
+
+	rec, held, _ := runnerstate.Running(dir)
+	require.True(t, held)
+	assert.Equal(t, "v1.0.0", rec.Version, "the older server still serves")
+}
+
 // attemptSeq is the number of the last Start attempt in dir's start.json.
 func attemptSeq(t *testing.T, dir string) int {
 	data, err := os.ReadFile(filepath.Join(dir, "start.json"))

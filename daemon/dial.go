@@ -380,6 +380,7 @@ func (d *dialing) ended(ctx context.Context, rec runnerstate.Record) error {
 // "; the last server, pid 7 (v1.2.0), ended: signal 9 at …, its log
 // ending: …"; "" otherwise.
 func lastExitWords(dir string) string {
+	looked := time.Now()
 	r, err := runnerstate.Status(dir)
 	if err != nil || r.LastExit == nil {
 		return ""
@@ -389,9 +390,12 @@ func lastExitWords(dir string) string {
 	if e.Version != "" {
 		s += " (" + e.Version + ")"
 	}
-	if e.How == "unknown" {
+	switch {
+	case e.How == "unknown" && !e.Gone.Before(looked):
+		s += ", is gone (found so now: when and how it ended are not known)"
+	case e.How == "unknown":
 		s += fmt.Sprintf(", was found gone at %s, how it ended unknown", e.Gone.Format(time.RFC3339))
-	} else {
+	default:
 		s += fmt.Sprintf(", ended: %s at %s", e.How, e.Gone.Format(time.RFC3339))
 	}
 	if n := len(e.Log); n > 0 {

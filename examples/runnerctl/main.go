@@ -235,6 +235,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
+	looked := time.Now()
 	r, err := runnerstate.Status(dir)
 	if err != nil {
 		fail(stderr, err)
@@ -297,11 +298,18 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 		if e.Program != "" {
 			who += " (" + printable(strings.TrimSpace(e.Program+" "+e.Version)) + ")"
 		}
-		when := "found gone"
-		if e.How != "unknown" {
-			when = "ended"
+		when := fmt.Sprintf("%s (%s ago)", e.Gone.Format(time.RFC3339), time.Since(e.Gone).Round(time.Second))
+		switch {
+		case e.How != "unknown":
+			when = "ended " + when
+		case !e.Gone.Before(looked):
+			// Found by this look (nothing recorded it before): when it
+			// ended is not known, only that it is gone now.
+			when = "found gone now, when it ended is not known"
+		default:
+			when = "found gone " + when
 		}
-		row("last exit", fmt.Sprintf("%s: %s, %s %s (%s ago)", who, printable(e.How), when, e.Gone.Format(time.RFC3339), time.Since(e.Gone).Round(time.Second)))
+		row("last exit", fmt.Sprintf("%s: %s, %s", who, printable(e.How), when))
 		for _, l := range e.Log {
 			row("", "| "+printable(l))
 		}

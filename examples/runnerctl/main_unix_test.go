@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,4 +68,21 @@ func TestStatusOfADirectoryOthersCanWrite(t *testing.T) {
 	assert.Contains(t, out, "0777")
 	assert.Contains(t, out, "cannot tell: other users can write this directory")
 	assert.NotContains(t, out, "locks do not exclude", "the reason is the directory's modes, not its filesystem")
+}
+
+// Case: a runner that ended without releasing, whose end nothing recorded:
+// status says it was found gone now, not "found gone at <now> (0s ago)",
+// which reads as a time of death.
+func TestStatusFoundGoneSaysNoTimeOfDeath(t *testing.T) {
+	dir := testharness.TempDir(t)
+	dead := exec.Command("true")
+	require.NoError(t, dead.Run())
+	pid := dead.ProcessState.Pid()
+	data, err := json.Marshal(runnerstate.Record{PID: pid, Process: runnerstate.Identity{PID: pid}, Program: "srv", Version: "v1.1.0"})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, runnerstate.RecordName), data, 0o644))
+	code, out, _ := ctl("status", "--dir", dir)
+	assert.Equal(t, exitNotRunning, code, out)
+	assert.Contains(t, out, "found gone now, when it ended is not known", out)
+	assert.NotContains(t, out, "s ago)", out)
 }

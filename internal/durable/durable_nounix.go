@@ -92,9 +92,19 @@ func Rewrite(path string, _ int, _ func(old []byte) ([]byte, bool)) error {
 // last limit bytes when more was written since from. Here it reads the file
 // whole (at most 64 MiB) and cuts it.
 func ReadTail(path string, from int64, limit int) ([]byte, error) {
+	return ReadTailBefore(path, from, -1, limit)
+}
+
+// ReadTailBefore is ReadTail of the file cut at offset to (to < 0: not
+// cut): what was written between from and to, at most its last limit
+// bytes.
+func ReadTailBefore(path string, from, to int64, limit int) ([]byte, error) {
 	data, err := ReadFile(path, 64<<20)
 	if err != nil && !errors.Is(err, ErrTooLarge) {
 		return nil, err
+	}
+	if to >= 0 && to < int64(len(data)) {
+		data = data[:to]
 	}
 	off := max(from, int64(len(data))-int64(limit))
 	if off >= int64(len(data)) {

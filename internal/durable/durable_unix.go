@@ -260,6 +260,13 @@ func Rewrite(path string, limit int, update func(old []byte) (data []byte, write
 // refuses what ReadFile refuses (a symlink, a directory, a FIFO...); a
 // missing file satisfies errors.Is(err, fs.ErrNotExist).
 func ReadTail(path string, from int64, limit int) ([]byte, error) {
+	return ReadTailBefore(path, from, -1, limit)
+}
+
+// ReadTailBefore is ReadTail of the file cut at offset to (to < 0: not
+// cut): what was written between from and to, at most its last limit
+// bytes.
+func ReadTailBefore(path string, from, to int64, limit int) ([]byte, error) {
 	fd, err := OpenRetry(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, OpenError(path, err)
@@ -272,11 +279,15 @@ func ReadTail(path string, from int64, limit int) ([]byte, error) {
 	if err := CheckMode(path, ModeOf(uint32(st.Mode))); err != nil {
 		return nil, err
 	}
-	off := max(from, st.Size-int64(limit))
-	if off >= st.Size {
+	end := st.Size
+	if to >= 0 {
+		end = min(end, to)
+	}
+	off := max(from, end-int64(limit))
+	if off >= end {
 		return nil, nil
 	}
-	buf := make([]byte, st.Size-off)
+	buf := make([]byte, end-off)
 	n := 0
 	for n < len(buf) {
 		m, err := unix.Pread(fd, buf[n:], off+int64(n))

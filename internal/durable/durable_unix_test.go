@@ -108,4 +108,18 @@ func TestReadTail(t *testing.T) {
 	require.NoError(t, unix.Mkfifo(fifo, 0o600))
 	_, err = ReadTail(fifo, 0, 5)
 	assert.ErrorIs(t, err, ErrNotRegular)
+
+	// Cut at an offset: what was written before it, at most limit bytes.
+	data, err = ReadTailBefore(path, 0, 4, 100)
+	require.NoError(t, err)
+	assert.Equal(t, "old\n", string(data))
+	data, err = ReadTailBefore(path, 0, 7, 3)
+	require.NoError(t, err)
+	assert.Equal(t, "new", string(data), "the last limit bytes before the cut")
+	data, err = ReadTailBefore(path, 4, 4, 100)
+	require.NoError(t, err)
+	assert.Empty(t, data, "nothing between from and to")
+	data, err = ReadTailBefore(path, 4, 1<<20, 100)
+	require.NoError(t, err)
+	assert.Equal(t, "new line\n", string(data), "a cut past the end cuts nothing")
 }
