@@ -29,7 +29,7 @@ func withStateLockCtx(ctx context.Context, dir string, fn func(held stateHeld) e
 	l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o600, inspectLock)
 	if err != nil {
 		if errors.Is(err, ErrBusy) && ctx.Err() == nil && waitCtx.Err() != nil {
-			return errorf("state lock %s stayed busy for %v; a process is stuck writing state there (stopped?): %w", path, stateLockWait, err)
+			return errorf("waited %v for the state lock %s: %w", stateLockWait, path, err)
 		}
 		return err
 	}
