@@ -271,7 +271,8 @@ func RestartRequested(dir string) (mode string, ok bool) {
 // ClearRestart removes dir's restart request. It is idempotent: no request,
 // or no dir, is not an error. Errors: a directory at restart.json, or the
 // system's error, naming the path; ErrNotDurable when the request is gone
-// (nobody sees it any more) but the directory could not be synced.
+// (nobody sees it any more) but the directory could not be synced; a
+// *BusyError naming .state.lock when another process held it for 30 s.
 func ClearRestart(dir string) error {
 	if err := ownDir("ClearRestart", dir); err != nil {
 		return err
