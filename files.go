@@ -151,7 +151,7 @@ const (
 // or parsed is reported as fileCorrupt with the reason, which names the
 // path; it is never modified here.
 func readState[T any](path string, parse func([]byte) (T, error)) (T, fileState, error) {
-	v, state, err := durable.ReadState(path, maxRecordSize, parse)
+	v, state, err := durable.ReadStateOwned(path, maxRecordSize, parse, func(id durable.FileID) bool { return ownedFile(path, id) })
 	return v, state, public(err)
 }
 

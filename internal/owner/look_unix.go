@@ -130,3 +130,13 @@ func ProcessUID(pid int) int {
 	}
 	return int(st.Uid)
 }
+
+// ownerOf is the uid that owns path (its symlinks followed), -1 when it
+// cannot be told.
+func ownerOf(path string) int {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return -1
+	}
+	return int(st.Uid)
+}
