@@ -34,6 +34,9 @@ func withStateLockCtx(ctx context.Context, dir string, fn func(held stateHeld) e
 		return err
 	}
 	defer l.Release()
+	if err := ownedLock("write", dir, path, l.Fd()); err != nil {
+		return err // another user's: it serialises nothing, and fn writes nothing
+	}
 	l.MakePrivate() // 0600: a reader's flock on it must never stall writers (one made by an older build was 0644)
 	return fn(stateHeld{dir: dir})
 }

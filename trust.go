@@ -248,6 +248,17 @@ func ownedFile(path string, id durable.FileID) bool {
 	return false
 }
 
+// ownedLock refuses the lock file at path of dir, held through the
+// descriptor fd, when another user owns it (owner.Evidence, on the fstat
+// of fd: never a second lookup): ErrUntrustedDir naming it and its owner.
+func ownedLock(op, dir, path string, fd uintptr) error {
+	p, ok := owner.FileOf(fd, path)
+	if !ok || owner.Evidence(path, p.UID) {
+		return nil
+	}
+	return &untrustedError{op: op, dir: dir, file: p, dirOwner: owner.OwnerOf(dir)}
+}
+
 // otherUser says, for a lock's holder pid, that it is another user's
 // process ("; held by uid 1002 (mallory), not you"), so that a refusal
 // names the cause a user can act on; "" when it is this user's or cannot

@@ -364,3 +364,26 @@ func TestTrustPlantedRecordIsIgnored(t *testing.T) {
 	assert.Contains(t, err.Error(), path)
 	assert.Contains(t, err.Error(), "uid 4202")
 }
+
+// Point 4, the writers' second line: the state lock is judged on the
+// descriptor it is held through. A .state.lock mallory made while the
+// directory was shared (the directory private again since) is refused by
+// withStateLock itself, naming the file and its owner, and what it guards
+// does not run, whatever the check of the directory before it found.
+func TestTrustStateLockIsJudgedOnItsDescriptor(t *testing.T) {
+	dir := filepath.Join(publicDir(t), "run")
+	require.NoError(t, os.Mkdir(dir, 0o777))
+	require.NoError(t, os.Chmod(dir, 0o777))
+	plant := "plantlock:" + stateLockName
+	got := runAs(t, mallory, dir, plant)
+	require.Empty(t, got[plant].Err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	ran := false
+	err := withStateLock(dir, func(stateHeld) error { ran = true; return nil })
+	require.ErrorIs(t, err, ErrUntrustedDir)
+	assert.Contains(t, err.Error(), filepath.Join(dir, stateLockName))
+	assert.Contains(t, err.Error(), "uid 4202")
+	assert.False(t, ran, "nothing is written under another user's lock")
+	defer TrustDir(dir)()
+	require.NoError(t, withStateLock(dir, func(stateHeld) error { return nil }), "opted in: owners are not checked")
+}

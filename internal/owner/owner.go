@@ -251,3 +251,7 @@ func Evidence(path string, uid int) bool {
 	abs, err := filepath.Abs(dir)
 	return err != nil || Trusted(abs)
 }
+
+// OwnerOf is the uid that owns path (its symlinks followed), -1 when it
+// cannot be told.
+func OwnerOf(path string) int { return ownerOf(path) }
