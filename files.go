@@ -151,7 +151,7 @@ const (
 // or parsed is reported as fileCorrupt with the reason, which names the
 // path; it is never modified here.
 func readState[T any](path string, parse func([]byte) (T, error)) (T, fileState, error) {
-	v, state, err := durable.ReadState(path, maxRecordSize, parse)
+	v, state, err := durable.ReadStateOwned(path, maxRecordSize, parse, func(id durable.FileID) bool { return ownedFile(path, id) })
 	return v, state, public(err)
 }
 
@@ -213,7 +213,8 @@ var ErrNotDurable = durable.ErrNotDurable
 // bad name or line is refused; ErrNotDurable when the new content is in
 // place but its directory could not be synced (call SaveLines again to make
 // sure it is durable); otherwise the system's error, and the old content is
-// intact. Creates dir (0700) when it does not exist; touches dir/name and a
+// intact; a *BusyError naming .state.lock when another process held it for
+// 30 s. Creates dir (0700) when it does not exist; touches dir/name and a
 // temporary file beside it, under the directory's state lock.
 func SaveLines(dir, name string, lines []string) error {
 	if err := checkStateName(dir, name); err != nil {
@@ -336,7 +337,8 @@ func AppendLine(dir, name, line string) error {
 // the directory could not be synced: a second MigrateFile finds nothing to
 // do, and the next write that succeeds in dir makes it durable; otherwise
 // the system's error, and both names are as they were. Runs under the
-// directory's state lock.
+// directory's state lock, waited for at most 30 s (then a *BusyError naming
+// .state.lock).
 func MigrateFile(dir, oldName, newName string) error {
 	if err := checkStateName(dir, oldName); err != nil {
 		return err

@@ -155,7 +155,8 @@ var ErrNotHolder = errors.New("runnerstate: this process does not hold the runne
 // ErrNotDurable when the record is in place but its directory could not be
 // synced; ErrNewerProtocol (wrapped, naming the file and both protocol
 // numbers) when a state file of dir says a protocol newer than this
-// build's, and nothing is written; otherwise the system's error naming the
+// build's, and nothing is written; a *BusyError naming .state.lock when
+// another process held it for 30 s; otherwise the system's error naming the
 // path. Touches runner.json and a temporary file beside it.
 func Publish(dir string, rec Record) error {
 	if err := ownDir("Publish", dir); err != nil {

@@ -112,15 +112,26 @@ func pendingRestart(dir string) (restartRequest, bool) {
 // since writing over a request it cannot read could weaken it;
 // ErrNotDurable when the request is in place (the runner sees it) but the
 // directory could not be synced; ErrNewerProtocol (wrapped, naming the file and both protocol numbers) when one of dir's files says a protocol newer than this build's, and nothing is written. Touches restart.json (atomically) under the
-// directory's state lock.
+// directory's state lock, whose wait is bounded by 30 s (another process
+// may hold it): then a *BusyError (ErrBusy) names .state.lock and its holder.
 func RequestRestart(dir, mode string) error {
-	_, err := requestRestart(dir, mode, Self())
+	_, err := requestRestart(context.Background(), dir, mode, Self())
+	return err
+}
+
+// RequestRestartContext is RequestRestart whose wait for the directory's
+// state lock (which another process may hold) also ends with ctx: it
+// returns by ctx's end with a *BusyError naming .state.lock and its holder,
+// matching ErrBusy and ctx's error. RequestRestart's own wait is bounded by
+// 30 s. daemon.Stop asks through this.
+func RequestRestartContext(ctx context.Context, dir, mode string) error {
+	_, err := requestRestart(ctx, dir, mode, Self())
 	return err
 }
 
 // requestRestart writes or upgrades the request and returns the request now
-// pending. by is who asks.
-func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
+// pending. by is who asks; ctx bounds the wait for the state lock.
+func requestRestart(ctx context.Context, dir, mode string, by Identity) (restartRequest, error) {
 	if ModeStrength(mode) == 0 {
 		return restartRequest{}, fmt.Errorf("%w, not %q", ErrBadMode, mode)
 	}
@@ -136,7 +147,7 @@ func requestRestart(dir, mode string, by Identity) (restartRequest, error) {
 		return restartRequest{}, err
 	}
 	var pending restartRequest
-	err := withStateLock(dir, func(held stateHeld) error {
+	err := withStateLockCtx(ctx, dir, func(held stateHeld) error {
 		var err error
 		pending, _, err = requestRestartLocked(held, mode, by, false)
 		return err
@@ -260,7 +271,8 @@ func RestartRequested(dir string) (mode string, ok bool) {
 // ClearRestart removes dir's restart request. It is idempotent: no request,
 // or no dir, is not an error. Errors: a directory at restart.json, or the
 // system's error, naming the path; ErrNotDurable when the request is gone
-// (nobody sees it any more) but the directory could not be synced.
+// (nobody sees it any more) but the directory could not be synced; a
+// *BusyError naming .state.lock when another process held it for 30 s.
 func ClearRestart(dir string) error {
 	if err := ownDir("ClearRestart", dir); err != nil {
 		return err

@@ -9,9 +9,11 @@
 // else in the directory is a hint that names the holder, and only a process
 // verified alive is ever signalled.
 //
-// Every wait takes a context.Context, and a call that waits never succeeds
-// once its context has ended (see Lock). Every busy answer is a *BusyError
-// that names the holder. Errors name the path they are about and say what to
+// The calls that take a context.Context (Lock, RLock, Takeover, Standby,
+// Start, AcquireScope, SyncRunning, RequestRestartContext) return by its end
+// whatever another process holds, and never succeed once it has ended (see
+// Lock); the writers that take none wait 30 s at most. Every busy answer is a
+// *BusyError naming the lock file waited on and its holder (another user as such). Errors name the path they are about and say what to
 // do; callers match them with errors.Is against the sentinels (ErrBusy,
 // ErrNotHolder, ...) and errors.As against *BusyError. Every function that
 // takes a directory refuses the empty name "" (pass "." for the current
@@ -142,11 +144,11 @@ func (runnerFiles) Tidy(h *hold.Hold, runnerHere bool) {
 //
 // Errors: a *BusyError naming the holder when the directory is held (by
 // another process, by this one through an earlier Acquire, or by orphans or
-// a runner whose runner.lock was lost: then PID is one of them); its Path is
-// runner.lock's. ErrLockingUnsupported on a filesystem without locks; an
-// error naming the path when dir is not a directory, or a lock file
-// (runner.lock, tree.lock, or .state.lock, which serialises state writes)
-// is a symlink, a directory, another non-regular file or not writable.
+// a runner whose runner.lock was lost: then PID is one of them), its Path
+// runner.lock's; one naming .state.lock (which serialises state writes) when
+// another process held that for 30 s. ErrLockingUnsupported on a filesystem
+// without locks; an error naming the path when dir is not a directory, or a
+// lock file is a symlink, a directory, another non-regular file or not writable.
 // ErrNewerProtocol (wrapped, naming the file and both protocol numbers) when
 // one of dir's files says a newer protocol: nothing is taken or written.
 func Acquire(dir string) (release func(), err error) {
@@ -377,8 +379,8 @@ func holderRecord(st lockState, rec Record, state fileState) Record {
 // cleared (runner.json cannot be removed, a lock file cannot be read or
 // rewritten), the first such error, naming its path, with the stale pid and
 // whatever else could be cleared; otherwise the errors of Acquire
-// (ErrNewerProtocol among them, before anything is cleared). A nil error
-// means nothing stale is left.
+// (ErrNewerProtocol among them, before anything is cleared; .state.lock
+// waited for at most 30 s). A nil error means nothing stale is left.
 func ClearStale(dir string) (pid int, cleared bool, err error) {
 	if err := ownDir("ClearStale", dir); err != nil {
 		return 0, false, err

@@ -29,11 +29,14 @@ func withStateLockCtx(ctx context.Context, dir string, fn func(held stateHeld) e
 	l, err := waitLock(waitCtx, path, filelock.Exclusive, 0o600, inspectLock)
 	if err != nil {
 		if errors.Is(err, ErrBusy) && ctx.Err() == nil && waitCtx.Err() != nil {
-			return errorf("state lock %s stayed busy for %v; a process is stuck writing state there (stopped?): %w", path, stateLockWait, err)
+			return errorf("waited %v for the state lock %s: %w", stateLockWait, path, err)
 		}
 		return err
 	}
 	defer l.Release()
+	if err := ownedLock("write", dir, path, l.Fd()); err != nil {
+		return err // another user's: it serialises nothing, and fn writes nothing
+	}
 	l.MakePrivate() // 0600: a reader's flock on it must never stall writers (one made by an older build was 0644)
 	return fn(stateHeld{dir: dir})
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/gate"
 	"github.com/runnerstate/runnerstate/internal/owner"
 )
@@ -230,6 +231,32 @@ func untrustedWarning(dir string) []string {
 		out = append(out, strings.TrimPrefix(e.Error(), "runnerstate: "))
 	}
 	return out
+}
+
+// ownedFile reports whether the state file at path, read through a
+// descriptor whose fstat said id, is evidence of anything: owned by root
+// or by its directory's owner, in a directory opted in (TrustDir), or where
+// owners cannot be told. Another user's is ignored by every reader (logged
+// once, and Status warns naming it and its owner): nobody else can have
+// made it in a directory only its owner can write, unless it was once
+// shared, and what it says proves nothing.
+func ownedFile(path string, id durable.FileID) bool {
+	if owner.Evidence(path, id.UID) {
+		return true
+	}
+	infoOnce("stranger:"+path, "runnerstate: ignoring a file another user owns", "path", path, "owner", userWords(id.UID))
+	return false
+}
+
+// ownedLock refuses the lock file at path of dir, held through the
+// descriptor fd, when another user owns it (owner.Evidence, on the fstat
+// of fd: never a second lookup): ErrUntrustedDir naming it and its owner.
+func ownedLock(op, dir, path string, fd uintptr) error {
+	p, ok := owner.FileOf(fd, path)
+	if !ok || owner.Evidence(path, p.UID) {
+		return nil
+	}
+	return &untrustedError{op: op, dir: dir, file: p, dirOwner: owner.OwnerOf(dir)}
 }
 
 // otherUser says, for a lock's holder pid, that it is another user's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -323,4 +324,66 @@ func TestTrustBusyNamesAnotherUser(t *testing.T) {
 	assert.Contains(t, err.Error(), "held by uid 65534", "the other user")
 	assert.Contains(t, err.Error(), "not you")
 	require.NoError(t, holder.Stop())
+}
+
+// Point 4: a runner.json mallory planted while the directory was shared
+// (opted in), forging the verified holder's record with her own endpoint,
+// the directory made private again since: what it says is no evidence.
+// Running ignores it (read through its descriptor, whose owner is hers),
+// Status warns naming the file and its owner, and Publish refuses.
+func TestTrustPlantedRecordIsIgnored(t *testing.T) {
+	dir := filepath.Join(publicDir(t), "run")
+	require.NoError(t, os.Mkdir(dir, 0o777))
+	require.NoError(t, os.Chmod(dir, 0o777))
+	restore := TrustDir(dir)
+	release, err := Acquire(dir)
+	require.NoError(t, err)
+	defer release()
+	require.NoError(t, Publish(dir, Record{Endpoints: []Endpoint{{Network: "unix", Address: "/run/alice.sock"}}}))
+	path := filepath.Join(dir, RecordName)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	forged := strings.Replace(strings.TrimSpace(string(data)), "/run/alice.sock", "/run/mallory.sock", 1)
+	require.NoError(t, os.Remove(path))
+	plant := "plant:" + RecordName + ":" + forged
+	got := runAs(t, mallory, dir, plant)
+	require.Empty(t, got[plant].Err)
+	restore()
+	require.NoError(t, os.Chmod(dir, 0o755))
+
+	rec, held, err := Running(dir)
+	require.NoError(t, err)
+	assert.True(t, held, "the holder's lock says so")
+	assert.NotContains(t, fmt.Sprint(rec.Endpoints), "mallory", "the forged record is ignored")
+	st, err := Status(dir)
+	require.NoError(t, err)
+	assert.NotContains(t, fmt.Sprint(st.Holder.Endpoints), "mallory")
+	assert.True(t, anyContains(st.Warnings, path, "uid 4202"), "Status names the file and its owner: %q", st.Warnings)
+	err = Publish(dir, Record{})
+	require.ErrorIs(t, err, ErrUntrustedDir)
+	assert.Contains(t, err.Error(), path)
+	assert.Contains(t, err.Error(), "uid 4202")
+}
+
+// Point 4, the writers' second line: the state lock is judged on the
+// descriptor it is held through. A .state.lock mallory made while the
+// directory was shared (the directory private again since) is refused by
+// withStateLock itself, naming the file and its owner, and what it guards
+// does not run, whatever the check of the directory before it found.
+func TestTrustStateLockIsJudgedOnItsDescriptor(t *testing.T) {
+	dir := filepath.Join(publicDir(t), "run")
+	require.NoError(t, os.Mkdir(dir, 0o777))
+	require.NoError(t, os.Chmod(dir, 0o777))
+	plant := "plantlock:" + stateLockName
+	got := runAs(t, mallory, dir, plant)
+	require.Empty(t, got[plant].Err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	ran := false
+	err := withStateLock(dir, func(stateHeld) error { ran = true; return nil })
+	require.ErrorIs(t, err, ErrUntrustedDir)
+	assert.Contains(t, err.Error(), filepath.Join(dir, stateLockName))
+	assert.Contains(t, err.Error(), "uid 4202")
+	assert.False(t, ran, "nothing is written under another user's lock")
+	defer TrustDir(dir)()
+	require.NoError(t, withStateLock(dir, func(stateHeld) error { return nil }), "opted in: owners are not checked")
 }

@@ -416,8 +416,10 @@ func versionWords(v string) string {
 // go (a successor may hold it by then), or ctx ends. Nothing holds dir: nil
 // at once. It never signals.
 //
-// Errors: runnerstate.ErrBadMode for another mode; RequestRestart's; an
-// error wrapping ctx.Err() naming the holder when ctx ends first.
+// Errors: runnerstate.ErrBadMode for another mode; RequestRestartContext's
+// (its wait for the state lock ends with ctx: a *runnerstate.BusyError
+// naming .state.lock and its holder); an error wrapping ctx.Err() naming
+// the holder when ctx ends first.
 func Stop(ctx context.Context, dir, mode string) error {
 	if mode == "" {
 		mode = runnerstate.RestartDrain
@@ -432,8 +434,8 @@ func Stop(ctx context.Context, dir, mode string) error {
 	if !held {
 		return nil
 	}
-	if err := runnerstate.RequestRestart(dir, mode); err != nil {
-		return err
+	if err := runnerstate.RequestRestartContext(ctx, dir, mode); err != nil {
+		return fmt.Errorf("daemon: Stop %s: asking the server (pid %d) to go: %w", dir, rec.PID, err)
 	}
 	w := dirwatch.New(dir)
 	defer w.Close()

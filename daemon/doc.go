@@ -21,11 +21,11 @@
 // whose request it has not read; ServeHTTP does not. The next connections
 // wait in the socket's backlog for the successor, which is never refused.
 //
-// A leaving server hands its listening sockets over (Linux and macOS;
-// Windows binds anew), so two servers never serve at once. Versions compare
-// as semantic versions, and never ping-pong (see Dial). Dial checks who
-// accepts (ErrUntrustedPeer) over a unix socket on Linux and macOS, and over
-// TCP on Linux only. docs/operations.md ("A daemon of your own") says where
-// a server may keep its files, how to pass it options, and how long its
-// Listen may wait.
+// A leaving server hands its listening sockets over (Linux and macOS; Windows
+// binds anew), so two servers never serve at once. Versions compare as semantic
+// versions, and never ping-pong (see Dial). Dial checks who accepts
+// (ErrUntrustedPeer) over a unix socket on Linux and macOS, and over TCP on
+// Linux only. Listen, Dial, Stop and ServeHTTP end with their context whatever
+// others hold. Where a server keeps its files, how long Listen waits:
+// docs/operations.md ("A daemon of your own").
 package daemon

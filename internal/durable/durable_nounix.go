@@ -26,14 +26,17 @@ func ReadFile(path string, limit int) ([]byte, error) {
 	return data, err
 }
 
-// FileID names the file a read found at a path; zero here: these systems
-// give no device and inode numbers.
-type FileID struct{ Dev, Ino uint64 }
+// FileID names the file a read found at a path; Dev and Ino are zero here
+// and UID -1: these systems give no device and inode numbers, and no uid.
+type FileID struct {
+	Dev, Ino uint64
+	UID      int
+}
 
-// ReadFileID is ReadFile; its FileID is zero here.
+// ReadFileID is ReadFile; its FileID is zero here, UID -1.
 func ReadFileID(path string, limit int) ([]byte, FileID, error) {
 	data, err := readFile(path, limit)
-	return data, FileID{}, err
+	return data, FileID{UID: -1}, err
 }
 
 func readFile(path string, limit int) ([]byte, error) {

@@ -30,8 +30,12 @@ func ReadFile(path string, limit int) ([]byte, error) {
 }
 
 // FileID names the file a read found at a path: its device and inode
-// numbers (zero where the system has none to give).
-type FileID struct{ Dev, Ino uint64 }
+// numbers (zero where the system has none to give), and its owner's uid
+// (-1 where the system has none), from the fstat of the descriptor read.
+type FileID struct {
+	Dev, Ino uint64
+	UID      int
+}
 
 // ReadFileID is ReadFile, and also says which file it read, from the same
 // fstat that checked it is a regular file: the caller need not look the
@@ -46,7 +50,7 @@ func ReadFileID(path string, limit int) ([]byte, FileID, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, FileID{}, &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
-	id := FileID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}
+	id := FileID{Dev: uint64(st.Dev), Ino: uint64(st.Ino), UID: int(st.Uid)}
 	if err := CheckMode(path, ModeOf(uint32(st.Mode))); err != nil {
 		return nil, id, err
 	}

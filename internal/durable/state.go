@@ -24,8 +24,19 @@ const (
 // parse); it is never modified here. A missing file is Absent, with no
 // error.
 func ReadState[T any](path string, limit int, parse func([]byte) (T, error)) (T, State, error) {
+	return ReadStateOwned(path, limit, parse, nil)
+}
+
+// ReadStateOwned is ReadState whose file is first shown to evidence (nil:
+// any file is), with its FileID from the fstat of the very descriptor it is
+// read through (never a second lookup of path): a file evidence refuses is
+// Absent, its content neither parsed nor returned.
+func ReadStateOwned[T any](path string, limit int, parse func([]byte) (T, error), evidence func(FileID) bool) (T, State, error) {
 	var zero T
-	data, err := ReadFile(path, limit)
+	data, id, err := ReadFileID(path, limit)
+	if (err == nil || errors.Is(err, ErrTooLarge)) && evidence != nil && !evidence(id) {
+		return zero, Absent, nil
+	}
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return zero, Absent, nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/runnerstate/runnerstate/internal/durable"
 	"github.com/runnerstate/runnerstate/internal/liveness"
+	"github.com/runnerstate/runnerstate/internal/owner"
 )
 
 // Entry is one waiting starter.
@@ -71,9 +72,11 @@ const (
 )
 
 // Read reads dir's gate (Name, at most MaxSize bytes) with Parse:
-// durable.ReadState's answer, an empty State unless it is durable.OK.
+// durable.ReadState's answer, an empty State unless it is durable.OK. A
+// gate another user owns (owner.Evidence) is Absent: it binds nobody.
 func Read(dir string) (State, durable.State, error) {
-	return durable.ReadState(filepath.Join(dir, Name), MaxSize, Parse)
+	path := filepath.Join(dir, Name)
+	return durable.ReadStateOwned(path, MaxSize, Parse, func(id durable.FileID) bool { return owner.Evidence(path, id.UID) })
 }
 
 // Parse decodes a gate: one JSON object (durable.DecodeObject), or an error

@@ -130,3 +130,23 @@ func ProcessUID(pid int) int {
 	}
 	return int(st.Uid)
 }
+
+// FileOf is the Part that fstat of fd, an open file at path, says; false
+// when it cannot be told.
+func FileOf(fd uintptr, path string) (Part, bool) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(fd), &st); err != nil {
+		return Part{}, false
+	}
+	return Part{Path: path, UID: int(st.Uid), GID: int(st.Gid), Mode: fs.FileMode(st.Mode & 0o777)}, true
+}
+
+// ownerOf is the uid that owns path (its symlinks followed), -1 when it
+// cannot be told.
+func ownerOf(path string) int {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return -1
+	}
+	return int(st.Uid)
+}

@@ -234,3 +234,24 @@ func Strangers(files []Part, dirOwner int) []Part {
 	}
 	return out
 }
+
+// Evidence reports whether a file at path whose owner is uid (from the
+// fstat of the descriptor it was read through; -1 where the system has no
+// uids) is evidence of anything: owned by root or by its directory's
+// owner, or in a directory opted in. Nobody else can have made it in a
+// directory only its owner can write, unless it was once shared.
+func Evidence(path string, uid int) bool {
+	if uid <= 0 {
+		return true
+	}
+	dir := filepath.Dir(path)
+	if d := ownerOf(dir); d < 0 || d == uid {
+		return true
+	}
+	abs, err := filepath.Abs(dir)
+	return err != nil || Trusted(abs)
+}
+
+// OwnerOf is the uid that owns path (its symlinks followed), -1 when it
+// cannot be told.
+func OwnerOf(path string) int { return ownerOf(path) }
