@@ -24,8 +24,8 @@ import (
 // second serve takes over, and pings never fail while it does.
 func TestDaemonStory(t *testing.T) {
 	daemon, tmp := buildDaemon(t), t.TempDir()
-	env := append(os.Environ(), "TMPDIR="+tmp)
-	dir := filepath.Join(tmp, "runnerstate-daemon")
+	env := append(os.Environ(), "TMPDIR="+tmp, "XDG_RUNTIME_DIR=")
+	dir := defaultDir(tmp, "runnerstate-daemon")
 	stack := filepath.Join(dir, "stack")
 	serverLog := filepath.Join(stack, "runner.log")
 	run := func(args ...string) (string, string, error) {

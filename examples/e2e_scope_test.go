@@ -111,9 +111,9 @@ func TestScopeExampleServers(t *testing.T) {
 	out, err := exec.Command("go", "build", "-o", bin, "./scope").CombinedOutput()
 	require.NoError(t, err, "go build ./scope: %s", out)
 	tmp := t.TempDir()
-	env := append(os.Environ(), "TMPDIR="+tmp)
-	scopeDir := filepath.Join(tmp, "runnerstate-scope")   // the default scope
-	dataA := filepath.Join(tmp, "runnerstate-scope-data") // the default data dir
+	env := append(os.Environ(), "TMPDIR="+tmp, "XDG_RUNTIME_DIR=")
+	scopeDir := defaultDir(tmp, "runnerstate-scope")   // the default scope
+	dataA := defaultDir(tmp, "runnerstate-scope-data") // the default data dir
 	dataB := filepath.Join(tmp, "b")
 	otherScope := filepath.Join(tmp, "other-scope")
 

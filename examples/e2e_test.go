@@ -49,7 +49,15 @@ func newStory(t *testing.T) *story {
 	return s
 }
 
-func (s *story) env() []string { return append(os.Environ(), "TMPDIR="+s.tmp) }
+// defaultDir is where the examples put app's directory by default when
+// XDG_RUNTIME_DIR is unset and TMPDIR is tmp (examples/internal/demodir).
+func defaultDir(tmp, app string) string {
+	return filepath.Join(tmp, app+"-"+strconv.Itoa(os.Getuid()))
+}
+
+func (s *story) env() []string {
+	return append(os.Environ(), "TMPDIR="+s.tmp, "XDG_RUNTIME_DIR=")
+}
 
 // start runs the runner with its defaults and args; it is killed and
 // reaped at the end.
@@ -329,7 +337,7 @@ func TestRunnerSIGTERMWhileWaiting(t *testing.T) {
 		t.Skip("flock(1) (util-linux) is not installed")
 	}
 	s := newStory(t)
-	dir := filepath.Join(s.tmp, "runnerstate-demo")
+	dir := defaultDir(s.tmp, "runnerstate-demo")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	holder := exec.Command("flock", filepath.Join(dir, "runner.lock"), "sh", "-c", "echo locked; exec sleep 600")
 	holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -383,7 +391,7 @@ func TestLeavingRunnerIsNotHandedOutAsReady(t *testing.T) {
 	assert.Regexp(t, `restart\s+none`, out, "the takeover withdrew its request")
 
 	// runnerctl start waits while a drains, then starts its command.
-	dir := filepath.Join(s.tmp, "runnerstate-demo")
+	dir := defaultDir(s.tmp, "runnerstate-demo")
 	start := exec.Command(s.runnerctl, "start", "--json", "--timeout", "60s", "--", s.runner, "-job", "1h")
 	start.Env = s.env()
 	var stdout, stderr bytes.Buffer

@@ -8,7 +8,7 @@
 //	daemon add N   add N to the total in the foreground, borrowing the runner role
 //
 // The server holds two directories under --dir (default
-// $TMPDIR/runnerstate-daemon): stack/, the server's, and runner/, the
+// $XDG_RUNTIME_DIR/runnerstate-daemon, else $TMPDIR/runnerstate-daemon-<uid>): stack/, the server's, and runner/, the
 // runner role, which its runner holds while no foreground command borrows
 // it. A second serve (a new build, say) takes the stack over: the first
 // drains, hands its listening socket over and goes, and no ping is refused
@@ -46,6 +46,7 @@ import (
 
 	"github.com/runnerstate/runnerstate"
 	"github.com/runnerstate/runnerstate/daemon"
+	"github.com/runnerstate/runnerstate/examples/internal/demodir"
 )
 
 const (
@@ -61,7 +62,8 @@ commands:
   serve    be the server (ping starts it detached)
   add N    add N to the total in the foreground, borrowing the runner role
 
-every command takes --dir DIR (default $TMPDIR/runnerstate-daemon).
+every command takes --dir DIR (default $XDG_RUNTIME_DIR/runnerstate-daemon, else
+$TMPDIR/runnerstate-daemon-<uid>).
 exit codes: 0 done; 1 the server could not be started or did not answer
 (ping prints its log tail), or another error; 2 usage.
 `
@@ -83,7 +85,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	name, args := args[0], args[1:]
 	fs := flag.NewFlagSet("daemon "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("dir", filepath.Join(os.TempDir(), "runnerstate-daemon"), "the daemon's directory")
+	dir := fs.String("dir", demodir.Dir("runnerstate-daemon"), "the daemon's directory")
 	wait := fs.Duration("timeout", time.Minute, "how long ping waits for the server to be ready, and add for the runner role")
 	// Flags may come before or after the command's argument (add N), and
 	// N may be negative (add -3 is a number, not a flag).

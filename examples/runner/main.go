@@ -3,7 +3,7 @@
 // escalating to signals only when that runner is verified), publishes its
 // record, and runs fake jobs until it is asked to stop.
 //
-//	go run ./examples/runner                 # dir $TMPDIR/runnerstate-demo, 2 s jobs, 2 at a time
+//	go run ./examples/runner                 # dir $TMPDIR/runnerstate-demo-<uid>, 2 s jobs, 2 at a time
 //	go run ./examples/runner -job 500ms -parallel 4 -jobs 10
 //
 // Each job is a process of the runner's tree (runnerstate.Inherit), so that a
@@ -30,7 +30,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,6 +38,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/examples/internal/demodir"
 )
 
 // exitLost is the exit code of a runner that stopped because a lock file of
@@ -70,7 +70,7 @@ func main() {
 }
 
 func run() int {
-	dir := flag.String("dir", filepath.Join(os.TempDir(), "runnerstate-demo"), "the runner directory")
+	dir := flag.String("dir", demodir.Dir("runnerstate-demo"), "the runner directory")
 	job := flag.Duration("job", 2*time.Second, "how long each fake job runs")
 	parallel := flag.Int("parallel", 2, "how many jobs run at once")
 	jobs := flag.Int("jobs", 0, "stop after this many jobs (0: run until asked to stop)")
@@ -250,7 +250,7 @@ func exitCode(sig os.Signal) int {
 // pasted as it is.
 func hint(dir string) {
 	flag := ""
-	if dir != filepath.Join(os.TempDir(), "runnerstate-demo") {
+	if dir != demodir.Dir("runnerstate-demo") {
 		flag = " --dir " + shellQuote(dir)
 	}
 	fmt.Fprintf(os.Stderr, "\nThis runner holds %s. Try, in another terminal at the root of the runnerstate repository (each command line pastes as it is):\n"+

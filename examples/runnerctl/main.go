@@ -7,7 +7,8 @@
 //	runnerctl start -- CMD ARGS...     make sure a runner is ready, starting CMD detached
 //	runnerctl stop [--drain|--now]     ask the server to go, and wait until it has
 //
-// Every command takes --dir (default $TMPDIR/runnerstate-demo, the demo
+// Every command takes --dir (default $XDG_RUNTIME_DIR/runnerstate-demo, else
+// $TMPDIR/runnerstate-demo-<uid>: the demo
 // runner's) and --help. Exit codes follow the conventions operators already
 // script against: status answers like an LSB init script's status action
 // (and systemctl is-active), 0 when a runner runs, 3 when none does, 4 when
@@ -42,6 +43,7 @@ import (
 
 	"github.com/runnerstate/runnerstate"
 	"github.com/runnerstate/runnerstate/daemon"
+	"github.com/runnerstate/runnerstate/examples/internal/demodir"
 )
 
 // Exit codes.
@@ -70,7 +72,8 @@ commands:
   stop [--drain|--now] [--timeout D]
                            ask the server to go, and wait until it has
 
-every command takes --dir DIR (default $TMPDIR/runnerstate-demo) and --help
+every command takes --dir DIR (default $XDG_RUNTIME_DIR/runnerstate-demo, else
+$TMPDIR/runnerstate-demo-<uid>) and --help
 ("runnerctl <command> --help" lists its flags and exit codes).
 
 exit codes: 0 done (status: a runner runs; start: a runner is ready); 1 error
@@ -205,7 +208,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("runnerctl "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("dir", filepath.Join(os.TempDir(), "runnerstate-demo"), "the runner directory")
+	dir := fs.String("dir", demodir.Dir("runnerstate-demo"), "the runner directory")
 	do := c.flags(fs)
 	// The flag package prints the usage itself, to its output, before it
 	// returns: help goes to stdout (asked for, exit 0), a mistake to stderr

@@ -4,7 +4,7 @@
 // SIGINT, finishes its teardown and only then releases the data dir and the
 // scope.
 //
-//	go run ./examples/scope -data /tmp/a      # serves /tmp/a in scope $TMPDIR/runnerstate-scope
+//	go run ./examples/scope -data /tmp/a      # serves /tmp/a in scope $TMPDIR/runnerstate-scope-<uid>
 //	go run ./examples/scope -data /tmp/b      # in another terminal: refused, names /tmp/a, exits 75
 //
 // Refused (another server holds the scope, or the data dir), it prints which
@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/examples/internal/demodir"
 )
 
 func main() {
@@ -33,8 +34,8 @@ func main() {
 }
 
 func run() int {
-	scopeDir := flag.String("scope", filepath.Join(os.TempDir(), "runnerstate-scope"), "the scope directory shared by would-be servers")
-	dataDir := flag.String("data", filepath.Join(os.TempDir(), "runnerstate-scope-data"), "the data dir this server serves (created if needed)")
+	scopeDir := flag.String("scope", demodir.Dir("runnerstate-scope"), "the scope directory shared by would-be servers")
+	dataDir := flag.String("data", demodir.Dir("runnerstate-scope-data"), "the data dir this server serves (created if needed)")
 	wait := flag.Duration("wait", 0, "how long to wait for the scope and the data dir to be free (0: ask once)")
 	flag.Parse()
 
