@@ -29,6 +29,7 @@ import (
 var releases = []release{
 	{name: "v0.2", commit: "5da114b"},
 	{name: "v0.3", commit: "47a8404"},
+	{name: "v0.4", commit: "c009845"},
 }
 
 type release struct{ name, commit string }
