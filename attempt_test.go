@@ -72,7 +72,7 @@ func TestStartLooksAreBounded(t *testing.T) {
 
 	leave1, leave2 := joinLooks(dir), joinLooks(dir)
 	assert.Equal(t, 1, looks())
-	woke := time.Now()
+	woke := time.Now().Add(-time.Millisecond) // strictly before the look, whatever the clock's resolution (Windows')
 	c.lookAfter(woke)
 	startLooks.Lock()
 	at := startLooks.m[dir].at

@@ -115,7 +115,7 @@ func TestStartRecordWithoutReadyCountsAsReadyOnlyWithContent(t *testing.T) {
 // Case: the note that a failed Publish leaves the hold in place is for a
 // process that holds the directory, never for a bad call.
 func TestPublishNoteOnlyForAHolder(t *testing.T) {
-	for _, dir := range []string{"", t.TempDir()} {
+	for _, dir := range []string{"", tempDir(t)} {
 		err := Publish(dir, Record{})
 		require.Error(t, err)
 		assert.NotContains(t, err.Error(), "still holds", "Publish(%q)", dir)

@@ -97,7 +97,7 @@ func TestPublishIgnoresACallersLeaving(t *testing.T) {
 
 // RestartLost is no mode anyone can ask for.
 func TestRestartLostIsNoRequest(t *testing.T) {
-	dir := t.TempDir()
+	dir := tempDir(t)
 	assert.True(t, errors.Is(RequestRestart(dir, RestartLost), ErrBadMode))
 	writeJSON(t, filepath.Join(dir, RestartName), restartRequest{Mode: RestartLost, RequestedAt: time.Now()})
 	_, ok := RestartRequested(dir)

@@ -23,7 +23,7 @@ import (
 // call that takes one, before anything is created, with the name quoted;
 // JSON would have stored it lossily in runner.json.
 func TestNonUTF8NamesAreRefused(t *testing.T) {
-	parent := t.TempDir()
+	parent := tempDir(t)
 	dir := filepath.Join(parent, "run\xff")
 	quoted := strconv.Quote(dir)
 	ctx := context.Background()
@@ -62,7 +62,7 @@ func TestNonUTF8NamesAreRefused(t *testing.T) {
 // Point 6: a record whose endpoint address is not valid UTF-8 is not
 // published: what is stored must be what was bound.
 func TestPublishRefusesANonUTF8Endpoint(t *testing.T) {
-	dir := t.TempDir()
+	dir := tempDir(t)
 	release, err := Acquire(dir)
 	require.NoError(t, err)
 	defer release()
@@ -79,7 +79,7 @@ func TestPublishRefusesANonUTF8Endpoint(t *testing.T) {
 // asked to leave, no server counts the starter as waiting or steps aside
 // for it, and Status lists both as void.
 func TestEntriesDatedAheadBindNobody(t *testing.T) {
-	dir := t.TempDir()
+	dir := tempDir(t)
 	forgedAt := time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)
 	other := liveness.Current()
 	other.PIDNS = "0:1" // a starter in another PID namespace: unverifiable

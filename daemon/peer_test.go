@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/runnerstate/runnerstate"
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -13,7 +14,7 @@ import (
 // Endpoint.Mode is a permission of a unix socket file: anything else is
 // refused before anything is taken, naming the endpoint.
 func TestEndpointModeRefusals(t *testing.T) {
-	dir := t.TempDir()
+	dir := testharness.TempDir(t)
 	for _, tc := range []struct {
 		ep   runnerstate.Endpoint
 		want string

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -63,7 +64,7 @@ func TestJudge(t *testing.T) {
 // TestLook: the parts of a real path, from "/" down, as fstat says; a path
 // not there yet gives its deepest existing ancestor's.
 func TestLook(t *testing.T) {
-	dir, err := filepath.EvalSymlinks(t.TempDir()) // macOS: /var is /private/var
+	dir, err := filepath.EvalSymlinks(testharness.TempDir(t)) // macOS: /var is /private/var
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func BenchmarkCheck(b *testing.B) {
 // TestLookThroughASymlink: a symlink in the path is resolved, and the parts
 // are those of where it leads.
 func TestLookThroughASymlink(t *testing.T) {
-	dir, err := filepath.EvalSymlinks(t.TempDir())
+	dir, err := filepath.EvalSymlinks(testharness.TempDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
