@@ -2,6 +2,7 @@ package runnerstate
 
 import (
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -368,5 +369,30 @@ func TestHouseNoRuntimeStack(t *testing.T) {
 			}
 			return true
 		})
+	}
+}
+
+// TestHouseWineTestsUseTheHarnessTempDir: a test file that builds for
+// Windows runs under Wine 8 in CI, where t.TempDir's cleanup fails
+// ("Invalid function"); such tests use testharness.TempDir (or this
+// package's tempDir), whose cleanup copes (docs/testing.md). The bench and
+// etcd modules do not run under Wine.
+func TestHouseWineTestsUseTheHarnessTempDir(t *testing.T) {
+	windows := build.Default
+	windows.GOOS, windows.GOARCH = "windows", "amd64"
+	out, err := exec.Command("git", "ls-files", "*_test.go").Output()
+	if err != nil {
+		t.Skip("git ls-files: ", err)
+	}
+	for _, path := range strings.Fields(string(out)) {
+		if strings.HasPrefix(path, "bench/") || strings.HasPrefix(path, "etcd/") {
+			continue
+		}
+		if ok, err := windows.MatchFile(filepath.Dir(path), filepath.Base(path)); err != nil || !ok {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		assert.NotContains(t, string(data), "t."+"TempDir()", "%s builds for Windows, which runs it under Wine: use testharness.TempDir", path)
 	}
 }
