@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -95,22 +94,7 @@ func publicDir(t *testing.T) string {
 // that nobody may execute.
 func asNobody(t *testing.T, arg string) *exec.Cmd {
 	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("needs root to start a child as another user")
-	}
-	bin := filepath.Join(publicDir(t), "runnerstate.test")
-	src, err := os.Open(os.Args[0])
-	require.NoError(t, err)
-	defer src.Close()
-	dst, err := os.OpenFile(bin, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
-	require.NoError(t, err)
-	_, err = io.Copy(dst, src)
-	require.NoError(t, err)
-	require.NoError(t, dst.Close())
-	attr := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	if err := canRun(attr); err != nil {
-		t.Skipf("cannot start a process as uid %d here: %v", nobody, err)
-	}
+	bin, attr := testharness.AsUser(t, nobody)
 	cmd := exec.Command(bin, "-test.run=^$", arg)
 	cmd.SysProcAttr = attr
 	return cmd

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnerstate/runnerstate/internal/testharness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -35,22 +35,7 @@ const envAsOps = "RUNNERSTATE_TEST_AS_OPS"
 // may execute.
 func asUser(t *testing.T, uid int, dir string, ops ...string) *exec.Cmd {
 	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("needs root to start a process as another user")
-	}
-	bin := filepath.Join(publicDir(t), "runnerstate.test")
-	src, err := os.Open(os.Args[0])
-	require.NoError(t, err)
-	defer src.Close()
-	dst, err := os.OpenFile(bin, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
-	require.NoError(t, err)
-	_, err = io.Copy(dst, src)
-	require.NoError(t, err)
-	require.NoError(t, dst.Close())
-	attr := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
-	if err := canRun(attr); err != nil {
-		t.Skipf("cannot start a process as uid %d here: %v", uid, err)
-	}
+	bin, attr := testharness.AsUser(t, uid)
 	cmd := exec.Command(bin, "-test.run=^$", dir)
 	cmd.SysProcAttr = attr
 	cmd.Env = append(os.Environ(), envAsOps+"="+strings.Join(ops, ";"))

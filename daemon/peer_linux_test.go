@@ -94,30 +94,8 @@ type users struct {
 
 func otherUsers(t *testing.T) *users {
 	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("needs root to run processes as other users")
-	}
-	pub := testharness.PublicDir(t)
-	bin := filepath.Join(pub, "daemon.test")
-	src, err := os.Open(os.Args[0])
-	require.NoError(t, err)
-	defer src.Close()
-	dst, err := os.OpenFile(bin, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
-	require.NoError(t, err)
-	_, err = io.Copy(dst, src)
-	require.NoError(t, err)
-	require.NoError(t, dst.Close())
-	attr := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: mallory, Gid: mallory}}
-	if err := canRunAs(attr); err != nil {
-		t.Skipf("cannot start a process as uid %d here: %v", mallory, err)
-	}
-	return &users{t: t, bin: bin, pub: pub}
-}
-
-func canRunAs(attr *syscall.SysProcAttr) error {
-	cmd := exec.Command("/bin/true")
-	cmd.SysProcAttr = attr
-	return cmd.Run()
+	bin, _ := testharness.AsUser(t, mallory)
+	return &users{t: t, bin: bin, pub: filepath.Dir(bin)}
 }
 
 // dir makes a directory of uid's (mode 0755) in the public directory.
