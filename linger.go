@@ -325,3 +325,21 @@ func killLingering(dir string, l Lingering) bool {
 	defer cancel()
 	return p.Wait(ctx) == nil
 }
+
+// lingeringStatus is Status's Lingering: the record of linger.json while
+// its process is not provably gone, and warnings for one that cannot be
+// read or that outlived its kill_at.
+func lingeringStatus(dir string, warnings []string) (*Lingering, []string) {
+	l, state, err := readLingeringState(dir)
+	switch {
+	case state == fileCorrupt:
+		return nil, append(warnings, fmt.Sprintf("%v; it is ignored, and the next lingering server replaces it", err))
+	case state != fileOK || l.gone():
+		return nil, warnings
+	}
+	if !l.KillAt.IsZero() && time.Now().After(l.KillAt) {
+		warnings = append(warnings, fmt.Sprintf("%s: the lingering server, pid %d, outlived its kill_at (%s); the next holder or admission kills it",
+			filepath.Join(dir, LingerName), l.Holder.PID, l.KillAt.Format(time.RFC3339)))
+	}
+	return &l, warnings
+}

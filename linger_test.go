@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -227,4 +228,33 @@ func TestGateRecordsLinger(t *testing.T) {
 	data, err := json.Marshal(g)
 	require.NoError(t, err)
 	assert.Contains(t, string(data), `"linger":true`)
+}
+
+// Status reports a lingering server while its process is not provably
+// gone, warns of one past its kill_at and of a record that cannot be read.
+func TestStatusReportsLingering(t *testing.T) {
+	dir := tempDir(t)
+	r, err := Status(dir)
+	require.NoError(t, err)
+	assert.Nil(t, r.Lingering)
+	require.NoError(t, WriteLingering(dir, Lingering{Open: 2, KillAt: time.Now().Add(-time.Second)}))
+	r, err = Status(dir)
+	require.NoError(t, err)
+	require.NotNil(t, r.Lingering)
+	assert.Equal(t, 2, r.Lingering.Open)
+	assert.Contains(t, strings.Join(r.Warnings, "\n"), "outlived its kill_at")
+	data, err := json.Marshal(r)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `"lingering":{`)
+
+	writeLingerFile(t, dir, Lingering{Holder: goneIdentity()})
+	r, _ = Status(dir)
+	assert.Nil(t, r.Lingering, "gone")
+	data, _ = json.Marshal(r)
+	assert.NotContains(t, string(data), `"lingering"`)
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, LingerName), []byte("[]"), 0o644))
+	r, _ = Status(dir)
+	assert.Nil(t, r.Lingering)
+	assert.Contains(t, strings.Join(r.Warnings, "\n"), filepath.Join(dir, LingerName))
 }

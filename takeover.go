@@ -100,7 +100,7 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 //   - Concurrent starters: exactly one is admitted, the newest; the others
 //     return ErrSuperseded. A starter that died never blocks the others.
 //   - Admitted only once the kernel lock is its own, the previous runner's
-//     process has exited (or KillAfter passed), and its record is published
+//     process has exited, lingers (linger.json) or outlived KillAfter, and its record is published
 //     with Ready false (Publish fills it in); a starter is never signalled
 //     before it is admitted.
 //
@@ -114,7 +114,7 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 // newer starter's pid; when ctx ends, a *BusyError naming the holder and
 // wrapping ctx's error, once it has withdrawn from the gate; ErrNewerProtocol
 // (wrapped); otherwise the errors of Acquire, or of gate.json, naming it.
-// Touches runner.lock, runner.json, restart.json, gate.json (start.json: Acquire).
+// Touches runner.lock, runner.json, restart.json, gate.json, linger.json (ReapLingering; start.json: Acquire).
 func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release func(), err error) {
 	if err := ownDir("Takeover", dir); err != nil {
 		return nil, err
