@@ -96,8 +96,11 @@ func lingeringForWrite(dir string) (Lingering, bool, error) {
 // ErrLingering when linger.json names another process that is not provably
 // gone (at most one server lingers per directory). A record naming this
 // process is rewritten, keeping End when it was set; one naming a provably
-// gone process, or one that does not parse, is replaced. Written atomically
-// without fsync (it describes a live process), 0644.
+// gone process, or one that does not parse, is replaced. A holder's first
+// record (its step-down) is refused with an error matching ErrBusy while a
+// job it started (Inherit) holds its tree: its successor would take the
+// job for an orphan. Written atomically without fsync (it describes a live
+// process), 0644.
 func WriteLingering(dir string, l Lingering) error {
 	if err := ownDir("WriteLingering", dir); err != nil {
 		return err
@@ -110,14 +113,23 @@ func WriteLingering(dir string, l Lingering) error {
 		if err != nil {
 			return err
 		}
+		mine := ok && sameProcess(old.Holder, self)
 		switch {
-		case ok && sameProcess(old.Holder, self):
+		case mine:
 			if l.End == "" {
 				l.End = old.End
 			}
 		case ok && !old.gone():
 			return fmt.Errorf("%w: %s names pid %d, which lingers until %s (killed after %s); ask it to end (EndLingering) and wait for its exit",
 				ErrLingering, path, old.Holder.PID, old.Deadline.Format(time.RFC3339), old.KillAt.Format(time.RFC3339))
+		}
+		if !mine && holdOf(dir) != nil {
+			// A step-down: never while a job it started holds its tree,
+			// which its successor would take for an orphan and signal.
+			if jobs, _ := orphans(dir, self.PID); len(jobs) > 0 {
+				return fmt.Errorf("%w: %s: pid %d, a job of this runner, holds its tree (%s): a runner with jobs does not linger",
+					ErrBusy, dir, jobs[0], filepath.Join(dir, treeLockName))
+			}
 		}
 		data, err := protocolLine(l)
 		if err != nil {
