@@ -28,6 +28,7 @@ import (
 const (
 	envHoldReady = "RS_DAEMON_HOLD_READY"
 	envJob       = "RS_DAEMON_JOB"
+	envNoClose   = "RS_DAEMON_NO_CLOSE" // "1": never Close after Idle
 )
 
 func init() {
@@ -130,6 +131,9 @@ func roleLinger(dir string) int {
 	}
 	<-srv.Idle()
 	testharness.Say("idle")
+	if os.Getenv(envNoClose) == "1" {
+		select {} // a program that never closes: its successor kills it after kill_at
+	}
 	srv.Close()
 	testharness.Say("closed handed=%v", isClosed(srv.Handed()))
 	return 0
@@ -603,4 +607,39 @@ func TestServeHTTPLingersOnAStream(t *testing.T) {
 	resp.Body.Close()
 	a.Expect("closed")
 	require.NoError(t, a.Wait())
+}
+
+// Point 5: a lingering server that does not exit by its kill_at (its
+// program never calls Close) is killed by the holder, verified, and its
+// record removed.
+func TestALingeringServerPastKillAtIsKilled(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, "d.sock")
+	opts := lingerOpts("v1.0.0", 200*time.Millisecond)
+	opts.LingerGrace = 200 * time.Millisecond
+	a := startLinger(t, dir, opts, envNoClose+"=1")
+	a.Expect("listening")
+	a.Expect("ready inherited=0")
+	st := openStream(t, path)
+	_, err := st.tick()
+	require.NoError(t, err)
+	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute))
+	b.Expect("listening")
+	b.Expect("ready inherited=1")
+	a.Expect("handed")
+	a.Expect("leaving drain")
+	a.Expect("idle") // the deadline closed its stream; it does not Close
+	err = a.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, "signal: killed", ee.Error(), "killed after kill_at")
+	for deadline := time.Now().Add(testharness.Wait); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, ok, _ := runnerstate.ReadLingering(dir); !ok {
+			break
+		}
+	}
+	_, ok, err := runnerstate.ReadLingering(dir)
+	require.NoError(t, err)
+	assert.False(t, ok, "the record of the killed server is removed")
+	assert.Equal(t, b.PID(), pingPID(t, path))
 }
