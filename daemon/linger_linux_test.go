@@ -29,6 +29,7 @@ const (
 	envHoldReady = "RS_DAEMON_HOLD_READY"
 	envJob       = "RS_DAEMON_JOB"
 	envNoClose   = "RS_DAEMON_NO_CLOSE" // "1": never Close after Idle
+	envSlowRV    = "RS_DAEMON_SLOW_RV"  // "1": its rendezvous keeps what it receives 300 ms late
 )
 
 func init() {
@@ -48,6 +49,10 @@ func roleLinger(dir string) int {
 	if err := json.Unmarshal([]byte(os.Getenv(envServerOptions)), &opts); err != nil {
 		testharness.Say("error %v", err)
 		return 1
+	}
+	if os.Getenv(envSlowRV) == "1" {
+		slow := func() { time.Sleep(300 * time.Millisecond) } // the fault: a receiver slow to keep the sockets
+		testHookReceived.Store(&slow)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
 	srv, err := Listen(ctx, dir, opts)
@@ -642,4 +647,28 @@ func TestALingeringServerPastKillAtIsKilled(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, ok, "the record of the killed server is removed")
 	assert.Equal(t, b.PID(), pingPID(t, path))
+}
+
+// Point 3: the lingering server lets the directory go only once its
+// successor says it keeps the sockets: a successor slow to read them still
+// takes them, and keeps a TCP port picked by port 0 (which a successor
+// that bound anew would change).
+func TestStepDownWaitsUntilTheSuccessorKeepsTheSockets(t *testing.T) {
+	dir := shortDir(t)
+	tcp := func(version string) Options {
+		return Options{Program: "echo", Version: version, Linger: time.Minute,
+			Endpoints: []runnerstate.Endpoint{{Network: "tcp", Address: "127.0.0.1:0"}}}
+	}
+	a := startLinger(t, dir, tcp("v1.0.0"))
+	a.Expect("listening")
+	a.Expect("ready inherited=0")
+	rec, _, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	b := startLinger(t, dir, tcp("v1.1.0"), envSlowRV+"=1")
+	b.Expect("listening")
+	b.Expect("ready inherited=1")
+	a.Expect("handed")
+	now, _, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	assert.Equal(t, rec.Endpoints[0].Address, now.Endpoints[0].Address, "the port is kept")
 }

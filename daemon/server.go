@@ -283,7 +283,7 @@ func passOn(dir string, rv *rendezvous) {
 		socks[i] = handable(r)
 	}
 	for _, succ := range successors(dir) {
-		if succ.Rendezvous != rv.address() && handTo(succ.Rendezvous, socks) {
+		if succ.Rendezvous != rv.address() && handTo(succ.Rendezvous, socks, false) {
 			break
 		}
 	}
@@ -587,7 +587,7 @@ func (s *Server) handToSuccessors() {
 		if done {
 			continue
 		}
-		if handTo(succ.Rendezvous, s.socks) {
+		if handTo(succ.Rendezvous, s.socks, false) {
 			s.mu.Lock()
 			s.sent[key], s.handedOut = true, true
 			s.mu.Unlock()
