@@ -97,9 +97,13 @@ func lingeringForWrite(dir string) (Lingering, bool, error) {
 // gone (at most one server lingers per directory). A record naming this
 // process is rewritten, keeping End when it was set; one naming a provably
 // gone process, or one that does not parse, is replaced. Written atomically
-// without fsync (it describes a live process), 0644.
+// without fsync (it describes a live process), 0644. ErrNewerProtocol
+// (wrapped) when a state file of dir says a newer protocol.
 func WriteLingering(dir string, l Lingering) error {
 	if err := ownDir("WriteLingering", dir); err != nil {
+		return err
+	}
+	if err := checkProtocol(dir, true); err != nil {
 		return err
 	}
 	self := Self()
@@ -153,13 +157,17 @@ func removeLingeringOf(held stateHeld, id Identity) error {
 // state lock: when linger.json names another process that is not provably
 // gone, it sets End to LingerEndNow and returns the record (ok true). The
 // record of a provably gone process is removed (ok false); so is nothing
-// else. Errors: a linger.json that cannot be read, or the state lock's.
+// else. Errors: a linger.json that cannot be read, ErrNewerProtocol
+// (wrapped), or the state lock's.
 func EndLingering(dir string) (Lingering, bool, error) {
 	if err := ownDir("EndLingering", dir); err != nil {
 		return Lingering{}, false, err
 	}
 	if _, err := os.Stat(dir); isNotExist(err) {
 		return Lingering{}, false, nil
+	}
+	if err := checkProtocol(dir, true); err != nil {
+		return Lingering{}, false, err
 	}
 	var out Lingering
 	var ok bool
