@@ -100,9 +100,13 @@ func lingeringForWrite(dir string) (Lingering, bool, error) {
 // record (its step-down) is refused with an error matching ErrBusy while a
 // job it started (Inherit) holds its tree: its successor would take the
 // job for an orphan. Written atomically without fsync (it describes a live
-// process), 0644.
+// process), 0644. ErrNewerProtocol (wrapped) when a state file of dir says
+// a newer protocol.
 func WriteLingering(dir string, l Lingering) error {
 	if err := ownDir("WriteLingering", dir); err != nil {
+		return err
+	}
+	if err := checkProtocol(dir, true); err != nil {
 		return err
 	}
 	self := Self()
@@ -165,13 +169,17 @@ func removeLingeringOf(held stateHeld, id Identity) error {
 // state lock: when linger.json names another process that is not provably
 // gone, it sets End to LingerEndNow and returns the record (ok true). The
 // record of a provably gone process is removed (ok false); so is nothing
-// else. Errors: a linger.json that cannot be read, or the state lock's.
+// else. Errors: a linger.json that cannot be read, ErrNewerProtocol
+// (wrapped), or the state lock's.
 func EndLingering(dir string) (Lingering, bool, error) {
 	if err := ownDir("EndLingering", dir); err != nil {
 		return Lingering{}, false, err
 	}
 	if _, err := os.Stat(dir); isNotExist(err) {
 		return Lingering{}, false, nil
+	}
+	if err := checkProtocol(dir, true); err != nil {
+		return Lingering{}, false, err
 	}
 	var out Lingering
 	var ok bool
