@@ -59,8 +59,9 @@ type Options struct {
 	// made for a drain requested by a starter of this package that can
 	// take a lingering predecessor; a drain by an operator, RestartNow,
 	// Stop, an idle exit, a lost lock file, Close, or jobs the server
-	// started that hold its tree each leave as with Linger zero. The
-	// package doc says what lingering is; docs/operations.md when to use it.
+	// started that hold its tree each leave as with Linger zero. Linux and
+	// macOS, where sockets are handed over; elsewhere it never lingers.
+	// docs/operations.md says when to use it.
 	Linger time.Duration
 	// LingerGrace is how long past the Linger deadline a lingering server
 	// has to exit before a holder or admission that finds it alive kills
