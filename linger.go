@@ -273,6 +273,7 @@ func Retake(dir string, rec Record) (release func(), err error) {
 		p.release()
 		return nil, err
 	}
+	h.Describe(rec.Program, rec.Version)
 	holds.Add(h)
 	rec.Ready = true
 	if _, err := publishAs(dir, rec); err != nil && !errors.Is(err, ErrNotDurable) {
