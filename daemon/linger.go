@@ -262,12 +262,11 @@ func (s *Server) afterStepDown(rec runnerstate.Lingering) {
 		case <-update.C:
 			s.updateLingering(&rec)
 		case <-deadline.C:
-			// No successor got ready within Linger: leave for the drain
-			// that was asked; Close hands the sockets on.
-			s.log.Info("daemon: no successor got ready while it lingered", "dir", s.dir)
-			s.endLinger(false)
+			// The successor is not ready by the deadline: what this server
+			// holds is closed, but it keeps its copies of the sockets, to
+			// give them back should the successor fail.
+			s.log.Info("daemon: the linger deadline passed before the successor was ready: closing the connections it still holds", "dir", s.dir, "open", s.Open())
 			s.cutAll()
-			return
 		}
 	}
 }

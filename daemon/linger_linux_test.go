@@ -672,3 +672,31 @@ func TestStepDownWaitsUntilTheSuccessorKeepsTheSockets(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, rec.Endpoints[0].Address, now.Endpoints[0].Address, "the port is kept")
 }
+
+// Points 4 and 5: a deadline that passes before the successor is ready
+// closes what the server holds, but it keeps its copies of the sockets: a
+// successor that then dies before it is ready still gives them back.
+func TestADeadlineBeforeReadyKeepsTheSocketsToGiveBack(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, "d.sock")
+	a := startLinger(t, dir, lingerOpts("v1.0.0", 200*time.Millisecond))
+	a.Expect("listening")
+	a.Expect("ready inherited=0")
+	st := openStream(t, path)
+	_, err := st.tick()
+	require.NoError(t, err)
+	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute), envHoldReady+"=1")
+	b.Expect("listening")
+	for {
+		if _, err := st.tick(); err != nil {
+			break // cut at the deadline
+		}
+	}
+	b.Kill()
+	b.Wait()
+	assert.Equal(t, a.PID(), pingPID(t, path), "the old server accepts again")
+	rec, held, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	require.True(t, held)
+	assert.Equal(t, a.PID(), rec.PID)
+}
