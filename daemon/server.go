@@ -187,7 +187,8 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 		leaving: make(chan struct{}), urgent: make(chan struct{}), handStop: make(chan struct{}), handDone: make(chan struct{}), sent: map[string]bool{},
 		handed: make(chan struct{}), idleCh: make(chan struct{}), lingerCh: make(chan struct{}), closing: make(chan struct{}), abort: make(chan struct{}), reapStop: make(chan struct{}),
 		openConns: map[*conn]struct{}{}}
-	if err := s.open(eps, rv); err != nil {
+	beside := s.besideLingering()
+	if err := s.open(eps, rv, beside); err != nil {
 		rv.close()
 		release()
 		return nil, err
@@ -198,7 +199,7 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 		release()
 		return nil, err
 	}
-	if s.besideLingering() {
+	if beside {
 		// Its predecessor keeps copies of the sockets until this server is
 		// ready: the predecessor's last accept comes before this one's first.
 		for _, l := range s.lns {
@@ -211,8 +212,10 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 }
 
 // open gives each endpoint its socket: the one handed over for it, else one
-// bound anew.
-func (s *Server) open(eps []endpoint, rv *rendezvous) error {
+// bound anew. Beside a lingering predecessor, which keeps its copies, a
+// socket not received yet is waited for (a second at most) first: a
+// starter this one superseded may still pass it on.
+func (s *Server) open(eps []endpoint, rv *rendezvous, beside bool) error {
 	socks := make([]net.Listener, len(eps))
 	closeAll := func() {
 		for _, ln := range socks {
@@ -225,6 +228,11 @@ func (s *Server) open(eps []endpoint, rv *rendezvous) error {
 		if r, ok := rv.take(e.key()); ok {
 			socks[i] = r.ln
 			s.inherited++
+		} else if beside {
+			if r, ok := rv.await(e.key(), time.Second); ok {
+				socks[i] = r.ln
+				s.inherited++
+			}
 		}
 	}
 	for _, r := range rv.all() {
