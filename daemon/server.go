@@ -59,14 +59,17 @@ type Options struct {
 	// made for a drain requested by a starter of this package that can
 	// take a lingering predecessor; a drain by an operator, RestartNow,
 	// Stop, an idle exit, a lost lock file, Close, or jobs the server
-	// started that hold its tree each leave as with Linger zero. Linux and
-	// macOS, where sockets are handed over; elsewhere it never lingers.
+	// started that hold its tree each leave as with Linger zero. At most
+	// one server lingers per directory: the next one to step down asks it
+	// to end at once (its connections are closed). Linux and macOS, where
+	// sockets are handed over; elsewhere it never lingers.
 	// docs/operations.md says when to use it.
 	Linger time.Duration
 	// LingerGrace is how long past the Linger deadline a lingering server
 	// has to exit before a holder or admission that finds it alive kills
-	// it (kill_at in linger.json), and how long a server that would linger
-	// waits for an older lingering server asked to end at once. Zero: 5 s.
+	// it (SIGKILL; kill_at in linger.json), and how long a server that
+	// would linger waits for an older lingering server it asked to end at
+	// once before it kills it. Zero: 5 s.
 	LingerGrace time.Duration
 	// Logger receives what the server does (Info); nil: the runnerstate
 	// package's logger (runnerstate.SetLogger; by default it passes only
