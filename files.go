@@ -58,6 +58,8 @@ var dirFiles = []dirFile{
 		purpose: "a pending restart request"},
 	{name: gateName, kind: kindState, home: homeRunner, mode: 0o644, writer: "Takeover",
 		purpose: "the takeover gate: the waiting starters and the current escalation"},
+	{name: LingerName, kind: kindState, home: homeRunner, mode: 0o644, writer: "package daemon's lingering server",
+		purpose: "a server that handed the directory over and still serves the connections it had accepted: its identity, deadline, kill_at, open count, end"},
 	{name: startLockName, kind: kindLock, home: homeRunner, mode: 0o600, writer: "Start",
 		purpose: "serialises Start's attempts: held while one begins, while its end is recorded, and while its child marks it ready"},
 	{name: startName, kind: kindState, home: homeRunner, mode: 0o644, writer: "Start",

@@ -47,13 +47,18 @@ type Report struct {
 	// that went away before it was ready, the newest of them (see Exit);
 	// nil when none is known. A clean release leaves it as it was.
 	LastExit *Exit `json:"last_exit,omitempty"`
+	// Lingering is the record of a server that handed the directory over
+	// and still serves the connections it had accepted (linger.json), while
+	// its process is not provably gone; nil when none lingers.
+	Lingering *Lingering `json:"lingering,omitempty"`
 }
 
 // Status reports dir's state: whether a runner holds the lock and who it is,
 // the pending restart request, the starters waiting to take over, the stale
 // pids the files still name, the orphans of a previous runner's tree, the
-// child of a Start attempt in progress (Starting, read from start.json), and
-// warnings about anything odd. Like Running it creates nothing, modifies
+// child of a Start attempt in progress (Starting, read from start.json), a
+// server that lingers (Lingering, from linger.json), and warnings about
+// anything odd. Like Running it creates nothing, modifies
 // nothing and never makes an Acquire fail. Naming orphans scans every
 // process's descriptors (only while a tree lock is held without a runner).
 //
@@ -145,6 +150,7 @@ func Status(dir string) (Report, error) {
 	case state == fileCorrupt:
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%v; the request is ignored: remove it, or make a new one (RequestRestart)", err))
 	}
+	r.Lingering, r.Warnings = lingeringStatus(dir, r.Warnings)
 	waiting, warn := waitingStarters(dir)
 	r.Waiting = append(r.Waiting, waiting...)
 	if warn != "" {

@@ -100,7 +100,7 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 //   - Concurrent starters: exactly one is admitted, the newest; the others
 //     return ErrSuperseded. A starter that died never blocks the others.
 //   - Admitted only once the kernel lock is its own, the previous runner's
-//     process has exited (or KillAfter passed), and its record is published
+//     process has exited, lingers (linger.json) or outlived KillAfter, and its record is published
 //     with Ready false (Publish fills it in); a starter is never signalled
 //     before it is admitted.
 //
@@ -114,7 +114,7 @@ func (o TakeoverOptions) withDefaults() TakeoverOptions {
 // newer starter's pid; when ctx ends, a *BusyError naming the holder and
 // wrapping ctx's error, once it has withdrawn from the gate; ErrNewerProtocol
 // (wrapped); otherwise the errors of Acquire, or of gate.json, naming it.
-// Touches runner.lock, runner.json, restart.json, gate.json (start.json: Acquire).
+// Touches runner.lock, runner.json, restart.json, gate.json, linger.json (ReapLingering; start.json: Acquire).
 func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release func(), err error) {
 	if err := ownDir("Takeover", dir); err != nil {
 		return nil, err
@@ -180,6 +180,7 @@ type takeover struct {
 	request       *restartRequest   // the restart request this starter wrote, if any
 	replaced      *restartRequest   // the operator's request that request upgraded, if any
 	pinned        *liveness.Process // the verified holder being taken over (pin)
+	pinnedID      liveness.Identity // the identity pinned
 	starter       bridge.Starter    // what package daemon said of this starter
 	yielded       error             // the step-aside answer, once the gate decided it
 }
@@ -193,7 +194,7 @@ func (t *takeover) register(ctx context.Context) error {
 			return err
 		}
 		t.seq = g.JoinAs(gate.Entry{Starter: liveness.Identity(t.self), Since: t.start,
-			Program: t.opts.Program, Version: t.opts.Version, Rendezvous: t.starter.Rendezvous})
+			Program: t.opts.Program, Version: t.opts.Version, Rendezvous: t.starter.Rendezvous, Linger: t.starter.Linger})
 		return nil
 	})
 }
@@ -488,7 +489,7 @@ func (t *takeover) pin(id liveness.Identity) bool {
 	}
 	t.unpin()
 	p, v, why := liveness.Pin(id)
-	t.pinned = p
+	t.pinned, t.pinnedID = p, id
 	if p == nil {
 		t.log.Debug("runnerstate: takeover could not pin the holder", "dir", t.dir, "pid", id.PID, "verdict", v.String(), "why", why)
 	}
@@ -567,7 +568,10 @@ func (t *takeover) logSignal(pid int, sig liveness.Signal, err error, why, sent,
 
 // awaitPrevious waits, at most KillAfter and never past ctx, for the
 // pinned holder's process to exit: it released the lock, but may still be
-// finishing its exit. The starter goes on either way.
+// finishing its exit. The starter goes on either way. A holder that let go
+// on purpose to linger (linger.json names it, and it is not taking the
+// directory back) is not waited for: it serves only what it had accepted,
+// and ReapLingering bounds it.
 func (t *takeover) awaitPrevious(ctx context.Context) {
 	p := t.pinned
 	if p == nil {
@@ -575,6 +579,10 @@ func (t *takeover) awaitPrevious(ctx context.Context) {
 	}
 	t.pinned = nil
 	defer p.Close()
+	if l, ok, _ := ReadLingering(t.dir); ok && !l.Retaking && sameProcess(l.Holder, Identity(t.pinnedID)) {
+		t.log.Info("runnerstate: the previous runner let go to linger; not waiting for its exit", "dir", t.dir, "pid", p.PID(), "deadline", l.Deadline)
+		return
+	}
 	wctx, cancel := context.WithTimeout(ctx, t.opts.KillAfter)
 	defer cancel()
 	if err := p.Wait(wctx); err != nil && ctx.Err() == nil {
@@ -645,7 +653,8 @@ func (t *takeover) admit(ctx context.Context, p pair) (*hold.Hold, error) {
 		}
 		return nil, err
 	}
-	t.request = nil // retired with the previous runner
+	t.request = nil      // retired with the previous runner
+	ReapLingering(t.dir) // a lingering predecessor past its kill_at, or gone
 	h.Describe(t.opts.Program, t.opts.Version)
 	holds.Add(h)
 	if fn := testHookAdmitting.Load(); fn != nil {

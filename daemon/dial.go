@@ -137,6 +137,9 @@ func (d *dialing) once(ctx context.Context) (net.Conn, runnerstate.Record, error
 			return nil, rec, fmt.Errorf("%w: %s is served by %s (pid %d), which this client's Accept refuses (client %s)", ErrIncompatible, d.dir, versionWords(rec.Version), rec.PID, versionWords(d.opts.Version)), false
 		}
 		return d.dial(ctx, rec)
+	case !ready && retaking(d.dir):
+		d.wait(ctx) // a lingering server takes dir back from a successor that failed
+		return nil, rec, nil, true
 	case d.cmd == nil && !held:
 		return nil, rec, fmt.Errorf("%w: nothing holds %s%s", ErrNotRunning, d.dir, lastExitWords(d.dir)), false
 	case d.cmd == nil:
@@ -302,6 +305,18 @@ func (d *dialing) othersThere() bool {
 func waiting(dir string) bool {
 	rep, err := runnerstate.Status(dir)
 	return err == nil && len(rep.Waiting) > 0
+}
+
+// retaking reports whether a lingering server, alive, is taking dir back
+// from a successor that failed before it was ready (its linger.json says
+// so).
+func retaking(dir string) bool {
+	l, ok, _ := runnerstate.ReadLingering(dir)
+	if !ok || !l.Retaking {
+		return false
+	}
+	v, _ := liveness.Check(liveness.Identity(l.Holder))
+	return v == liveness.Alive
 }
 
 // copyCmd is a fresh copy of the template cmd, marked to step aside for a

@@ -18,6 +18,8 @@ type listener struct {
 	file         socketFile     // the unix socket file this server may remove
 	mu           sync.Mutex     //
 	stop         bool           // Accept returns no connection any more
+	paused       bool           // Accept blocks, returning nothing, until resumed or stopped
+	resumed      chan struct{}  // closed when paused ends (resume, halt or Close)
 	emptying     bool           // idle: Accept returns what is queued, then stops
 	closed       bool           // the caller closed it
 	inflight     sync.WaitGroup // Accept calls under way
@@ -37,6 +39,12 @@ func (l *listener) Accept() (net.Conn, error) {
 		if l.stop || l.closed {
 			l.mu.Unlock()
 			return nil, l.closedError()
+		}
+		if l.paused {
+			resumed := l.resumed
+			l.mu.Unlock()
+			<-resumed
+			continue
 		}
 		if l.emptying {
 			l.mu.Unlock()
@@ -61,7 +69,7 @@ func (l *listener) Accept() (net.Conn, error) {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
 			l.mu.Lock()
-			woken := l.stop || l.closed || l.emptying
+			woken := l.stop || l.closed || l.emptying || l.paused
 			l.mu.Unlock()
 			if !woken {
 				if d, ok := l.Listener.(deadliner); ok {
@@ -87,7 +95,8 @@ func (l *listener) Close() error {
 		return nil
 	}
 	l.closed = true
-	leaving := l.stop || l.emptying || l.s.isLeaving()
+	l.unpauseLocked()
+	leaving := l.stop || l.emptying || l.paused || l.s.isLeaving() || l.s.steppingDown()
 	l.mu.Unlock()
 	l.wake()
 	if leaving {
@@ -103,9 +112,42 @@ func (l *listener) Close() error {
 func (l *listener) halt() {
 	l.mu.Lock()
 	l.stop = true
+	l.unpauseLocked()
 	l.mu.Unlock()
 	l.wake()
 	l.inflight.Wait()
+}
+
+// pause makes Accept block, returning nothing, until resume (or halt, or
+// Close), and returns once every Accept under way has returned: from then
+// on this listener accepts nothing. A lingering server pauses while it
+// hands its sockets over; a successor beside a lingering predecessor until
+// it is ready.
+func (l *listener) pause() {
+	l.mu.Lock()
+	if l.stop || l.closed || l.paused {
+		l.mu.Unlock()
+		return
+	}
+	l.paused, l.resumed = true, make(chan struct{})
+	l.mu.Unlock()
+	l.wake()
+	l.inflight.Wait()
+}
+
+// resume lets a paused Accept accept again.
+func (l *listener) resume() {
+	l.mu.Lock()
+	l.unpauseLocked()
+	l.mu.Unlock()
+}
+
+// unpauseLocked ends a pause; l.mu is held.
+func (l *listener) unpauseLocked() {
+	if l.paused {
+		l.paused = false
+		close(l.resumed)
+	}
 }
 
 // emptyQueue makes Accept return what is already queued and then stop, and
@@ -143,12 +185,16 @@ type conn struct {
 	once sync.Once
 }
 
+// cut closes the connection for the server (a lingering server's deadline,
+// or its record's end "now"); the server counts it closed.
+func (c *conn) cut() { c.Close() }
+
 // NetConn returns the connection this one wraps (as tls.Conn.NetConn does).
 func (c *conn) NetConn() net.Conn { return c.Conn }
 
 // Close closes the connection; the server counts it closed.
 func (c *conn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.s.untrack)
+	c.once.Do(func() { c.s.untrack(c) })
 	return err
 }

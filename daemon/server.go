@@ -48,6 +48,25 @@ type Options struct {
 	// from Ready, the last such connection's close or the last Busy
 	// release, whichever is latest. Zero: never.
 	IdleTimeout time.Duration
+	// Linger lets the server, on a drain toward a successor that takes its
+	// sockets, hand them over and step down at once, then go on serving the
+	// connections it had already accepted for at most this long, beside
+	// its successor, rather than make new clients wait for the drain.
+	// Only a server whose open connections need nothing exclusive in the
+	// directory (state per connection, or behind a lock of its own, such
+	// as a database's) may linger. Zero (the default): it never lingers,
+	// and a drain is as it always was. Lingering is the server's choice,
+	// made for a drain requested by a starter of this package that can
+	// take a lingering predecessor; a drain by an operator, RestartNow,
+	// Stop, an idle exit, a lost lock file, Close, or jobs the server
+	// started that hold its tree each leave as with Linger zero. The
+	// package doc says what lingering is; docs/operations.md when to use it.
+	Linger time.Duration
+	// LingerGrace is how long past the Linger deadline a lingering server
+	// has to exit before a holder or admission that finds it alive kills
+	// it (kill_at in linger.json), and how long a server that would linger
+	// waits for an older lingering server asked to end at once. Zero: 5 s.
+	LingerGrace time.Duration
 	// Logger receives what the server does (Info); nil: the runnerstate
 	// package's logger (runnerstate.SetLogger; by default it passes only
 	// warnings, to slog.Default()).
@@ -85,16 +104,30 @@ type Server struct {
 	handStop  chan struct{}
 	handDone  chan struct{}
 
-	mu        sync.Mutex
-	reason    string
-	urgentSet bool
-	ready     bool
-	conns     int // connections accepted and not closed
-	busy      int // Busy calls not yet ended
-	idle      *time.Timer
-	sent      map[string]bool // the rendezvous the sockets went to
-	handedOut bool
-	closeOnce sync.Once
+	handed   chan struct{} // Handed
+	idleCh   chan struct{} // Idle
+	lingerCh chan struct{} // closed when a lingering step-down has settled
+	closing  chan struct{} // closed when Close begins
+	abort    chan struct{} // closed when a reason to leave as with Linger 0 comes while it prepares to linger
+	watchMu  sync.Mutex    // guards stopWatch and watchDone, which a retake renews
+	reapStop chan struct{} // ends the reap of an older lingering server (Ready starts it)
+
+	mu         sync.Mutex
+	reason     string
+	urgentSet  bool
+	ready      bool
+	meta       []byte             // the Ready payload, published again by a retake
+	conns      int                // connections accepted and not closed
+	openConns  map[*conn]struct{} // the connections counted in conns
+	phase      lingerPhase
+	pendingWhy string // the reason that aborted a step-down in preparation
+	noLinger   bool   // a step-down was given up: this server leaves as with Linger 0
+	released   bool   // the hold was let go at a step-down
+	busy       int    // Busy calls not yet ended
+	idle       *time.Timer
+	sent       map[string]bool // the rendezvous the sockets went to
+	handedOut  bool
+	closeOnce  sync.Once
 }
 
 // Listen takes dir over and returns a Server whose listeners are open: those
@@ -137,7 +170,7 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 	log := loggerOf(opts.Logger)
 
 	rv := listenRendezvous()
-	tctx := bridge.WithStarter(ctx, bridge.Starter{Rendezvous: rv.address(), Yield: yield})
+	tctx := bridge.WithStarter(ctx, bridge.Starter{Rendezvous: rv.address(), Yield: yield, Linger: rv != nil})
 	release, err := runnerstate.Takeover(tctx, dir, runnerstate.TakeoverOptions{
 		Mode: opts.Mode, Grace: opts.Grace, KillAfter: opts.KillAfter,
 		Program: opts.Program, Version: opts.Version, Logger: opts.Logger,
@@ -150,7 +183,9 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{dir: dir, opts: opts, release: release, rvAddr: rv.address(), log: log,
-		leaving: make(chan struct{}), urgent: make(chan struct{}), handStop: make(chan struct{}), handDone: make(chan struct{}), sent: map[string]bool{}}
+		leaving: make(chan struct{}), urgent: make(chan struct{}), handStop: make(chan struct{}), handDone: make(chan struct{}), sent: map[string]bool{},
+		handed: make(chan struct{}), idleCh: make(chan struct{}), lingerCh: make(chan struct{}), closing: make(chan struct{}), abort: make(chan struct{}), reapStop: make(chan struct{}),
+		openConns: map[*conn]struct{}{}}
 	if err := s.open(eps, rv); err != nil {
 		rv.close()
 		release()
@@ -162,9 +197,14 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 		release()
 		return nil, err
 	}
-	wctx, stop := context.WithCancel(context.Background())
-	s.stopWatch, s.watchDone = stop, make(chan struct{})
-	go s.watch(wctx)
+	if s.besideLingering() {
+		// Its predecessor keeps copies of the sockets until this server is
+		// ready: the predecessor's last accept comes before this one's first.
+		for _, l := range s.lns {
+			l.pause()
+		}
+	}
+	s.startWatch()
 	log.Info("daemon: listening", "dir", dir, "endpoints", s.bound, "handed_over", s.inherited)
 	return s, nil
 }
@@ -274,13 +314,26 @@ func (s *Server) Listeners() []net.Listener {
 // leaving stays so (its record says Ready false), and nil is returned.
 // Errors: runnerstate.Publish's.
 func (s *Server) Ready(meta json.RawMessage) error {
+	s.mu.Lock()
+	released := s.released
+	s.mu.Unlock()
+	if released {
+		return nil // it stepped down: the directory is its successor's
+	}
 	err := runnerstate.Publish(s.dir, runnerstate.Record{Program: s.opts.Program, Version: s.opts.Version, Endpoints: s.bound, Meta: meta})
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.ready = true
+	first := !s.ready
+	s.ready, s.meta = true, append([]byte(nil), meta...)
 	s.mu.Unlock()
+	for _, l := range s.lns {
+		l.resume() // ready: a lingering predecessor accepts no more
+	}
+	if first {
+		go s.reapLingering()
+	}
 	s.idleCheck()
 	return nil
 }
@@ -336,6 +389,25 @@ func (s *Server) Busy() (done func()) {
 // release, whichever the takeover waits for.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		close(s.closing)
+		close(s.reapStop)
+		s.mu.Lock()
+		phase, settled := s.phase, s.lingerCh
+		if (phase == phasePreparing || phase == phaseStepping) && !isClosed(s.abort) {
+			s.pendingWhy = ReasonClosed // it leaves as with Linger 0
+			close(s.abort)
+		}
+		s.mu.Unlock()
+		if phase != phaseServing {
+			<-settled // the step-down settles: given up, handed over, or taken back
+		}
+		s.mu.Lock()
+		released := s.released
+		s.mu.Unlock()
+		if released {
+			s.closeStepped()
+			return
+		}
 		s.leave(ReasonClosed)
 		close(s.handStop)
 		<-s.handDone
@@ -344,9 +416,11 @@ func (s *Server) Close() error {
 		handed := s.handedOut
 		s.mu.Unlock()
 		s.closeSockets(!handed)
-		s.stopWatch()
-		<-s.watchDone
+		s.stopWatching()
 		s.release()
+		if handed {
+			s.closeHanded()
+		}
 		s.log.Info("daemon: closed", "dir", s.dir, "reason", s.Reason(), "handed_over", handed)
 	})
 	return nil
@@ -363,9 +437,29 @@ func (s *Server) closeSockets(removeFiles bool) {
 	}
 }
 
+// startWatch starts turning restart requests and a lost lock file into
+// leaving (watch), for the hold the server has now.
+func (s *Server) startWatch() {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.watchMu.Lock()
+	s.stopWatch, s.watchDone = stop, done
+	s.watchMu.Unlock()
+	go s.watch(ctx, done)
+}
+
+// stopWatching ends the watch and waits for it.
+func (s *Server) stopWatching() {
+	s.watchMu.Lock()
+	stop, done := s.stopWatch, s.watchDone
+	s.watchMu.Unlock()
+	stop()
+	<-done
+}
+
 // watch turns restart requests and a lost lock file into leaving.
-func (s *Server) watch(ctx context.Context) {
-	defer close(s.watchDone)
+func (s *Server) watch(ctx context.Context, done chan struct{}) {
+	defer close(done)
 	for mode := range runnerstate.WatchRestart(ctx, s.dir) {
 		s.leave(mode)
 	}
@@ -390,6 +484,9 @@ func reasonRank(why string) int {
 // leave makes the server leave for why, once; a stronger why later only
 // changes Reason.
 func (s *Server) leave(why string) {
+	if s.lingerInstead(why) {
+		return
+	}
 	s.mu.Lock()
 	if reasonRank(why) >= reasonRank(runnerstate.RestartNow) && !s.urgentSet {
 		s.urgentSet = true
@@ -416,14 +513,14 @@ func (s *Server) leave(why string) {
 	s.log.Info("daemon: leaving", "dir", s.dir, "reason", why)
 	if why == ReasonIdle {
 		s.leaveIdle()
-		close(s.leaving)
+		s.closeLeaving()
 		close(s.handDone)
 		return
 	}
 	for _, l := range s.lns {
 		l.halt()
 	}
-	close(s.leaving)
+	s.closeLeaving()
 	if !handsOver {
 		close(s.handDone)
 		return
@@ -489,21 +586,92 @@ func (s *Server) handToSuccessors() {
 
 // track counts a connection accepted through a listener, open.
 func (s *Server) track(c net.Conn) net.Conn {
+	w := &conn{Conn: c, s: s}
 	s.mu.Lock()
 	s.conns++
+	s.openConns[w] = struct{}{}
 	if s.idle != nil {
 		s.idle.Stop()
 	}
 	s.mu.Unlock()
-	return &conn{Conn: c, s: s}
+	return w
 }
 
-// untrack counts one closed.
-func (s *Server) untrack() {
+// untrack counts c closed.
+func (s *Server) untrack(c *conn) {
 	s.mu.Lock()
 	s.conns--
+	delete(s.openConns, c)
+	none := s.conns == 0 && isClosed(s.leaving)
 	s.mu.Unlock()
+	if none {
+		s.closeIdle()
+	}
 	s.idleCheck()
+}
+
+// Open is the number of connections the listeners accepted that are
+// still open (not closed through the connection Accept returned).
+func (s *Server) Open() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
+}
+
+// Idle is closed once Leaving has closed and no connection the listeners
+// accepted is open: a server that serves a raw protocol can wait for it to
+// drain, with no tracking of its own, then Close.
+func (s *Server) Idle() <-chan struct{} { return s.idleCh }
+
+// Handed is closed once this server's successor has its sockets: for a
+// lingering server, when a holder admitted after its step-down publishes
+// Ready (then Leaving closes); for any other, once a successor has been
+// handed the sockets, at the latest when Close returns. It never closes
+// when nothing took them.
+func (s *Server) Handed() <-chan struct{} { return s.handed }
+
+// closeLeaving closes Leaving, and Idle when no connection is open.
+func (s *Server) closeLeaving() {
+	s.mu.Lock()
+	if isClosed(s.leaving) {
+		s.mu.Unlock()
+		return
+	}
+	close(s.leaving)
+	none := s.conns == 0
+	s.mu.Unlock()
+	if none {
+		s.closeIdle()
+	}
+}
+
+func (s *Server) closeIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !isClosed(s.idleCh) {
+		close(s.idleCh)
+	}
+}
+
+func (s *Server) closeHanded() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !isClosed(s.handed) {
+		close(s.handed)
+	}
+}
+
+// cutAll closes every connection the listeners accepted that is open.
+func (s *Server) cutAll() {
+	s.mu.Lock()
+	open := make([]*conn, 0, len(s.openConns))
+	for c := range s.openConns {
+		open = append(open, c)
+	}
+	s.mu.Unlock()
+	for _, c := range open {
+		c.cut()
+	}
 }
 
 // isUrgent reports whether the server must stop at once (RestartNow,
@@ -521,7 +689,7 @@ func (s *Server) idleCheck() {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.ready || s.conns > 0 || s.busy > 0 || s.reason != "" {
+	if !s.ready || s.conns > 0 || s.busy > 0 || s.reason != "" || s.phase != phaseServing {
 		return
 	}
 	if s.idle == nil {
@@ -534,7 +702,7 @@ func (s *Server) idleCheck() {
 // idleFired leaves when the server is still idle.
 func (s *Server) idleFired() {
 	s.mu.Lock()
-	idle := s.ready && s.conns == 0 && s.busy == 0 && s.reason == ""
+	idle := s.ready && s.conns == 0 && s.busy == 0 && s.reason == "" && s.phase == phaseServing
 	s.mu.Unlock()
 	if idle {
 		go s.leave(ReasonIdle)

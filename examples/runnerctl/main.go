@@ -94,7 +94,7 @@ type command struct {
 
 var commands = map[string]command{
 	"status": {
-		synopsis: "status [--dir DIR] [--json]\n\nShow who runs the directory: the holder of its kernel lock, whether its\nidentity is verified, a daemon server's program, version and endpoints,\nthe pending restart request, waiting starters, stale pids, orphans of a\nprevious runner's tree, and warnings.",
+		synopsis: "status [--dir DIR] [--json]\n\nShow who runs the directory: the holder of its kernel lock, whether its\nidentity is verified, a daemon server's program, version and endpoints,\nthe pending restart request, waiting starters, a lingering server (one\nthat handed the directory over and still serves its open connections),\nstale pids, orphans of a previous runner's tree, and warnings.",
 		exits:    "0 a runner holds the directory; 3 no runner does (also when there is no\nsuch directory: the text says so); 75 no runner does, but orphans of a\nprevious runner's tree keep it busy; 4 cannot tell (the directory cannot\nbe read, its filesystem's locks do not exclude, or other users can write it); 2 usage.",
 		flags: func(fs *flag.FlagSet) func(string, io.Writer, io.Writer) int {
 			asJSON := fs.Bool("json", false, "print the report as JSON (the field names are stable)")
@@ -344,6 +344,9 @@ func status(dir string, asJSON bool, stdout, stderr io.Writer) int {
 		restart = "none"
 	}
 	row("restart", restart)
+	if l := r.Lingering; l != nil {
+		row("lingering", lingeringWords(*l))
+	}
 	for i, w := range r.Waiting {
 		row(first(i, "waiting"), printable(w.String()))
 	}
@@ -379,6 +382,20 @@ func runnerWords(r runnerstate.Report) string {
 		return fmt.Sprintf("pid %d, in another PID namespace: never signalled", r.Holder.PID)
 	}
 	return fmt.Sprintf("pid %d, not verified (see warnings)", r.Holder.PID)
+}
+
+// lingeringWords describes a server that handed the directory over and
+// still serves the connections it had accepted.
+func lingeringWords(l runnerstate.Lingering) string {
+	w := fmt.Sprintf("pid %d, serving %d open connection(s) until %s (in %s), killed after %s",
+		l.Holder.PID, l.Open, l.Deadline.Format(time.RFC3339), max(0, time.Until(l.Deadline)).Round(time.Second), l.KillAt.Format(time.RFC3339))
+	if l.End == runnerstate.LingerEndNow {
+		w += "; asked to end now"
+	}
+	if l.Retaking {
+		w += "; retaking the directory (its successor failed)"
+	}
+	return w
 }
 
 func pidWords(pids []int) string {

@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/runnerstate/runnerstate"
 	"github.com/runnerstate/runnerstate/internal/fsinfo"
@@ -138,6 +140,28 @@ func TestStatusTextNamesProgramVersionEndpoints(t *testing.T) {
 	assert.Regexp(t, `(?m)^program +idxd v1\.4\.2$`, out)
 	assert.Regexp(t, `(?m)^endpoints +unix /run/idxd\.sock$`, out)
 	assert.Regexp(t, `(?m)^ +tcp 127\.0\.0\.1:8080$`, out)
+}
+
+// Case: a lingering server (linger.json) has a row of its own, and its
+// record in the JSON.
+func TestStatusShowsALingeringServer(t *testing.T) {
+	dir := testharness.TempDir(t)
+	_, out, _ := ctl("status", "--dir", dir)
+	assert.NotContains(t, out, "lingering")
+	now := time.Now()
+	require.NoError(t, runnerstate.WriteLingering(dir, runnerstate.Lingering{Since: now, Deadline: now.Add(time.Hour), KillAt: now.Add(2 * time.Hour), Open: 4}))
+	require.NoError(t, runnerstate.WriteLingering(dir, runnerstate.Lingering{Since: now, Deadline: now.Add(time.Hour), KillAt: now.Add(2 * time.Hour), Open: 4, Retaking: true}))
+	_, out, _ = ctl("status", "--dir", dir)
+	assert.Regexp(t, `(?m)^lingering +pid `+strconv.Itoa(os.Getpid())+`, serving 4 open connection\(s\) until .*; retaking the directory`, out)
+	_, out, _ = ctl("status", "--json", "--dir", dir)
+	var r struct {
+		Lingering *runnerstate.Lingering `json:"lingering"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.NotNil(t, r.Lingering, out)
+	assert.Equal(t, 4, r.Lingering.Open)
+	assert.True(t, r.Lingering.Retaking)
+	require.NoError(t, runnerstate.RemoveLingering(dir))
 }
 
 // Case: an empty --dir is a usage error everywhere, never "the current

@@ -19,6 +19,10 @@ type Starter struct {
 	// same Program with the same or a newer Version (internal/version
 	// orders them). Decided in the gate, under the state lock.
 	Yield bool
+	// Linger says this starter can take a lingering predecessor (one that
+	// steps down and goes on serving the connections it holds): recorded
+	// in its gate entry ("linger": true).
+	Linger bool
 }
 
 type starterKey struct{}

@@ -35,6 +35,10 @@ type Entry struct {
 	// the server it replaces ("" when it takes none): a unix socket
 	// address, "@name" for an abstract one.
 	Rendezvous string `json:"rendezvous,omitempty"`
+	// Linger says the starter can take a lingering predecessor: one that
+	// hands its sockets over, steps down and goes on serving the
+	// connections it holds (package daemon's Options.Linger).
+	Linger bool `json:"linger,omitempty"`
 }
 
 // Escalation is the takeover's escalation against one holder: what was
@@ -242,6 +246,7 @@ type Successor struct {
 	Instance   string // its instance
 	Rendezvous string // where it receives them
 	Admitted   bool   // the starter admitted last (it binds its listeners)
+	Linger     bool   // it can take a lingering predecessor (Entry.Linger)
 }
 
 // Successors lists the live starters waiting that have a rendezvous, newest
@@ -250,7 +255,7 @@ func (g *State) Successors() []Successor {
 	var out []Successor
 	for _, e := range slices.Backward(g.Waiting) {
 		if e.Rendezvous != "" && e.Live() {
-			out = append(out, Successor{PID: e.Starter.PID, Instance: e.Starter.Instance, Rendezvous: e.Rendezvous})
+			out = append(out, Successor{PID: e.Starter.PID, Instance: e.Starter.Instance, Rendezvous: e.Rendezvous, Linger: e.Linger})
 		}
 	}
 	if g.Handover != "" {
