@@ -89,6 +89,9 @@ type echoServer struct {
 	stopped  int64   // when its accept loop ended
 	closing  int64   // when it called daemon's Close (0: it does not)
 	closed   int64   // when Close returned
+	listened int64   // a lingering benchmark's server: when Listen returned,
+	readied  int64   // when Ready returned,
+	handed   int64   // and when Handed closed
 	inflight sync.WaitGroup
 	loop     sync.WaitGroup
 	logs     string
@@ -175,6 +178,7 @@ func (e *echoServer) write() {
 	defer e.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "request %d\nstarted %d\nstopped %d\nclosing %d\nclosed %d\n", e.request, e.started, e.stopped, e.closing, e.closed)
+	fmt.Fprintf(&b, "listened %d\nreadied %d\nhanded %d\n", e.listened, e.readied, e.handed)
 	for _, t := range e.accepts {
 		fmt.Fprintf(&b, "accept %d\n", t)
 	}
@@ -655,6 +659,7 @@ func runUpgrade(b *testing.B, impl string) upgradeRun {
 // serverEvents are one server's events file.
 type serverEvents struct {
 	request, started, stopped, closing, closed int64
+	listened, readied, handed                  int64
 	accepts                                    []int64
 	streams                                    []int64
 }
@@ -679,6 +684,12 @@ func readEvents(b *testing.B, logs string, pid int) serverEvents {
 			ev.closing = t
 		case "closed":
 			ev.closed = t
+		case "listened":
+			ev.listened = t
+		case "readied":
+			ev.readied = t
+		case "handed":
+			ev.handed = t
 		case "accept":
 			ev.accepts = append(ev.accepts, t)
 		case "streamed":

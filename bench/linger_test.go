@@ -6,10 +6,12 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +53,9 @@ const (
 	envLingerUpgrades = "BENCH_LINGER_UPGRADES"
 	envServerLinger   = "BENCH_SERVER_LINGER" // the server's Linger, a Go duration
 	envStreams        = "BENCH_STREAMS"       // a stream-client's count of streams
+	// envLingerLog names a file the servers append package daemon's log
+	// to (Options.Logger), to see where an upgrade's time went.
+	envLingerLog = "BENCH_LINGER_LOG"
 	// lingerFor is the lingering way's Options.Linger.
 	lingerFor = 5 * time.Second
 	// lingerGap is the time from one upgrade's start to the next one's.
@@ -126,6 +131,13 @@ func listenLinger(dir string) (*daemon.Server, error) {
 	if err := setLinger(&opts, linger); err != nil {
 		return nil, err
 	}
+	if path := os.Getenv(envLingerLog); path != "" {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		opts.Logger = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})).With("pid", os.Getpid())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), upgradeWait)
 	defer cancel()
 	return daemon.Listen(ctx, dir, opts)
@@ -142,10 +154,19 @@ func lingerServer(base string) int {
 	if err != nil {
 		return fail(err)
 	}
+	e.listened = monotonic()
+	go func() {
+		<-srv.Handed()
+		t := monotonic()
+		e.mu.Lock()
+		e.handed = t
+		e.mu.Unlock()
+	}()
 	e.serveStreams(srv.Listeners()[0])
 	if err := srv.Ready(nil); err != nil {
 		return fail(err)
 	}
+	e.readied = monotonic()
 	e.ready()
 	<-srv.Leaving()
 	e.requested()
@@ -327,6 +348,8 @@ type lingerRun struct {
 	upgradeRun
 	streams  streamRun
 	lingered int // streams an old server ran to their end after its successor's first accept
+	// From each window's start to the successor's Listen and Ready returning.
+	toListen, toReady []time.Duration
 }
 
 // runLinger runs one scenario: a first server, the clients, a stream's
@@ -391,6 +414,8 @@ func runLinger(b *testing.B, impl string, upgrades int) lingerRun {
 	procs.reap(cur)
 	r := lingerRun{upgradeRun: measureUpgrade(b, logs, hs, impl != "lingering")}
 	r.streams = measureStreams(b, logs, r.upgradeRun)
+	var parts []string
+	k := 0
 	for _, h := range hs {
 		old, next := readEvents(b, logs, h.old), readEvents(b, logs, h.new)
 		if len(next.accepts) == 0 {
@@ -401,7 +426,26 @@ func runLinger(b *testing.B, impl string, upgrades int) lingerRun {
 				r.lingered++
 			}
 		}
+		// Where the window went: from its start to the successor's
+		// Listen returning, its Ready returning, its first accept; the
+		// old server's Handed; the upgrade from its start to the old
+		// server reaped.
+		from := r.windows[k].from
+		k++
+		if next.listened != 0 {
+			r.toListen = append(r.toListen, time.Duration(next.listened-from))
+			r.toReady = append(r.toReady, time.Duration(next.readied-from))
+		}
+		ms := func(t int64) string {
+			if t == 0 {
+				return "-"
+			}
+			return strconv.FormatFloat(float64(t-from)/1e6, 'f', 1, 64)
+		}
+		parts = append(parts, fmt.Sprintf("%s/%s/%s/%s/%s", ms(next.listened), ms(next.readied), ms(next.accepts[0]), ms(old.handed), ms(h.done)))
 	}
+	b.Logf("%s, each upgrade, ms from its window's start: the successor's Listen returned / its Ready returned / its first accept / the old server's Handed / the old server reaped: %s",
+		impl, strings.Join(parts, " "))
 	return r
 }
 
@@ -443,6 +487,8 @@ func BenchmarkLinger(b *testing.B) {
 				all.streams.cut += r.streams.cut
 				all.streams.failed += r.streams.failed
 				all.lingered += r.lingered
+				all.toListen = append(all.toListen, r.toListen...)
+				all.toReady = append(all.toReady, r.toReady...)
 				for i, n := range r.byOutcome {
 					all.byOutcome[i] += n
 				}
@@ -462,6 +508,11 @@ func BenchmarkLinger(b *testing.B) {
 			b.ReportMetric(quantile(all.lengths, 0.50), "win-len-p50-µs")
 			b.ReportMetric(quantile(all.streams.window, 0.99), "stream-win-p99-µs")
 			b.ReportMetric(quantile(all.streams.steady, 0.99), "stream-steady-p99-µs")
+			if len(all.toListen) > 0 {
+				b.ReportMetric(quantile(all.toListen, 0.50), "win-to-listen-p50-µs")
+				b.ReportMetric(quantile(all.toReady, 0.50), "win-to-ready-p50-µs")
+			}
+			b.ReportMetric(quantile(all.lengths, 0.99), "win-len-p99-µs")
 			b.ReportMetric(float64(all.overlaps)/n, "overlaps")
 			b.ReportMetric(float64(all.overlapping)/n, "overlap-handoffs")
 			b.ReportMetric(0, "ns/op")
@@ -516,6 +567,7 @@ func runKills(b *testing.B, kills int) killRun {
 	r := killRun{upgradeRun: measureUpgrade(b, logs, nil, false)}
 	r.streams = measureStreams(b, logs, r.upgradeRun)
 	ev := readEvents(b, logs, old)
+	backs := map[string][]time.Duration{}
 	for _, k := range ks {
 		i := 0
 		for i < len(ev.accepts) && ev.accepts[i] < k.at {
@@ -524,15 +576,22 @@ func runKills(b *testing.B, kills int) killRun {
 		if i == len(ev.accepts) {
 			b.Fatalf("the old server %d accepted nothing after the kill of its successor %d", old, k.pid)
 		}
-		r.back = append(r.back, time.Duration(ev.accepts[i]-k.at))
+		back := time.Duration(ev.accepts[i] - k.at)
+		r.back = append(r.back, back)
+		where := "in its Listen"
 		switch {
 		case !stampedBefore(logs, k.pid, "started", k.at):
-			r.early++
+			r.early, where = r.early+1, "before its start"
 		case stampedBefore(logs, k.pid, "listening", k.at):
-			r.listened++
+			r.listened, where = r.listened+1, "after its Listen"
 		default:
 			r.inListen++
 		}
+		backs[where] = append(backs[where], back.Round(10*time.Microsecond))
+	}
+	for _, where := range []string{"before its start", "in its Listen", "after its Listen"} {
+		slices.Sort(backs[where])
+		b.Logf("%d successors killed %s: the old server accepted again after %v", len(backs[where]), where, backs[where])
 	}
 	return r
 }
