@@ -5,6 +5,8 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -170,6 +172,7 @@ func lingerServer(base string) int {
 	e.ready()
 	<-srv.Leaving()
 	e.requested()
+	writeAtomic(filepath.Join(e.logs, fmt.Sprintf("%d.leaving", os.Getpid())), fmt.Sprintf("%d %s\n", monotonic(), srv.Reason()))
 	e.finish()
 	e.close(srv)
 	e.write()
@@ -528,6 +531,7 @@ type killRun struct {
 	upgradeRun
 	streams                   streamRun
 	back                      []time.Duration // from each kill to the old server's next accept
+	left                      int             // kills after which the old server left instead of serving on
 	early, inListen, listened int             // kills before the successor's start, in its Listen, after it
 }
 
@@ -546,15 +550,36 @@ func runKills(b *testing.B, kills int) killRun {
 	clients := lingerClients(b, base)
 	time.Sleep(streamLength / 3)
 	type kill struct {
-		pid int
-		at  int64
+		pid, server int // the successor killed, the server it was to replace
+		at          int64
+		left        bool // the server left instead of serving on
 	}
 	var ks []kill
 	for range kills {
 		pid, at := killSuccessor(b, procs, base)
-		ks = append(ks, kill{pid, at})
-		awaitServing(b, procs, dir, old)
-		time.Sleep(killPause)
+		k := kill{pid: pid, server: old, at: at}
+		err := awaitServing(procs, dir, old)
+		if err == nil {
+			time.Sleep(killPause)
+			err = notLeaving(logs, old)
+		}
+		var le leavingError
+		switch {
+		case errors.As(err, &le):
+			// It leaves as with Linger 0 (draining, then handing its
+			// sockets to whoever waits): count it, and start the
+			// server that would replace it, which waits for its drain.
+			b.Logf("successor %d killed %s: %v", pid, killedWhere(logs, pid, at), err)
+			k.left = true
+			next := procs.awaitReady(procs.start())
+			procs.reap(old)
+			old = next
+		case err != nil:
+			rep, _ := runnerstate.Status(dir)
+			status, _ := json.Marshal(rep)
+			b.Fatalf("successor %d killed %s: %v; status: %s; %s", pid, killedWhere(logs, pid, at), err, status, procs.errors())
+		}
+		ks = append(ks, k)
 	}
 	stopClients(clients)
 	ctx, cancel := context.WithTimeout(context.Background(), upgradeWait)
@@ -566,24 +591,33 @@ func runKills(b *testing.B, kills int) killRun {
 	procs.reap(old)
 	r := killRun{upgradeRun: measureUpgrade(b, logs, nil, false)}
 	r.streams = measureStreams(b, logs, r.upgradeRun)
-	ev := readEvents(b, logs, old)
+	events := map[int]serverEvents{}
 	backs := map[string][]time.Duration{}
 	for _, k := range ks {
+		if k.left {
+			r.left++
+			continue
+		}
+		ev, ok := events[k.server]
+		if !ok {
+			ev = readEvents(b, logs, k.server)
+			events[k.server] = ev
+		}
 		i := 0
 		for i < len(ev.accepts) && ev.accepts[i] < k.at {
 			i++
 		}
 		if i == len(ev.accepts) {
-			b.Fatalf("the old server %d accepted nothing after the kill of its successor %d", old, k.pid)
+			b.Fatalf("the old server %d accepted nothing after the kill of its successor %d", k.server, k.pid)
 		}
 		back := time.Duration(ev.accepts[i] - k.at)
 		r.back = append(r.back, back)
-		where := "in its Listen"
-		switch {
-		case !stampedBefore(logs, k.pid, "started", k.at):
-			r.early, where = r.early+1, "before its start"
-		case stampedBefore(logs, k.pid, "listening", k.at):
-			r.listened, where = r.listened+1, "after its Listen"
+		where := killedWhere(logs, k.pid, k.at)
+		switch where {
+		case "before its start":
+			r.early++
+		case "after its Listen":
+			r.listened++
 		default:
 			r.inListen++
 		}
@@ -621,6 +655,17 @@ func killSuccessor(b *testing.B, procs *serverProcs, base string) (int, int64) {
 	return cmd.Process.Pid, at
 }
 
+// killedWhere says where the kill at at fell in successor pid's start.
+func killedWhere(logs string, pid int, at int64) string {
+	switch {
+	case !stampedBefore(logs, pid, "started", at):
+		return "before its start"
+	case stampedBefore(logs, pid, "listening", at):
+		return "after its Listen"
+	}
+	return "in its Listen"
+}
+
 // stampedBefore says whether pid wrote logs/<pid>.<what> with a time
 // before at.
 func stampedBefore(logs string, pid int, what string, at int64) bool {
@@ -633,22 +678,46 @@ func stampedBefore(logs string, pid int, what string, at int64) bool {
 }
 
 // awaitServing waits until old holds dir again, ready, and answers a ping.
-func awaitServing(b *testing.B, procs *serverProcs, dir string, old int) {
-	_, sock, _ := echoDirs(procs.base)
+func awaitServing(procs *serverProcs, dir string, old int) error {
+	_, sock, logs := echoDirs(procs.base)
 	deadline := time.Now().Add(upgradeWait)
 	for time.Now().Before(deadline) {
+		if err := notLeaving(logs, old); err != nil {
+			return err
+		}
 		if unix.Kill(old, 0) != nil {
-			b.Fatalf("the old server %d is gone after its successor's kill: %s", old, procs.errors())
+			return fmt.Errorf("the old server %d is gone", old)
 		}
 		rec, held, err := runnerstate.Running(dir)
 		if err == nil && held && rec.PID == old && rec.Ready && ping(sock) == nil {
-			return
+			return nil
 		}
 		time.Sleep(time.Millisecond)
 	}
 	rec, held, err := runnerstate.Running(dir)
-	b.Fatalf("the old server %d did not serve again within %v after its successor's kill (holder %d, held %v, ready %v, %v): %s",
-		old, upgradeWait, rec.PID, held, rec.Ready, err, procs.errors())
+	return fmt.Errorf("the old server %d did not serve again within %v (holder %d, held %v, ready %v, %v; a ping: %v)",
+		old, upgradeWait, rec.PID, held, rec.Ready, err, ping(sock))
+}
+
+// leavingError: the old server's Leaving closed.
+type leavingError struct {
+	pid    int
+	reason string
+}
+
+func (e leavingError) Error() string {
+	return fmt.Sprintf("the old server %d is leaving (its Leaving closed, reason %q) instead of serving on", e.pid, e.reason)
+}
+
+// notLeaving fails with a leavingError when the old server's Leaving
+// closed: beside killed successors it never should.
+func notLeaving(logs string, old int) error {
+	data, err := os.ReadFile(filepath.Join(logs, fmt.Sprintf("%d.leaving", old)))
+	if err != nil {
+		return nil
+	}
+	_, reason, _ := strings.Cut(strings.TrimSpace(string(data)), " ")
+	return leavingError{old, reason}
 }
 
 // ping sends one request to the echo socket.
@@ -694,15 +763,17 @@ func BenchmarkLingerKill(b *testing.B) {
 		all.early += r.early
 		all.inListen += r.inListen
 		all.listened += r.listened
+		all.left += r.left
 		for i, n := range r.byOutcome {
 			all.byOutcome[i] += n
 		}
 	}
 	n2 := float64(b.N)
-	b.ReportMetric(float64(len(all.back))/n2, "kills")
+	b.ReportMetric(float64(len(all.back)+all.left)/n2, "kills")
 	b.ReportMetric(float64(all.early)/n2, "kills-before-start")
 	b.ReportMetric(float64(all.inListen)/n2, "kills-in-listen")
 	b.ReportMetric(float64(all.listened)/n2, "kills-after-listen")
+	b.ReportMetric(float64(all.left)/n2, "old-server-left")
 	b.ReportMetric(float64(all.failed)/n2, "failed")
 	b.ReportMetric(float64(all.byOutcome[reqRefused]+all.byOutcome[reqNoSocket])/n2, "refused")
 	b.ReportMetric(float64(all.total)/n2, "requests")

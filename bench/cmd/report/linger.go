@@ -77,14 +77,15 @@ func lingerKillRow(r *results, busy bool) row {
 	m := func(unit string) float64 { return r.median("LingerKill", unit) }
 	most := func(unit string) float64 { return r.max("LingerKill", unit) }
 	p99 := m("back-p99-µs")
-	target := fmt.Sprintf("0 refused %s; 0 failed %s", mark(most("refused") == 0), mark(most("failed") == 0 && most("streams-failed") == 0 && most("streams-cut") == 0))
+	target := fmt.Sprintf("the old server serving on after every kill %s; 0 refused %s; 0 failed %s", mark(most("old-server-left") == 0),
+		mark(most("refused") == 0), mark(most("failed") == 0 && most("streams-failed") == 0 && most("streams-cut") == 0))
 	if !busy {
 		target += fmt.Sprintf("; accepting again within 100 ms (p99) %s", mark(p99 <= 100e3))
 	}
 	return row{
 		what: fmt.Sprintf("a successor killed with SIGKILL at a random point before `Ready`, %s times, beside a lingering server and the same clients", whole(m("kills"))),
-		ours: fmt.Sprintf("%s refused, %s failed of %s requests, %s of %s streams cut; the old server accepting again p50 %s, p99 %s, max %s after the kill (%s kills after the successor's `Listen` returned, %s inside it, %s before its process ran)",
-			whole(m("refused")), whole(m("failed")), count(m("requests")), whole(m("streams-cut")), count(m("streams")),
+		ours: fmt.Sprintf("the old server left instead of serving on (as with `Linger` 0) after %s kills; %s refused, %s failed of %s requests, %s of %s streams cut; after the other kills the old server accepting again p50 %s, p99 %s, max %s (%s kills after the successor's `Listen` returned, %s inside it, %s before its process ran)",
+			whole(m("old-server-left")), whole(m("refused")), whole(m("failed")), count(m("requests")), whole(m("streams-cut")), count(m("streams")),
 			us(m("back-p50-µs")), us(p99), us(m("back-max-µs")),
 			whole(m("kills-after-listen")), whole(m("kills-in-listen")), whole(m("kills-before-start"))),
 		target: target,
