@@ -83,11 +83,36 @@ func lingerKillRow(r *results, busy bool) row {
 		target += fmt.Sprintf("; accepting again within 100 ms (p99) %s", mark(p99 <= 100e3))
 	}
 	return row{
-		what: fmt.Sprintf("a successor killed with SIGKILL at a random point before `Ready`, %s times, beside a lingering server and the same clients", whole(m("kills"))),
-		ours: fmt.Sprintf("the old server left instead of serving on (as with `Linger` 0) after %s kills; %s refused, %s failed of %s requests, %s of %s streams cut; after the other kills the old server accepting again p50 %s, p99 %s, max %s (%s kills after the successor's `Listen` returned, %s inside it, %s before its process ran)",
-			whole(m("old-server-left")), whole(m("refused")), whole(m("failed")), count(m("requests")), whole(m("streams-cut")), count(m("streams")),
+		what: fmt.Sprintf("a successor killed with SIGKILL at a random point before `Ready`, %s times a run, beside a lingering server and the same clients (medians of the runs)", whole(m("kills"))),
+		ours: fmt.Sprintf("the old server left instead of serving on (as with `Linger` 0) after a kill in %s; %s refused, %s failed of %s requests, %s of %s streams cut; after the other kills the old server accepting again p50 %s, p99 %s, max %s (%s kills after the successor's `Listen` returned, %s inside it, %s before its process ran)",
+			leftRuns(r), whole(m("refused")), whole(m("failed")), count(m("requests")), whole(m("streams-cut")), count(m("streams")),
 			us(m("back-p50-µs")), us(p99), us(m("back-max-µs")),
 			whole(m("kills-after-listen")), whole(m("kills-in-listen")), whole(m("kills-before-start"))),
 		target: target,
 	}
+}
+
+// leftRuns says in how many runs of BenchmarkLingerKill an old server left
+// instead of serving on, and after how many kills in all: "0 of 5 runs",
+// "2 of 5 runs (3 kills of 100)".
+func leftRuns(r *results) string {
+	left, kills := r.values[key{"LingerKill", "old-server-left"}], r.values[key{"LingerKill", "kills"}]
+	if len(left) == 0 {
+		r.missing = append(r.missing, "LingerKill old-server-left")
+		return ""
+	}
+	runs, sum, all := 0, 0.0, 0.0
+	for _, v := range left {
+		if v > 0 {
+			runs++
+		}
+		sum += v
+	}
+	for _, v := range kills {
+		all += v
+	}
+	if runs == 0 {
+		return fmt.Sprintf("0 of %d runs", len(left))
+	}
+	return fmt.Sprintf("%d of %d runs (%s kills of %s)", runs, len(left), whole(sum), whole(all))
 }

@@ -36,6 +36,7 @@
 // (-linger-busy), the same beside two CPU hogs:
 //
 //	BENCH_LINGER_UPGRADES=10 go test -run '^$' -bench Linger -benchtime 1x | tee linger-results.txt
+//	BENCH_LINGER_UPGRADES=10 go test -run '^$' -bench LingerKill -benchtime 1x -count 5 | tee -a linger-results.txt
 //
 // With -check it writes nothing and exits 1 when the docs differ from what it
 // would write (TestReportMatchesDocs runs it so). It exits 2 on a file it
