@@ -40,7 +40,7 @@ import (
 // serves the same protocol, and its old process finishes its streams too.
 //
 // Both benchmarks run only when BENCH_LINGER_UPGRADES is set (10 for the
-// figures of docs/benchmarks.md: about 2.5 minutes, then 1 more for the
+// figures of docs/benchmarks.md: about 2.5 minutes, and 10 s a run of the
 // killed successors), so that CI's run of every benchmark once stays as
 // short as it was.
 
@@ -742,8 +742,10 @@ func ping(sock string) error {
 // A successor killed with SIGKILL at a random point before it is ready
 // (it never calls Ready), twice BENCH_LINGER_UPGRADES times, beside a
 // lingering server (Linger 5 s) and the clients of BenchmarkLinger. Figures:
-// refused connections, failed requests, streams cut, and the time from
-// each kill to the old server's next accept (p50, p99, max); and where the
+// the kills after which the old server left instead of serving on
+// (old-server-left: the harness then starts its replacement), refused
+// connections, failed requests, streams cut, and the time from each other
+// kill to the old server's next accept (p50, p99, max); and where the
 // kills fell: before the successor's process began, inside its Listen, or
 // after Listen returned (it had the sockets).
 func BenchmarkLingerKill(b *testing.B) {
