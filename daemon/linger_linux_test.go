@@ -45,21 +45,13 @@ func init() {
 // "idle" when Idle closes, Closes, says "closed" and exits 0. The command
 // "open" says "open <n>" (Server.Open); "close" Closes at once.
 func roleLinger(dir string) int {
-	var opts Options
-	if err := json.Unmarshal([]byte(os.Getenv(envServerOptions)), &opts); err != nil {
-		testharness.Say("error %v", err)
-		return 1
-	}
 	if os.Getenv(envSlowRV) == "1" {
 		slow := func() { time.Sleep(300 * time.Millisecond) } // the fault: a receiver slow to keep the sockets
 		testHookReceived.Store(&slow)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
-	srv, err := Listen(ctx, dir, opts)
-	cancel()
-	if err != nil {
-		testharness.Say("error %v", err)
-		return 3
+	srv, code := listenFromEnv(dir)
+	if srv == nil {
+		return code
 	}
 	testharness.Say("listening")
 	for _, ln := range srv.Listeners() {
@@ -142,6 +134,25 @@ func roleLinger(dir string) int {
 	srv.Close()
 	testharness.Say("closed handed=%v", isClosed(srv.Handed()))
 	return 0
+}
+
+// listenFromEnv is a role's Listen on dir with the options in its
+// environment; nil, having said "error <err>", and the role's exit code
+// when it fails.
+func listenFromEnv(dir string) (*Server, int) {
+	var opts Options
+	if err := json.Unmarshal([]byte(os.Getenv(envServerOptions)), &opts); err != nil {
+		testharness.Say("error %v", err)
+		return nil, 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
+	defer cancel()
+	srv, err := Listen(ctx, dir, opts)
+	if err != nil {
+		testharness.Say("error %v", err)
+		return nil, 3
+	}
+	return srv, 0
 }
 
 // lingerAnswer answers c's lines for the linger role.
@@ -519,17 +530,9 @@ func init() {
 // "/" answers its pid; "/stream" writes "tick <pid>" lines every 20 ms
 // until the client goes. It says "ready", "leaving <reason>", "closed".
 func roleHTTPLinger(dir string) int {
-	var opts Options
-	if err := json.Unmarshal([]byte(os.Getenv(envServerOptions)), &opts); err != nil {
-		testharness.Say("error %v", err)
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
-	srv, err := Listen(ctx, dir, opts)
-	cancel()
-	if err != nil {
-		testharness.Say("error %v", err)
-		return 3
+	srv, code := listenFromEnv(dir)
+	if srv == nil {
+		return code
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "%d", os.Getpid()) })
