@@ -32,6 +32,7 @@ type Lingering struct {
 	Open     int       `json:"open"`               // connections it still serves (updated at most 1/s)
 	End      string    `json:"end,omitempty"`      // LingerEndNow: asked to end at once
 	Retaking bool      `json:"retaking,omitempty"` // its successor failed; it takes dir back (Dial waits)
+	Handed   bool      `json:"handed,omitempty"`   // its successor is ready: it holds no copy of the listening sockets any more
 }
 
 // ErrLingering reports that another server lingers in the directory:

@@ -80,6 +80,7 @@ func (s *Server) lingerInstead(why string) bool {
 	}
 	succ, ok := s.lingerSuccessor()
 	if !ok && s.drainStands() {
+		s.log.Info("daemon: not lingering: no starter that takes a lingering predecessor waits, and the drain stands", "dir", s.dir)
 		return false
 	}
 	s.mu.Lock()
@@ -231,9 +232,13 @@ func (s *Server) endOlderLingering() bool {
 	if !ok {
 		return true
 	}
-	p, v, _ := liveness.Pin(liveness.Identity(old.Holder))
+	p, v, why := liveness.Pin(liveness.Identity(old.Holder))
 	if p == nil {
-		return v == liveness.Dead || v == liveness.Stale
+		if v == liveness.Dead || v == liveness.Stale {
+			return true
+		}
+		s.log.Info("daemon: will not linger: an older lingering server cannot be verified, so it is not signalled", "dir", s.dir, "pid", old.Holder.PID, "verdict", v.String(), "why", why)
+		return false
 	}
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), s.lingerGrace())
@@ -260,7 +265,11 @@ func (s *Server) endOlderLingering() bool {
 	}
 	wctx, wcancel := context.WithTimeout(context.Background(), time.Second)
 	defer wcancel()
-	return p.Wait(wctx) == nil
+	if p.Wait(wctx) != nil {
+		s.log.Info("daemon: will not linger: the older lingering server outlived SIGKILL by a second", "dir", s.dir, "pid", old.Holder.PID)
+		return false
+	}
+	return true
 }
 
 // afterStepDown waits, the directory let go, for the successor's Ready
@@ -378,6 +387,10 @@ func (s *Server) tryRetake(rec *runnerstate.Lingering) bool {
 func (s *Server) lingerOn(rec *runnerstate.Lingering, w *dirwatch.Watcher, deadline *time.Timer, update *time.Ticker) {
 	s.closeHanded()
 	s.endLinger(true)
+	rec.Handed, rec.Open = true, s.Open()
+	if err := runnerstate.WriteLingering(s.dir, *rec); err != nil {
+		s.log.Info("daemon: could not update the lingering record", "dir", s.dir, "err", err)
+	}
 	s.log.Info("daemon: handed over; lingering on the connections it holds", "dir", s.dir, "open", s.Open(), "until", rec.Deadline)
 	for {
 		select {
@@ -461,7 +474,7 @@ func (s *Server) closeStepped() {
 // before Ready.
 func (s *Server) besideLingering() bool {
 	l, ok, _ := runnerstate.ReadLingering(s.dir)
-	return ok && !l.Retaking && l.Holder.Instance != runnerstate.Self().Instance
+	return ok && !l.Retaking && !l.Handed && l.Holder.Instance != runnerstate.Self().Instance
 }
 
 // reapLingering, for a ready holder, kills a lingering server that
