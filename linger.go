@@ -96,10 +96,17 @@ func lingeringForWrite(dir string) (Lingering, bool, error) {
 // ErrLingering when linger.json names another process that is not provably
 // gone (at most one server lingers per directory). A record naming this
 // process is rewritten, keeping End when it was set; one naming a provably
-// gone process, or one that does not parse, is replaced. Written atomically
-// without fsync (it describes a live process), 0644.
+// gone process, or one that does not parse, is replaced. A holder's first
+// record (its step-down) is refused with an error matching ErrBusy while a
+// job it started (Inherit) holds its tree: its successor would take the
+// job for an orphan. Written atomically without fsync (it describes a live
+// process), 0644. ErrNewerProtocol (wrapped) when a state file of dir says
+// a newer protocol.
 func WriteLingering(dir string, l Lingering) error {
 	if err := ownDir("WriteLingering", dir); err != nil {
+		return err
+	}
+	if err := checkProtocol(dir, true); err != nil {
 		return err
 	}
 	self := Self()
@@ -110,14 +117,23 @@ func WriteLingering(dir string, l Lingering) error {
 		if err != nil {
 			return err
 		}
+		mine := ok && sameProcess(old.Holder, self)
 		switch {
-		case ok && sameProcess(old.Holder, self):
+		case mine:
 			if l.End == "" {
 				l.End = old.End
 			}
 		case ok && !old.gone():
 			return fmt.Errorf("%w: %s names pid %d, which lingers until %s (killed after %s); ask it to end (EndLingering) and wait for its exit",
 				ErrLingering, path, old.Holder.PID, old.Deadline.Format(time.RFC3339), old.KillAt.Format(time.RFC3339))
+		}
+		if !mine && holdOf(dir) != nil {
+			// A step-down: never while a job it started holds its tree,
+			// which its successor would take for an orphan and signal.
+			if jobs, _ := orphans(dir, self.PID); len(jobs) > 0 {
+				return fmt.Errorf("%w: %s: pid %d, a job of this runner, holds its tree (%s): a runner with jobs does not linger",
+					ErrBusy, dir, jobs[0], filepath.Join(dir, treeLockName))
+			}
 		}
 		data, err := protocolLine(l)
 		if err != nil {
@@ -153,13 +169,17 @@ func removeLingeringOf(held stateHeld, id Identity) error {
 // state lock: when linger.json names another process that is not provably
 // gone, it sets End to LingerEndNow and returns the record (ok true). The
 // record of a provably gone process is removed (ok false); so is nothing
-// else. Errors: a linger.json that cannot be read, or the state lock's.
+// else. Errors: a linger.json that cannot be read, ErrNewerProtocol
+// (wrapped), or the state lock's.
 func EndLingering(dir string) (Lingering, bool, error) {
 	if err := ownDir("EndLingering", dir); err != nil {
 		return Lingering{}, false, err
 	}
 	if _, err := os.Stat(dir); isNotExist(err) {
 		return Lingering{}, false, nil
+	}
+	if err := checkProtocol(dir, true); err != nil {
+		return Lingering{}, false, err
 	}
 	var out Lingering
 	var ok bool
@@ -253,6 +273,7 @@ func Retake(dir string, rec Record) (release func(), err error) {
 		p.release()
 		return nil, err
 	}
+	h.Describe(rec.Program, rec.Version)
 	holds.Add(h)
 	rec.Ready = true
 	if _, err := publishAs(dir, rec); err != nil && !errors.Is(err, ErrNotDurable) {

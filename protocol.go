@@ -87,7 +87,7 @@ func newerProtocol(n int) bool { return n != protocolVersion && (n == 0 || n > p
 // Status read only the state files (they never open a file that carries a
 // lock, see Running).
 var (
-	protocolStateFiles = []string{RecordName, RestartName, gateName, startName}
+	protocolStateFiles = []string{RecordName, RestartName, gateName, startName, LingerName}
 	protocolLockFiles  = []string{LockName, treeLockName}
 )
 

@@ -103,6 +103,7 @@ func newerFile(t *testing.T, dir, name string) []byte {
 		RestartName:  `{"protocol":2,"mode":"now","for":""}`,
 		gateName:     `{"protocol":2,"seq":1,"admitted":1,"waiting":[]}`,
 		startName:    `{"protocol":2,"seq":1}`,
+		LingerName:   `{"protocol":2,"holder":{"pid":1}}`,
 	}[name] + "\n"
 	require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
 	return []byte(content)
@@ -129,6 +130,8 @@ func TestNewerProtocolRefused(t *testing.T) {
 		}},
 		{"RequestRestart", func(dir string) error { return RequestRestart(dir, RestartNow) }},
 		{"ClearStale", func(dir string) error { _, _, err := ClearStale(dir); return err }},
+		{"WriteLingering", func(dir string) error { return WriteLingering(dir, Lingering{}) }},
+		{"EndLingering", func(dir string) error { _, _, err := EndLingering(dir); return err }},
 	}
 	for _, name := range append(protocolLockFiles, protocolStateFiles...) {
 		for _, c := range calls {

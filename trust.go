@@ -115,7 +115,7 @@ func ownDir(op, dir string) error {
 
 // ownFiles are the files of a runner or scope directory whose owner is
 // checked: the lock files and the state files.
-var ownFiles = []string{LockName, treeLockName, stateLockName, startLockName, RecordName, RestartName, gateName, startName, scopeLockName, scopeOwnerName}
+var ownFiles = []string{LockName, treeLockName, stateLockName, startLockName, RecordName, RestartName, gateName, startName, LingerName, scopeLockName, scopeOwnerName}
 
 // strangers are dir's own files (ownFiles) owned by neither uid, dir's
 // owner (-1: not checked), nor root, as fstatat of a descriptor of dir

@@ -7,8 +7,7 @@
 //
 //	srv, err := daemon.Listen(ctx, dir, daemon.Options{Program: "idxd", Version: version,
 //		Endpoints: []runnerstate.Endpoint{{Network: "unix", Address: "idxd.sock"}}})
-//	...
-//	defer srv.Close()
+//	defer srv.Close() // after err's check
 //	srv.Ready(nil)
 //	daemon.ServeHTTP(ctx, srv, &http.Server{Handler: h}) // or Accept until Leaving, then answer
 //
@@ -18,14 +17,15 @@
 // Every connection Accept returned is the leaving server's to answer: unless
 // Reason is RestartNow or RestartLost, serve each (its first request too,
 // even one not sent yet) before Close. http.Server.Shutdown alone drops those
-// whose request it has not read; ServeHTTP does not. The next connections
-// wait in the socket's backlog for the successor, which is never refused.
+// whose request it has not read; ServeHTTP does not. New clients wait in the
+// backlog for the successor, and are never refused.
 //
-// A leaving server hands its listening sockets over (Linux and macOS; Windows
-// binds anew), so two servers never serve at once. Versions compare as semantic
-// versions, and never ping-pong (see Dial). Dial checks who accepts
-// (ErrUntrustedPeer) over a unix socket on Linux and macOS, and over TCP on
-// Linux only. Listen, Dial, Stop and ServeHTTP end with their context whatever
-// others hold. Where a server keeps its files, how long Listen waits:
+// A leaving server hands its listening sockets over (Linux and macOS;
+// Windows binds anew), so two servers never accept at once; with
+// Options.Linger it finishes its long-lived connections beside its
+// successor, which accepts the new ones at once. Versions never ping-pong
+// (see Dial). Dial checks who accepts (ErrUntrustedPeer) over a unix socket
+// on Linux and macOS, and over TCP on Linux only. Listen, Dial, Stop and
+// ServeHTTP end with their context whatever others hold. More:
 // docs/operations.md ("A daemon of your own").
 package daemon

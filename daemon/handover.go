@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/runnerstate/runnerstate/internal/gate"
@@ -38,6 +39,11 @@ type header struct {
 	Protocol int     `json:"protocol"` // handoverProtocol
 	From     int     `json:"from"`     // the sender's pid
 	Sockets  []offer `json:"sockets"`  // one per descriptor, in order
+	// Ack asks the receiver to answer one byte once it keeps the sockets
+	// (v0.5): a server that steps down to linger lets the directory go
+	// only then, since its successor, admitted at once, binds anew what it
+	// has not received. An older receiver sends nothing: no ack.
+	Ack bool `json:"ack,omitempty"`
 }
 
 const handoverProtocol = 1
@@ -81,13 +87,26 @@ func (rv *rendezvous) serve() {
 			return
 		}
 		// One at a time: a handover is a few descriptors and a line.
-		offers, lns := receiveFrom(c)
+		offers, lns, ack := receiveFrom(c)
+		if fn := testHookReceived.Load(); fn != nil {
+			(*fn)()
+		}
+		if rv.add(offers, lns) && ack {
+			c.SetWriteDeadline(time.Now().Add(time.Second))
+			c.Write([]byte{1})
+		}
 		c.Close()
-		rv.add(offers, lns)
 	}
 }
 
-func (rv *rendezvous) add(offers []offer, lns []net.Listener) {
+// testHookReceived, when set, is called by a rendezvous between reading a
+// handover and keeping its sockets: a test makes the receiver slow there,
+// as a loaded machine can.
+var testHookReceived atomic.Pointer[func()]
+
+// add keeps the sockets received (a newer copy of one replaces the older),
+// and reports whether it did: not once the rendezvous is closed.
+func (rv *rendezvous) add(offers []offer, lns []net.Listener) bool {
 	rv.mu.Lock()
 	defer rv.mu.Unlock()
 	for i, o := range offers {
@@ -102,6 +121,7 @@ func (rv *rendezvous) add(offers []offer, lns []net.Listener) {
 	}
 	close(rv.more)
 	rv.more = make(chan struct{})
+	return !rv.closed && len(offers) > 0
 }
 
 // take removes and returns the socket received for key, if any.
@@ -183,8 +203,9 @@ type handable struct {
 }
 
 // handTo sends the sockets to the rendezvous at addr; false when it could
-// not (nobody listens there any more, or a peer that is not this user's).
-func handTo(addr string, socks []handable) bool {
+// not (nobody listens there any more, or a peer that is not this user's),
+// or, with ack, when the receiver did not say it keeps them.
+func handTo(addr string, socks []handable, ack bool) bool {
 	if len(socks) == 0 || addr == "" {
 		return false
 	}
@@ -194,7 +215,7 @@ func handTo(addr string, socks []handable) bool {
 			f.Close()
 		}
 	}()
-	h := header{Protocol: handoverProtocol, From: os.Getpid()}
+	h := header{Protocol: handoverProtocol, From: os.Getpid(), Ack: ack}
 	for _, s := range socks {
 		f, err := listenerFile(s.ln)
 		if err != nil {

@@ -62,11 +62,12 @@ func sameUser(c *net.UnixConn) bool {
 
 // receiveFrom reads one handover from c: the offers and their listeners
 // (nothing when c's peer is not this user's or the handover is malformed;
-// every descriptor received is then closed).
-func receiveFrom(c net.Conn) ([]offer, []net.Listener) {
+// every descriptor received is then closed), and whether the sender asks
+// for an ack.
+func receiveFrom(c net.Conn) ([]offer, []net.Listener, bool) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok || !sameUser(uc) {
-		return nil, nil
+		return nil, nil, false
 	}
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	buf := make([]byte, maxHeader+4)
@@ -80,23 +81,23 @@ func receiveFrom(c net.Conn) ([]offer, []net.Listener) {
 	}
 	if err != nil || n < 4 {
 		closeAll()
-		return nil, nil
+		return nil, nil, false
 	}
 	size := int(binary.BigEndian.Uint32(buf[:4]))
 	if size > maxHeader {
 		closeAll()
-		return nil, nil
+		return nil, nil, false
 	}
 	if n < 4+size {
 		if _, err := io.ReadFull(uc, buf[n:4+size]); err != nil {
 			closeAll()
-			return nil, nil
+			return nil, nil, false
 		}
 	}
 	var h header
 	if err := json.Unmarshal(buf[4:4+size], &h); err != nil || h.Protocol != handoverProtocol || len(h.Sockets) != len(files) {
 		closeAll()
-		return nil, nil
+		return nil, nil, false
 	}
 	offers := make([]offer, 0, len(files))
 	lns := make([]net.Listener, 0, len(files))
@@ -112,7 +113,7 @@ func receiveFrom(c net.Conn) ([]offer, []net.Listener) {
 		offers = append(offers, h.Sockets[i])
 		lns = append(lns, ln)
 	}
-	return offers, lns
+	return offers, lns, h.Ack
 }
 
 // rights is the descriptors an SCM_RIGHTS message carried, close-on-exec.
@@ -162,7 +163,12 @@ func sendTo(addr string, h header, files []*os.File) bool {
 	if err == nil && n < msg.Len() {
 		_, err = uc.Write(msg.Bytes()[n:])
 	}
-	return err == nil
+	if err != nil || !h.Ack {
+		return err == nil
+	}
+	var b [1]byte
+	_, err = io.ReadFull(uc, b[:])
+	return err == nil && b[0] == 1
 }
 
 // listenerFile is a duplicate of ln's socket, to send.

@@ -15,7 +15,7 @@ const handsOver = false
 
 func openRendezvous() (net.Listener, string) { return nil, "" }
 
-func receiveFrom(net.Conn) ([]offer, []net.Listener) { return nil, nil }
+func receiveFrom(net.Conn) ([]offer, []net.Listener, bool) { return nil, nil, false }
 
 func sendTo(string, header, []*os.File) bool { return false }
 

@@ -173,7 +173,7 @@ func (s *Server) giveUpLinger() {
 
 // handToLinger hands the sockets to succ.
 func (s *Server) handToLinger(succ gate.Successor) bool {
-	if !handTo(succ.Rendezvous, s.socks) {
+	if !handTo(succ.Rendezvous, s.socks, true) {
 		return false
 	}
 	s.mu.Lock()

@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,8 +23,14 @@ import (
 )
 
 // envHoldReady makes the linger role publish Ready only on the command
-// "ready".
-const envHoldReady = "RS_DAEMON_HOLD_READY"
+// "ready"; envJob makes it start a job that holds its tree (Inherit) once
+// ready, killed when it leaves.
+const (
+	envHoldReady = "RS_DAEMON_HOLD_READY"
+	envJob       = "RS_DAEMON_JOB"
+	envNoClose   = "RS_DAEMON_NO_CLOSE" // "1": never Close after Idle
+	envSlowRV    = "RS_DAEMON_SLOW_RV"  // "1": its rendezvous keeps what it receives 300 ms late
+)
 
 func init() {
 	roles["linger"] = roleLinger
@@ -40,6 +49,10 @@ func roleLinger(dir string) int {
 	if err := json.Unmarshal([]byte(os.Getenv(envServerOptions)), &opts); err != nil {
 		testharness.Say("error %v", err)
 		return 1
+	}
+	if os.Getenv(envSlowRV) == "1" {
+		slow := func() { time.Sleep(300 * time.Millisecond) } // the fault: a receiver slow to keep the sockets
+		testHookReceived.Store(&slow)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
 	srv, err := Listen(ctx, dir, opts)
@@ -93,6 +106,20 @@ func roleLinger(dir string) int {
 		testharness.Say("error %v", err)
 		return 1
 	}
+	var job *exec.Cmd
+	if os.Getenv(envJob) == "1" {
+		job = exec.Command("sleep", "600")
+		if err := runnerstate.Inherit(dir, job); err != nil {
+			testharness.Say("error %v", err)
+			return 1
+		}
+		if err := job.Start(); err != nil {
+			testharness.Say("error %v", err)
+			return 1
+		}
+		defer job.Wait()
+		defer job.Process.Kill()
+	}
 	testharness.Say("ready inherited=%d", srv.inherited)
 	select {
 	case <-srv.Handed():
@@ -104,10 +131,16 @@ func roleLinger(dir string) int {
 		return 0
 	}
 	testharness.Say("leaving %s", srv.Reason())
+	if job != nil {
+		job.Process.Kill()
+	}
 	<-srv.Idle()
 	testharness.Say("idle")
+	if os.Getenv(envNoClose) == "1" {
+		select {} // a program that never closes: its successor kills it after kill_at
+	}
 	srv.Close()
-	testharness.Say("closed")
+	testharness.Say("closed handed=%v", isClosed(srv.Handed()))
 	return 0
 }
 
@@ -410,4 +443,232 @@ func TestAnOlderLingeringServerEndsWhenANewerOneLingers(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, b.PID(), pid)
 	}
+}
+
+// Point 2: a server whose job holds its tree does not linger (its
+// successor would take the job for an orphan): it drains as with Linger 0.
+func TestARunnerWithJobsDoesNotLinger(t *testing.T) {
+	dir := shortDir(t)
+	a := startLinger(t, dir, lingerOpts("v1.0.0", time.Minute), envJob+"=1")
+	a.Expect("listening")
+	a.Expect("ready inherited=0")
+	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute))
+	a.Expect("leaving drain") // not "handed" first: it did not linger
+	a.Expect("idle")
+	a.Expect("closed handed=true")
+	b.Expect("listening")
+	b.Expect("ready inherited=1")
+	_, ok, err := runnerstate.ReadLingering(dir)
+	require.NoError(t, err)
+	assert.False(t, ok)
+}
+
+// Point 6: every server counts its open connections; Idle waits for them
+// after Leaving. Handed closes, for a server that does not linger, once a
+// successor had its sockets, at the latest when Close returns.
+func TestOpenAndIdleCountTheConnections(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, "d.sock")
+	a := startLinger(t, dir, lingerOpts("v1.0.0", 0))
+	a.Expect("listening")
+	a.Expect("ready inherited=0")
+	st := openStream(t, path)
+	_, err := st.tick()
+	require.NoError(t, err)
+	a.Send("open")
+	a.Expect("open 1")
+	b := startLinger(t, dir, lingerOpts("v1.1.0", 0))
+	a.Expect("leaving drain")
+	a.Send("open")
+	a.Expect("open 1") // Idle waits for it
+	st.c.Close()
+	a.Expect("idle")
+	a.Expect("closed handed=true")
+	b.Expect("listening")
+	b.Expect("ready inherited=1")
+}
+
+// Point 2: Close during a hand-over finishes it (the successor gets ready
+// with the sockets), then leaves as with Linger 0.
+func TestCloseDuringAHandOverFinishesIt(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, "d.sock")
+	a := startLinger(t, dir, lingerOpts("v1.0.0", time.Minute))
+	a.Expect("listening")
+	a.Expect("ready inherited=0")
+	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute), envHoldReady+"=1")
+	b.Expect("listening")
+	a.Send("close")
+	b.Send("ready")
+	b.Expect("ready inherited=1")
+	a.Expect("handed")
+	a.Expect("leaving drain")
+	a.Expect("idle")
+	a.Expect("closed handed=true")
+	assert.Equal(t, b.PID(), pingPID(t, path))
+	_, ok, err := runnerstate.ReadLingering(dir)
+	require.NoError(t, err)
+	assert.False(t, ok, "Close removed the lingering record")
+}
+
+func init() {
+	roles["http-linger"] = roleHTTPLinger
+}
+
+// http-linger: ServeHTTP on Listen with the options in its environment:
+// "/" answers its pid; "/stream" writes "tick <pid>" lines every 20 ms
+// until the client goes. It says "ready", "leaving <reason>", "closed".
+func roleHTTPLinger(dir string) int {
+	var opts Options
+	if err := json.Unmarshal([]byte(os.Getenv(envServerOptions)), &opts); err != nil {
+		testharness.Say("error %v", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
+	srv, err := Listen(ctx, dir, opts)
+	cancel()
+	if err != nil {
+		testharness.Say("error %v", err)
+		return 3
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "%d", os.Getpid()) })
+	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
+		for {
+			if _, err := fmt.Fprintf(w, "tick %d\n", os.Getpid()); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(20 * time.Millisecond): // the stream's pace
+			}
+		}
+	})
+	if err := srv.Ready(nil); err != nil {
+		testharness.Say("error %v", err)
+		return 1
+	}
+	testharness.Say("ready")
+	go func() {
+		<-srv.Leaving()
+		testharness.Say("leaving %s", srv.Reason())
+	}()
+	if err := ServeHTTP(context.Background(), srv, &http.Server{Handler: mux}); err != nil {
+		testharness.Say("error %v", err)
+	}
+	srv.Close()
+	testharness.Say("closed")
+	return 0
+}
+
+// ServeHTTP lingers: an HTTP stream on the old server runs on while the
+// successor answers new requests; the old server's ServeHTTP returns once
+// the stream ends.
+func TestServeHTTPLingersOnAStream(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, "d.sock")
+	start := func(version string) *testharness.Child {
+		data, _ := json.Marshal(lingerOpts(version, time.Minute))
+		cmd := testharness.Command(dir)
+		cmd.Env = append(os.Environ(), envServerOptions+"="+string(data))
+		return testharness.StartCmd(t, cmd, "http-linger")
+	}
+	client := &http.Client{Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+	}, Timeout: testharness.Wait}
+	get := func() string {
+		resp, err := client.Get("http://d/")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(body)
+	}
+	a := start("v1.0.0")
+	a.Expect("ready")
+	resp, err := client.Get("http://d/stream")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	line, err := rd.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("tick %d\n", a.PID()), line)
+
+	b := start("v1.1.0")
+	b.Expect("ready")
+	a.Expect("leaving drain")
+	assert.Equal(t, strconv.Itoa(b.PID()), get())
+	for range 5 {
+		line, err := rd.ReadString('\n')
+		require.NoError(t, err, "the stream runs on")
+		require.Equal(t, fmt.Sprintf("tick %d\n", a.PID()), line)
+	}
+	resp.Body.Close()
+	a.Expect("closed")
+	require.NoError(t, a.Wait())
+}
+
+// Point 5: a lingering server that does not exit by its kill_at (its
+// program never calls Close) is killed by the holder, verified, and its
+// record removed.
+func TestALingeringServerPastKillAtIsKilled(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, "d.sock")
+	opts := lingerOpts("v1.0.0", 200*time.Millisecond)
+	opts.LingerGrace = 200 * time.Millisecond
+	a := startLinger(t, dir, opts, envNoClose+"=1")
+	a.Expect("listening")
+	a.Expect("ready inherited=0")
+	st := openStream(t, path)
+	_, err := st.tick()
+	require.NoError(t, err)
+	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute))
+	b.Expect("listening")
+	b.Expect("ready inherited=1")
+	a.Expect("handed")
+	a.Expect("leaving drain")
+	a.Expect("idle") // the deadline closed its stream; it does not Close
+	err = a.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, "signal: killed", ee.Error(), "killed after kill_at")
+	for deadline := time.Now().Add(testharness.Wait); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, ok, _ := runnerstate.ReadLingering(dir); !ok {
+			break
+		}
+	}
+	_, ok, err := runnerstate.ReadLingering(dir)
+	require.NoError(t, err)
+	assert.False(t, ok, "the record of the killed server is removed")
+	assert.Equal(t, b.PID(), pingPID(t, path))
+}
+
+// Point 3: the lingering server lets the directory go only once its
+// successor says it keeps the sockets: a successor slow to read them still
+// takes them, and keeps a TCP port picked by port 0 (which a successor
+// that bound anew would change).
+func TestStepDownWaitsUntilTheSuccessorKeepsTheSockets(t *testing.T) {
+	dir := shortDir(t)
+	tcp := func(version string) Options {
+		return Options{Program: "echo", Version: version, Linger: time.Minute,
+			Endpoints: []runnerstate.Endpoint{{Network: "tcp", Address: "127.0.0.1:0"}}}
+	}
+	a := startLinger(t, dir, tcp("v1.0.0"))
+	a.Expect("listening")
+	a.Expect("ready inherited=0")
+	rec, _, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	b := startLinger(t, dir, tcp("v1.1.0"), envSlowRV+"=1")
+	b.Expect("listening")
+	b.Expect("ready inherited=1")
+	a.Expect("handed")
+	now, _, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	assert.Equal(t, rec.Endpoints[0].Address, now.Endpoints[0].Address, "the port is kept")
 }

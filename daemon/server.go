@@ -59,8 +59,9 @@ type Options struct {
 	// made for a drain requested by a starter of this package that can
 	// take a lingering predecessor; a drain by an operator, RestartNow,
 	// Stop, an idle exit, a lost lock file, Close, or jobs the server
-	// started that hold its tree each leave as with Linger zero. The
-	// package doc says what lingering is; docs/operations.md when to use it.
+	// started that hold its tree each leave as with Linger zero. Linux and
+	// macOS, where sockets are handed over; elsewhere it never lingers.
+	// docs/operations.md says when to use it.
 	Linger time.Duration
 	// LingerGrace is how long past the Linger deadline a lingering server
 	// has to exit before a holder or admission that finds it alive kills
@@ -283,7 +284,7 @@ func passOn(dir string, rv *rendezvous) {
 		socks[i] = handable(r)
 	}
 	for _, succ := range successors(dir) {
-		if succ.Rendezvous != rv.address() && handTo(succ.Rendezvous, socks) {
+		if succ.Rendezvous != rv.address() && handTo(succ.Rendezvous, socks, false) {
 			break
 		}
 	}
@@ -296,9 +297,9 @@ func passOn(dir string, rv *rendezvous) {
 // order: the same values for the server's life. Their Accept returns
 // connections the server counts for IdleTimeout (NetConn returns the one
 // each wraps), and an error matching net.ErrClosed once the server is
-// leaving. Closing one before the server leaves closes its socket; after,
-// it only ends Accept: the socket stays open, for the successor, until
-// Close.
+// leaving (while a lingering server steps down, Accept blocks instead).
+// Closing one before the server leaves closes its socket; after, it only
+// ends Accept: the socket stays open, for the successor, until Close.
 func (s *Server) Listeners() []net.Listener {
 	out := make([]net.Listener, len(s.lns))
 	for i, l := range s.lns {
@@ -347,6 +348,14 @@ func (s *Server) Ready(meta json.RawMessage) error {
 // one not read yet (Reasons RestartDrain, ReasonIdle, ReasonClosed), or stop
 // at once (RestartNow, RestartLost), and call Close. ServeHTTP does so for
 // an http.Server.
+//
+// A server that lingers (Options.Linger) is asked to drain and steps down
+// first: its listeners' Accept blocks, returning nothing, while it hands
+// over; Leaving closes (after Handed) once its successor is ready, and its
+// record is its successor's by then. It never closes when the successor
+// fails first: the server takes the directory back and Accept returns
+// connections again. Serve what you hold until Idle, then Close: at the
+// Linger deadline the library closes those connections itself.
 func (s *Server) Leaving() <-chan struct{} { return s.leaving }
 
 // Reason says why the server is leaving, once Leaving is closed:
@@ -386,7 +395,11 @@ func (s *Server) Busy() (done func()) {
 // removed and the hold released. Idempotent; safe after a lost lock file.
 // Exit promptly after it: a successor's clients wait in the sockets'
 // backlog until it is admitted, which is after this process's exit or its
-// release, whichever the takeover waits for.
+// release, whichever the takeover waits for. A server that stepped down
+// to linger has let dir go already: Close cuts the connections it still
+// holds and removes its linger.json; during the step-down itself it first
+// waits for the hand-over to end (the successor ready or gone, at most
+// Linger).
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closing)
@@ -575,7 +588,7 @@ func (s *Server) handToSuccessors() {
 		if done {
 			continue
 		}
-		if handTo(succ.Rendezvous, s.socks) {
+		if handTo(succ.Rendezvous, s.socks, false) {
 			s.mu.Lock()
 			s.sent[key], s.handedOut = true, true
 			s.mu.Unlock()

@@ -11,8 +11,9 @@
 // $XDG_RUNTIME_DIR/runnerstate-daemon, else $TMPDIR/runnerstate-daemon-<uid>): stack/, the server's, and runner/, the
 // runner role, which its runner holds while no foreground command borrows
 // it. A second serve (a new build, say) takes the stack over: the first
-// drains, hands its listening socket over and goes, and no ping is refused
-// meanwhile. "add" takes the runner role with Takeover and NoSignal: the
+// hands its listening socket over at once and lingers on the connections
+// it holds (daemon.Options.Linger) while the second accepts, and no ping
+// is refused meanwhile. "add" takes the runner role with Takeover and NoSignal: the
 // server's runner is asked (a restart request), never signalled, lets the
 // role go and stands by (Standby) until the foreground work is done, then
 // takes it back. The server's output goes to stack/runner.log.
@@ -39,7 +40,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -188,8 +188,13 @@ func (d app) serve() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	listenCtx, cancel := context.WithTimeout(ctx, d.wait)
+	// Linger: a ping's state is its connection's own (the total is read,
+	// never written, by a connection), so the old server may finish its
+	// connections beside its successor while the successor accepts. Its
+	// connections end within 10 s (their deadline); so does its lingering.
 	srv, err := daemon.Listen(listenCtx, d.stack, daemon.Options{Program: program, Version: version,
-		Endpoints: []runnerstate.Endpoint{{Network: "unix", Address: "daemon.sock"}}, Logger: log})
+		Endpoints: []runnerstate.Endpoint{{Network: "unix", Address: "daemon.sock"}}, Logger: log,
+		Linger: connDeadline})
 	cancel()
 	switch {
 	case errors.Is(err, runnerstate.ErrSuperseded):
@@ -206,12 +211,7 @@ func (d app) serve() int {
 	case <-r.tried:
 	case <-ctx.Done():
 	}
-	var conns sync.WaitGroup // the connections accepted and not yet answered
-	accepting := make(chan struct{})
-	go func() {
-		defer close(accepting)
-		d.answer(srv.Listeners()[0], r, &conns)
-	}()
+	go d.answer(srv.Listeners()[0], r)
 	if err := srv.Ready(nil); err != nil {
 		log.Error("serve: could not publish", "err", err)
 		return exitError
@@ -220,12 +220,16 @@ func (d app) serve() int {
 	select {
 	case <-ctx.Done():
 	case <-srv.Leaving():
-		log.Info("serve: asked to go", "reason", srv.Reason())
+		log.Info("serve: asked to go", "reason", srv.Reason(), "handed_over", isClosed(srv.Handed()), "open", srv.Open())
+		// The runner role goes first: the successor's runner takes it while
+		// this server finishes its connections.
+		stop()
+		<-r.done()
 		// Every connection accepted before Leaving is this server's to
-		// answer (a ping it has not read yet too), unless told to stop now.
+		// answer (a ping it has not read yet too), unless told to stop now:
+		// Idle closes once none is open.
 		if why := srv.Reason(); why != runnerstate.RestartNow && why != runnerstate.RestartLost {
-			<-accepting
-			conns.Wait()
+			<-srv.Idle()
 		}
 	}
 	stop()
@@ -235,17 +239,15 @@ func (d app) serve() int {
 
 // answer answers each connection's lines: "ping" gets
 // "pong from pid P: runner serving|standing by, total T".
-func (d app) answer(ln net.Listener, r *runnerRole, conns *sync.WaitGroup) {
+func (d app) answer(ln net.Listener, r *runnerRole) {
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
 			return
 		}
-		conns.Add(1)
 		go func() {
-			defer conns.Done()
 			defer conn.Close()
-			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			conn.SetDeadline(time.Now().Add(connDeadline))
 			sc := bufio.NewScanner(conn)
 			for sc.Scan() {
 				if sc.Text() != "ping" {
@@ -259,6 +261,19 @@ func (d app) answer(ln net.Listener, r *runnerRole, conns *sync.WaitGroup) {
 				fmt.Fprintf(conn, "pong from pid %d: runner %s, total %d\n", os.Getpid(), state, total(d.role))
 			}
 		}()
+	}
+}
+
+// connDeadline bounds each connection the server answers.
+const connDeadline = 10 * time.Second
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
