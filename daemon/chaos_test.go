@@ -14,11 +14,13 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -114,6 +116,22 @@ func witnessAt(path string, at int64, format string, args ...any) {
 type witnessHandler struct {
 	path   string
 	linger time.Duration
+	left   atomic.Bool // the role saw Leaving close
+	asked  atomic.Bool // the library said it is leaving
+}
+
+// stuck writes the goroutines of a server whose library said it is
+// leaving but whose Leaving has not closed, and says so in the log.
+func (h *witnessHandler) stuck(when string) {
+	if !h.asked.Load() || h.left.Load() {
+		return
+	}
+	stacks := fmt.Sprintf("%s.stacks-%d", h.path, os.Getpid())
+	if f, err := os.Create(stacks); err == nil {
+		pprof.Lookup("goroutine").WriteTo(f, 2)
+		f.Close()
+	}
+	witness(h.path, "stuck Leaving not closed %s after the library's leaving: %s", when, stacks)
 }
 
 func (h *witnessHandler) Enabled(context.Context, slog.Level) bool { return true }
@@ -138,6 +156,13 @@ func (h *witnessHandler) Handle(_ context.Context, r slog.Record) error {
 		now := monotonic()
 		deadline := now + int64(time.Until(attr("until").Time()))
 		witnessAt(h.path, now, "stepdown since=%d deadline=%d", deadline-int64(h.linger), deadline)
+	case "daemon: leaving":
+		// Leaving closes right after this line: a server whose Leaving
+		// has not closed 2 s later, or when an escalation's SIGTERM
+		// comes, writes "stuck" and its goroutines.
+		h.asked.Store(true)
+		time.AfterFunc(2*time.Second, func() { h.stuck("2 s") })
+		witness(h.path, "lib daemon: leaving reason=%v", attr("reason"))
 	case "daemon: the successor failed before it was ready: took the directory back":
 		witness(h.path, "retaken")
 	case "daemon: a newer server asked this lingering one to end now":
@@ -184,7 +209,8 @@ func roleChaosServer(dir string) int {
 		opts.Linger = time.Duration(300+rand.IntN(1200)) * time.Millisecond
 		opts.LingerGrace = 500 * time.Millisecond
 	}
-	opts.Logger = slog.New(&witnessHandler{path: log, linger: opts.Linger})
+	wh := &witnessHandler{path: log, linger: opts.Linger}
+	opts.Logger = slog.New(wh)
 	runnerstate.SetLogger(opts.Logger) // an admission's reap of a lingering server past its kill_at
 	terminated := make(chan os.Signal, 1)
 	signal.Notify(terminated, syscall.SIGTERM)
@@ -192,6 +218,7 @@ func roleChaosServer(dir string) int {
 		// Die of SIGTERM as an unprepared server would, once the log says
 		// so: its sockets close only after this line is written.
 		<-terminated
+		wh.stuck("at SIGTERM")
 		witness(log, "terminated")
 		signal.Reset(syscall.SIGTERM)
 		syscall.Kill(os.Getpid(), syscall.SIGTERM)
@@ -251,6 +278,7 @@ func roleChaosServer(dir string) int {
 		}
 	}()
 	<-srv.Leaving()
+	wh.left.Store(true)
 	why := srv.Reason()
 	witness(log, "leaving %s", why)
 	if why == runnerstate.RestartNow || why == runnerstate.RestartLost {
@@ -704,6 +732,13 @@ func checkChaos(t *testing.T, evs []event, kills []kill, streams []streamEnd) ch
 				s.endnow = e.at
 			}
 			f.endnows++
+		case "stuck":
+			t.Errorf("server %d: %s", e.pid, arg)
+			if stacks := arg[strings.LastIndexByte(arg, ' ')+1:]; stacks != "" {
+				if data, err := os.ReadFile(stacks); err == nil {
+					t.Logf("goroutines of server %d:\n%s", e.pid, data)
+				}
+			}
 		case "killlingering":
 			pid, _ := strconv.Atoi(arg)
 			killedAt(get(pid), e.at)
