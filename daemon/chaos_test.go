@@ -382,7 +382,9 @@ func TestChaos(t *testing.T) {
 		// Stop may miss, by its own bound: envChaosEnd).
 		ctx, cancel := context.WithTimeout(context.Background(), testharness.Wait)
 		defer cancel()
-		Stop(ctx, dir, runnerstate.RestartNow)
+		if err := Stop(ctx, dir, runnerstate.RestartNow); err != nil {
+			t.Errorf("the last server asked to stop as the test ends: %v", err)
+		}
 		for _, s := range spawned {
 			s.cmd.Process.Kill()
 			<-s.done
