@@ -116,14 +116,15 @@ func witnessAt(path string, at int64, format string, args ...any) {
 type witnessHandler struct {
 	path   string
 	linger time.Duration
-	left   atomic.Bool // the role saw Leaving close
-	asked  atomic.Bool // the library said it is leaving
+	srv    atomic.Pointer[Server] // once Listen returned
+	asked  atomic.Bool            // the library said it is leaving
 }
 
 // stuck writes the goroutines of a server whose library said it is
 // leaving but whose Leaving has not closed, and says so in the log.
 func (h *witnessHandler) stuck(when string) {
-	if !h.asked.Load() || h.left.Load() {
+	srv := h.srv.Load()
+	if !h.asked.Load() || srv == nil || isClosed(srv.Leaving()) {
 		return
 	}
 	stacks := fmt.Sprintf("%s.stacks-%d", h.path, os.Getpid())
@@ -230,6 +231,7 @@ func roleChaosServer(dir string) int {
 		witness(log, "refused %v", strings.ReplaceAll(err.Error(), "\n", " "))
 		return 1
 	}
+	wh.srv.Store(srv)
 	witness(log, "admitted linger=%d", opts.Linger.Milliseconds())
 	if os.Getenv(envSlowStart) == "1" {
 		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond) // its start's work, not a synchronisation
@@ -278,7 +280,6 @@ func roleChaosServer(dir string) int {
 		}
 	}()
 	<-srv.Leaving()
-	wh.left.Store(true)
 	why := srv.Reason()
 	witness(log, "leaving %s", why)
 	if why == runnerstate.RestartNow || why == runnerstate.RestartLost {
