@@ -83,11 +83,15 @@ func echoDirs(base string) (dir, sock, logs string) {
 type echoServer struct {
 	mu       sync.Mutex
 	accepts  []int64
-	request  int64 // when the restart (upgrade) request arrived
-	started  int64 // when its accept loop began
-	stopped  int64 // when its accept loop ended
-	closing  int64 // when it called daemon's Close (0: it does not)
-	closed   int64 // when Close returned
+	streams  []int64 // when each stream it served to its end ended
+	request  int64   // when the restart (upgrade) request arrived
+	started  int64   // when its accept loop began
+	stopped  int64   // when its accept loop ended
+	closing  int64   // when it called daemon's Close (0: it does not)
+	closed   int64   // when Close returned
+	listened int64   // a lingering benchmark's server: when Listen returned,
+	readied  int64   // when Ready returned,
+	handed   int64   // and when Handed closed
 	inflight sync.WaitGroup
 	loop     sync.WaitGroup
 	logs     string
@@ -100,6 +104,18 @@ func newEchoServer(base string) *echoServer {
 
 // serve accepts on ln until Accept fails, answering each connection.
 func (e *echoServer) serve(ln net.Listener) {
+	e.serveWith(ln, func(c net.Conn) {
+		if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+			return
+		}
+		c.Write([]byte("pong\n"))
+	})
+}
+
+// serveWith accepts on ln until Accept fails, and handles each connection
+// with handle, which the deadline of ten seconds bounds; the connection is
+// closed once handle returns.
+func (e *echoServer) serveWith(ln net.Listener, handle func(net.Conn)) {
 	e.loop.Add(1)
 	e.started = monotonic()
 	go func() {
@@ -121,10 +137,7 @@ func (e *echoServer) serve(ln net.Listener) {
 				defer e.inflight.Done()
 				defer c.Close()
 				c.SetDeadline(time.Now().Add(10 * time.Second))
-				if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
-					return
-				}
-				c.Write([]byte("pong\n"))
+				handle(c)
 			}()
 		}
 	}()
@@ -165,8 +178,12 @@ func (e *echoServer) write() {
 	defer e.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "request %d\nstarted %d\nstopped %d\nclosing %d\nclosed %d\n", e.request, e.started, e.stopped, e.closing, e.closed)
+	fmt.Fprintf(&b, "listened %d\nreadied %d\nhanded %d\n", e.listened, e.readied, e.handed)
 	for _, t := range e.accepts {
 		fmt.Fprintf(&b, "accept %d\n", t)
+	}
+	for _, t := range e.streams {
+		fmt.Fprintf(&b, "streamed %d\n", t)
 	}
 	writeAtomic(filepath.Join(e.logs, fmt.Sprintf("%d.events", os.Getpid())), b.String())
 }
@@ -257,7 +274,10 @@ func echoBindAnew(base string) int {
 // which closes its listener, finishes what it accepted and exits. SIGTERM
 // stops it for good. Until Exit the old one accepts, also after its
 // successor started to: the two overlap by design.
-func echoTableflip(base string) int {
+func echoTableflip(base string) int { return tableflipServer(base, (*echoServer).serve) }
+
+// tableflipServer is echo-tableflip, its connections served by serve.
+func tableflipServer(base string, serve func(*echoServer, net.Listener)) int {
 	_, sock, _ := echoDirs(base)
 	e := newEchoServer(base)
 	upg, err := tableflip.New(tableflip.Options{UpgradeTimeout: upgradeWait})
@@ -284,7 +304,7 @@ func echoTableflip(base string) int {
 	if err != nil {
 		return fail(err)
 	}
-	e.serve(ln)
+	serve(e, ln)
 	if err := upg.Ready(); err != nil {
 		return fail(err)
 	}
@@ -407,6 +427,7 @@ type serverProcs struct {
 	b      *testing.B
 	base   string
 	role   string
+	env    []string // added to each server's environment
 	stderr *os.File
 	cmds   map[int]*exec.Cmd
 	known  map[int]bool
@@ -432,6 +453,7 @@ func newServerProcs(b *testing.B, base, role string) *serverProcs {
 func (p *serverProcs) start() int {
 	cmd := testharness.Command(p.base)
 	cmd.Env = append(os.Environ(), testharness.RoleEnv+"="+p.role, "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(cmd.Env, p.env...)
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		p.b.Fatal(err)
@@ -543,6 +565,21 @@ type upgradeRun struct {
 	overlapTimes   []time.Duration // how long they did, each upgrade (0: never)
 	closes         []time.Duration // handing over: the old server's Close
 	admits         []time.Duration // handing over: from its return to the successor's accept loop
+	windows        []span          // the upgrade windows
+	periods        []span          // the upgrades, as steady state leaves them out
+}
+
+// span is a stretch of CLOCK_MONOTONIC time, in ns.
+type span struct{ from, to int64 }
+
+// overlaps says whether from..to overlaps one of spans.
+func overlaps(spans []span, from, to int64) bool {
+	for _, s := range spans {
+		if from <= s.to && to >= s.from {
+			return true
+		}
+	}
+	return false
 }
 
 // runUpgrade runs one scenario: a first server, eight clients, then
@@ -616,13 +653,15 @@ func runUpgrade(b *testing.B, impl string) upgradeRun {
 		unix.Kill(cur, unix.SIGTERM)
 	}
 	procs.reap(cur)
-	return measureUpgrade(b, logs, hs)
+	return measureUpgrade(b, logs, hs, true)
 }
 
 // serverEvents are one server's events file.
 type serverEvents struct {
 	request, started, stopped, closing, closed int64
+	listened, readied, handed                  int64
 	accepts                                    []int64
+	streams                                    []int64
 }
 
 func readEvents(b *testing.B, logs string, pid int) serverEvents {
@@ -645,8 +684,16 @@ func readEvents(b *testing.B, logs string, pid int) serverEvents {
 			ev.closing = t
 		case "closed":
 			ev.closed = t
+		case "listened":
+			ev.listened = t
+		case "readied":
+			ev.readied = t
+		case "handed":
+			ev.handed = t
 		case "accept":
 			ev.accepts = append(ev.accepts, t)
+		case "streamed":
+			ev.streams = append(ev.streams, t)
 		}
 	}
 	return ev
@@ -658,10 +705,13 @@ func readEvents(b *testing.B, logs string, pid int) serverEvents {
 // earlier) to its successor's first accept; a request is in it when the
 // two overlap. Steady state is every request that overlaps no upgrade at
 // all, from the harness starting the next server to settle after it
-// reaped the old one.
-func measureUpgrade(b *testing.B, logs string, hs []upgradeSeen) upgradeRun {
+// reaped the old one. Without loops, the window starts at the old
+// server's last accept before its successor's first. With loops, two servers whose accept loops ran at
+// once count as accepting at once; without (a lingering server's Accept
+// blocks, returning nothing, from its step-down until its loop ends), only
+// an accept by the old server after its successor's first counts.
+func measureUpgrade(b *testing.B, logs string, hs []upgradeSeen, loops bool) upgradeRun {
 	var run upgradeRun
-	type span struct{ from, to int64 }
 	var windows, periods []span
 	for _, h := range hs {
 		old, next := readEvents(b, logs, h.old), readEvents(b, logs, h.new)
@@ -678,6 +728,18 @@ func measureUpgrade(b *testing.B, logs string, hs []upgradeSeen) upgradeRun {
 		if old.stopped != 0 {
 			from = min(from, old.stopped)
 		}
+		if !loops {
+			// A lingering server's Accept blocks from its step-down,
+			// and its Leaving closes once its successor is ready: the
+			// window starts at its last accept before its successor's
+			// first (at the harness's start of the successor if none).
+			from = h.begun
+			for _, t := range old.accepts {
+				if t < first {
+					from = max(from, t)
+				}
+			}
+		}
 		windows = append(windows, span{from, max(first, from)})
 		run.lengths = append(run.lengths, time.Duration(max(first-from, 0)))
 		periods = append(periods, span{min(h.begun, from), max(h.done, first) + int64(settle)})
@@ -693,19 +755,15 @@ func measureUpgrade(b *testing.B, logs string, hs []upgradeSeen) upgradeRun {
 		}
 		run.overlaps += n
 		both := time.Duration(max(old.stopped-next.started, 0))
+		if !loops {
+			both = 0
+		}
 		run.overlapTimes = append(run.overlapTimes, both)
 		if both > 0 || n > 0 {
 			run.overlapping++
 		}
 	}
-	overlaps := func(spans []span, from, to int64) bool {
-		for _, s := range spans {
-			if from <= s.to && to >= s.from {
-				return true
-			}
-		}
-		return false
-	}
+	run.windows, run.periods = windows, periods
 	entries, err := os.ReadDir(logs)
 	if err != nil {
 		b.Fatal(err)

@@ -98,13 +98,14 @@ func Dial(ctx context.Context, dir string, cmd *exec.Cmd, opts DialOptions) (net
 
 // dialing is one Dial call.
 type dialing struct {
-	dir    string
-	cmd    *exec.Cmd
-	opts   DialOptions
-	accept func(runnerstate.Record) bool // opts.Accept, asked once per distinct record
-	w      *dirwatch.Watcher
-	failed int   // copies started that exited before they were ready
-	last   error // the last one's *runnerstate.StartError
+	dir      string
+	cmd      *exec.Cmd
+	opts     DialOptions
+	accept   func(runnerstate.Record) bool // opts.Accept, asked once per distinct record
+	w        *dirwatch.Watcher
+	failed   int   // copies started that exited before they were ready
+	replaced int   // copies started that were gone, without an exit seen, when Start looked
+	last     error // the last one's *runnerstate.StartError
 }
 
 // maxStartFailures is how many copies of cmd one Dial starts, at most, that
@@ -264,9 +265,18 @@ func (d *dialing) start(ctx context.Context, was runnerstate.Record) (net.Conn, 
 	case err == nil:
 		return nil, rec, nil, true // dial it (or what replaced it) on the next look
 	case errors.As(err, &se) && se.ExitCode == -1 && ctx.Err() == nil:
-		// The copy started is ready but older than this client too.
-		now, _, _ := runnerstate.Running(d.dir)
-		return nil, now, fmt.Errorf("%w: %s: the server started is %s, older than this client's %s: %v", ErrIncompatible, d.dir, versionWords(now.Version), d.opts.Version, err), false
+		// The copy started did not exit before it was ready: it is ready
+		// and older than this client too (Accept refused it), or it is
+		// gone already, replaced by a server that may well do (a newer
+		// one, or a takeover's). Look at what runs now, a few times.
+		now, held, _ := runnerstate.Running(d.dir)
+		if held && now.Usable() && older(now.Version, d.opts.Version) {
+			return nil, now, fmt.Errorf("%w: %s: the server started is %s, older than this client's %s: %v", ErrIncompatible, d.dir, versionWords(now.Version), d.opts.Version, err), false
+		}
+		if d.replaced++; d.replaced < maxStartFailures {
+			return nil, now, nil, true
+		}
+		return nil, now, err, false
 	case errors.As(err, &se) && ctx.Err() == nil:
 		// It exited before it was ready. Each such copy counts, whatever
 		// holds dir: one Dial starts at most maxStartFailures (a copy that

@@ -156,7 +156,15 @@ func sendTo(addr string, h header, files []*os.File) bool {
 	msg.Write(data)
 	fds := make([]int, len(files))
 	for i, f := range files {
-		fds[i] = int(f.Fd())
+		// Not f.Fd(): it puts the descriptor in blocking mode, and the
+		// mode belongs to the open file description that this server's
+		// own listener shares: a receiver that dies before it sets it
+		// back would leave this server's accept blocking in the kernel.
+		fd, err := rawFD(f)
+		if err != nil {
+			return false
+		}
+		fds[i] = fd
 	}
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	n, _, err := uc.WriteMsgUnix(msg.Bytes(), unix.UnixRights(fds...), nil)
@@ -216,4 +224,41 @@ func acceptQueued(ln net.Listener) (net.Conn, bool) {
 	defer f.Close()
 	c, err := net.FileConn(f)
 	return c, err == nil
+}
+
+// rawFD is f's descriptor, its mode left as it is (unlike os.File.Fd). It
+// stays valid while f is open.
+func rawFD(f *os.File) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	if err := rc.Control(func(d uintptr) { fd = int(d) }); err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
+// keepNonblocking puts ln's socket back in non-blocking mode if something
+// took it out: the mode belongs to the open file description, which every
+// process handed the socket shares, and net.FileListener in a receiver
+// sets it blocking for an instant (os.File.Fd) before it sets it back. A
+// receiver killed in between would leave this server's next accept
+// waiting in the kernel, where no deadline reaches it (halt, Close and a
+// lingering server's pause would wait for a client to come).
+func keepNonblocking(ln net.Listener) {
+	sc, ok := ln.(syscall.Conn)
+	if !ok {
+		return
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) {
+		if flags, err := unix.FcntlInt(fd, unix.F_GETFL, 0); err == nil && flags&unix.O_NONBLOCK == 0 {
+			unix.SetNonblock(int(fd), true)
+		}
+	})
 }

@@ -23,3 +23,6 @@ func listenerFile(net.Listener) (*os.File, error) { return nil, errors.ErrUnsupp
 
 // acceptQueued is never possible here: an idle server closes at once.
 func acceptQueued(net.Listener) (net.Conn, bool) { return nil, false }
+
+// keepNonblocking does nothing here: no socket is shared with a successor.
+func keepNonblocking(net.Listener) {}

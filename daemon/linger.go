@@ -55,6 +55,12 @@ func (s *Server) lingerInstead(why string) bool {
 	s.mu.Lock()
 	switch s.phase {
 	case phasePreparing, phaseStepping:
+		if why == runnerstate.RestartDrain {
+			// Another drain (a newer starter's): the step-down under way
+			// hands over to the newest starter when it does.
+			s.mu.Unlock()
+			return true
+		}
 		if reasonRank(why) > reasonRank(s.pendingWhy) || s.pendingWhy == "" {
 			s.pendingWhy = why
 		}
@@ -73,7 +79,7 @@ func (s *Server) lingerInstead(why string) bool {
 		return false
 	}
 	succ, ok := s.lingerSuccessor()
-	if !ok {
+	if !ok && s.drainStands() {
 		return false
 	}
 	s.mu.Lock()
@@ -101,6 +107,17 @@ func (s *Server) lingerSuccessor() (gate.Successor, bool) {
 	return succs[0], true
 }
 
+// drainStands reports whether the drain this server was asked for stands
+// with no starter to linger beside: the request is still pending (an
+// operator's, or a starter's that takes no lingering predecessor). A
+// takeover's request whose starter is gone is void: the server that would
+// linger keeps the directory instead (point 4 of lingering: a successor
+// that fails first gives the sockets back).
+func (s *Server) drainStands() bool {
+	_, pending := runnerstate.RestartRequested(s.dir)
+	return pending
+}
+
 // aborted reports whether a reason to leave as with Linger 0 came.
 func (s *Server) aborted() bool {
 	s.mu.Lock()
@@ -120,9 +137,26 @@ func (s *Server) linger(succ gate.Successor, done chan struct{}) {
 	for _, l := range s.lns {
 		l.pause()
 	}
-	if s.aborted() || !s.handToLinger(succ) {
+	// The newest starter now: a newer one may have come meanwhile, and the
+	// one that asked may have been superseded and gone.
+	handed := false
+	for try := 0; try < 3 && !handed && !s.aborted(); try++ {
+		newest, ok := s.lingerSuccessor()
+		if !ok {
+			break
+		}
+		succ, handed = newest, s.handToLinger(newest)
+	}
+	switch {
+	case s.aborted(), !handed && s.drainStands():
 		s.giveUpLinger()
 		return
+	case !handed:
+		// The starter that asked is gone, with nobody after it: step down
+		// to nobody and take the directory back (afterStepDown), as from a
+		// successor that failed.
+		succ = gate.Successor{}
+		s.log.Info("daemon: the starter that asked for the drain is gone; taking the directory back", "dir", s.dir)
 	}
 	now := time.Now()
 	rec := runnerstate.Lingering{Since: now, Deadline: now.Add(s.opts.Linger), KillAt: now.Add(s.opts.Linger + s.lingerGrace()), Open: s.Open()}
@@ -177,7 +211,8 @@ func (s *Server) handToLinger(succ gate.Successor) bool {
 		return false
 	}
 	s.mu.Lock()
-	s.sent[succ.Rendezvous+" "+succ.Instance], s.handedOut = true, true
+	// Keyed as it waits, and as the gate lists it once admitted (Handover).
+	s.sent[succ.Rendezvous+" "+succ.Instance], s.sent[succ.Rendezvous+" "], s.handedOut = true, true, true
 	s.mu.Unlock()
 	s.log.Info("daemon: handed the listening sockets over", "dir", s.dir, "to_pid", succ.PID, "lingering", true)
 	return true
@@ -248,6 +283,7 @@ func (s *Server) afterStepDown(rec runnerstate.Lingering) {
 		if s.tryRetake(&rec) {
 			return
 		}
+		s.handToSuccessors() // a starter that came since the step-down
 		if id := s.successorProcess(); id.Instance != watching {
 			exit.Stop()
 			exit, watching = nil, id.Instance
@@ -262,12 +298,11 @@ func (s *Server) afterStepDown(rec runnerstate.Lingering) {
 		case <-update.C:
 			s.updateLingering(&rec)
 		case <-deadline.C:
-			// No successor got ready within Linger: leave for the drain
-			// that was asked; Close hands the sockets on.
-			s.log.Info("daemon: no successor got ready while it lingered", "dir", s.dir)
-			s.endLinger(false)
+			// The successor is not ready by the deadline: what this server
+			// holds is closed, but it keeps its copies of the sockets, to
+			// give them back should the successor fail.
+			s.log.Info("daemon: the linger deadline passed before the successor was ready: closing the connections it still holds", "dir", s.dir, "open", s.Open())
 			s.cutAll()
-			return
 		}
 	}
 }

@@ -672,3 +672,119 @@ func TestStepDownWaitsUntilTheSuccessorKeepsTheSockets(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, rec.Endpoints[0].Address, now.Endpoints[0].Address, "the port is kept")
 }
+
+// Points 4 and 5: a deadline that passes before the successor is ready
+// closes what the server holds, but it keeps its copies of the sockets: a
+// successor that then dies before it is ready still gives them back.
+func TestADeadlineBeforeReadyKeepsTheSocketsToGiveBack(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, "d.sock")
+	a := startLinger(t, dir, lingerOpts("v1.0.0", 200*time.Millisecond))
+	a.Expect("listening")
+	a.Expect("ready inherited=0")
+	st := openStream(t, path)
+	_, err := st.tick()
+	require.NoError(t, err)
+	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute), envHoldReady+"=1")
+	b.Expect("listening")
+	for {
+		if _, err := st.tick(); err != nil {
+			break // cut at the deadline
+		}
+	}
+	b.Kill()
+	b.Wait()
+	assert.Equal(t, a.PID(), pingPID(t, path), "the old server accepts again")
+	rec, held, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	require.True(t, held)
+	assert.Equal(t, a.PID(), rec.PID)
+}
+
+// Point 5: a server that waits for an older lingering server to end
+// before it lingers itself hands over to the newest starter when it steps
+// down: the starter that asked may have been superseded meanwhile, and be
+// gone.
+func TestASupersededStarterDoesNotStopTheLinger(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, "d.sock")
+	a := startLinger(t, dir, lingerOpts("v1.0.0", time.Minute), envNoClose+"=1")
+	a.Expect("listening")
+	a.Expect("ready inherited=0")
+	optsB := lingerOpts("v1.1.0", time.Minute)
+	optsB.LingerGrace = 2 * time.Second // how long it waits for a, which never exits by itself
+	b := startLinger(t, dir, optsB)
+	b.Expect("listening")
+	b.Expect("ready inherited=1")
+	a.Expect("handed")
+	a.Expect("leaving drain")
+	a.Expect("idle")
+	st := openStream(t, path)
+	pid, err := st.tick()
+	require.NoError(t, err)
+	require.Equal(t, b.PID(), pid)
+
+	c := startLinger(t, dir, lingerOpts("v1.2.0", time.Minute))
+	for deadline := time.Now().Add(testharness.Wait); ; time.Sleep(5 * time.Millisecond) {
+		l, ok, _ := runnerstate.ReadLingering(dir)
+		if ok && l.End == runnerstate.LingerEndNow {
+			break // b prepares to linger: it waits for a to end
+		}
+		require.True(t, time.Now().Before(deadline), "b never asked a to end")
+	}
+	d := startLinger(t, dir, lingerOpts("v1.2.1", time.Minute))
+	c.Expect("error") // superseded by d
+	c.Wait()
+	d.Expect("listening")
+	d.Expect("ready inherited=1")
+	b.Expect("handed")
+	b.Expect("leaving drain")
+	assert.Equal(t, d.PID(), pingPID(t, path))
+	for range 3 {
+		pid, err := st.tick()
+		require.NoError(t, err, "b's stream runs on: it lingers")
+		require.Equal(t, b.PID(), pid)
+	}
+}
+
+// Point 4: a starter that asked for the drain and died before the server
+// stepped down (here while the server waits for an older lingering server
+// to end) leaves a void request: the server keeps the directory, ready,
+// rather than drain for nobody and leave nothing serving.
+func TestAStarterGoneBeforeTheStepDownLeavesTheServerServing(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, "d.sock")
+	a := startLinger(t, dir, lingerOpts("v1.0.0", time.Minute), envNoClose+"=1")
+	a.Expect("listening")
+	a.Expect("ready inherited=0")
+	optsB := lingerOpts("v1.1.0", time.Minute)
+	optsB.LingerGrace = time.Second // how long it waits for a, which never exits by itself
+	b := startLinger(t, dir, optsB)
+	b.Expect("listening")
+	b.Expect("ready inherited=1")
+	a.Expect("handed")
+	a.Expect("leaving drain")
+	a.Expect("idle")
+
+	c := startLinger(t, dir, lingerOpts("v1.2.0", time.Minute))
+	for deadline := time.Now().Add(testharness.Wait); ; time.Sleep(5 * time.Millisecond) {
+		l, ok, _ := runnerstate.ReadLingering(dir)
+		if ok && l.End == runnerstate.LingerEndNow {
+			break // b got c's drain, and waits for a to end
+		}
+		require.True(t, time.Now().Before(deadline), "b never asked a to end")
+	}
+	c.Kill()
+	c.Wait()
+	require.Error(t, a.Wait(), "a is killed after b's LingerGrace")
+	for deadline := time.Now().Add(testharness.Wait); ; time.Sleep(5 * time.Millisecond) {
+		rec, held, _ := runnerstate.Running(dir)
+		if held && rec.PID == b.PID() && rec.Usable() {
+			break // b took the directory back, ready
+		}
+		require.True(t, time.Now().Before(deadline), "b never took the directory back")
+	}
+	assert.Equal(t, b.PID(), pingPID(t, path), "b accepts")
+	b.Send("open")
+	b.Expect("open") // not "leaving": Leaving never closed
+}

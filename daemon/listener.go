@@ -61,6 +61,7 @@ func (l *listener) Accept() (net.Conn, error) {
 		}
 		l.inflight.Add(1)
 		l.mu.Unlock()
+		keepNonblocking(l.Listener)
 		c, err := l.Listener.Accept()
 		l.inflight.Done()
 		if err == nil {

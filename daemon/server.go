@@ -59,14 +59,17 @@ type Options struct {
 	// made for a drain requested by a starter of this package that can
 	// take a lingering predecessor; a drain by an operator, RestartNow,
 	// Stop, an idle exit, a lost lock file, Close, or jobs the server
-	// started that hold its tree each leave as with Linger zero. Linux and
-	// macOS, where sockets are handed over; elsewhere it never lingers.
+	// started that hold its tree each leave as with Linger zero. At most
+	// one server lingers per directory: the next one to step down asks it
+	// to end at once (its connections are closed). Linux and macOS, where
+	// sockets are handed over; elsewhere it never lingers.
 	// docs/operations.md says when to use it.
 	Linger time.Duration
 	// LingerGrace is how long past the Linger deadline a lingering server
 	// has to exit before a holder or admission that finds it alive kills
-	// it (kill_at in linger.json), and how long a server that would linger
-	// waits for an older lingering server asked to end at once. Zero: 5 s.
+	// it (SIGKILL; kill_at in linger.json), and how long a server that
+	// would linger waits for an older lingering server it asked to end at
+	// once before it kills it. Zero: 5 s.
 	LingerGrace time.Duration
 	// Logger receives what the server does (Info); nil: the runnerstate
 	// package's logger (runnerstate.SetLogger; by default it passes only
@@ -187,7 +190,8 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 		leaving: make(chan struct{}), urgent: make(chan struct{}), handStop: make(chan struct{}), handDone: make(chan struct{}), sent: map[string]bool{},
 		handed: make(chan struct{}), idleCh: make(chan struct{}), lingerCh: make(chan struct{}), closing: make(chan struct{}), abort: make(chan struct{}), reapStop: make(chan struct{}),
 		openConns: map[*conn]struct{}{}}
-	if err := s.open(eps, rv); err != nil {
+	beside := s.besideLingering()
+	if err := s.open(eps, rv, beside); err != nil {
 		rv.close()
 		release()
 		return nil, err
@@ -198,7 +202,7 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 		release()
 		return nil, err
 	}
-	if s.besideLingering() {
+	if beside {
 		// Its predecessor keeps copies of the sockets until this server is
 		// ready: the predecessor's last accept comes before this one's first.
 		for _, l := range s.lns {
@@ -211,8 +215,10 @@ func Listen(ctx context.Context, dir string, opts Options) (*Server, error) {
 }
 
 // open gives each endpoint its socket: the one handed over for it, else one
-// bound anew.
-func (s *Server) open(eps []endpoint, rv *rendezvous) error {
+// bound anew. Beside a lingering predecessor, which keeps its copies, a
+// socket not received yet is waited for (a second at most) first: a
+// starter this one superseded may still pass it on.
+func (s *Server) open(eps []endpoint, rv *rendezvous, beside bool) error {
 	socks := make([]net.Listener, len(eps))
 	closeAll := func() {
 		for _, ln := range socks {
@@ -225,6 +231,11 @@ func (s *Server) open(eps []endpoint, rv *rendezvous) error {
 		if r, ok := rv.take(e.key()); ok {
 			socks[i] = r.ln
 			s.inherited++
+		} else if beside {
+			if r, ok := rv.await(e.key(), time.Second); ok {
+				socks[i] = r.ln
+				s.inherited++
+			}
 		}
 	}
 	for _, r := range rv.all() {

@@ -30,6 +30,14 @@
 //
 //	BENCH_CRASHLOOP_DURATION=60s go test -run '^$' -bench CrashLoop -benchtime 1x | tee crashloop-results.txt
 //
+// Lingering's tables (an upgrade beside 100 streams, lingering beside
+// today's drain and tableflip, and successors killed before ready) are
+// written from linger-results.txt (-linger) and linger-busy.txt
+// (-linger-busy), the same beside two CPU hogs:
+//
+//	BENCH_LINGER_UPGRADES=10 go test -run '^$' -bench Linger -benchtime 1x | tee linger-results.txt
+//	BENCH_LINGER_UPGRADES=10 go test -run '^$' -bench LingerKill -benchtime 1x -count 5 | tee -a linger-results.txt
+//
 // With -check it writes nothing and exits 1 when the docs differ from what it
 // would write (TestReportMatchesDocs runs it so). It exits 2 on a file it
 // cannot read or a marker it does not know, naming the file.
@@ -60,17 +68,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	daemonIn := fl.String("daemon", "", "the run of package daemon's benchmarks (default: daemon-results.txt beside -in)")
 	busyIn := fl.String("busy", "", "the same beside two CPU hogs (default: daemon-busy.txt beside -in)")
 	crashIn := fl.String("crashloop", "", "the run of the crash loop benchmark (default: crashloop-results.txt beside -in)")
+	lingerIn := fl.String("linger", "", "the run of the lingering benchmarks (default: linger-results.txt beside -in)")
+	lingerBusyIn := fl.String("linger-busy", "", "the same beside two CPU hogs (default: linger-busy.txt beside -in)")
 	doc := fl.String("doc", "../docs/benchmarks.md", "the Markdown file whose marked tables to write")
 	check := fl.Bool("check", false, "write nothing; exit 1 when the file differs from what the report would write")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
 	if fl.NArg() > 0 {
-		fmt.Fprintf(stderr, "report: unexpected arguments %q: it takes only flags (-in, -daemon, -busy, -crashloop, -doc, -check)\n", fl.Args())
+		fmt.Fprintf(stderr, "report: unexpected arguments %q: it takes only flags (-in, -daemon, -busy, -crashloop, -linger, -linger-busy, -doc, -check)\n", fl.Args())
 		return 2
 	}
-	files := map[string]string{"results": *in, "daemon": *daemonIn, "busy": *busyIn, "crashloop": *crashIn}
-	for name, beside := range map[string]string{"daemon": "daemon-results.txt", "busy": "daemon-busy.txt", "crashloop": "crashloop-results.txt"} {
+	files := map[string]string{"results": *in, "daemon": *daemonIn, "busy": *busyIn, "crashloop": *crashIn, "linger": *lingerIn, "linger-busy": *lingerBusyIn}
+	for name, beside := range map[string]string{"daemon": "daemon-results.txt", "busy": "daemon-busy.txt", "crashloop": "crashloop-results.txt",
+		"linger": "linger-results.txt", "linger-busy": "linger-busy.txt"} {
 		if files[name] == "" {
 			files[name] = filepath.Join(filepath.Dir(*in), beside)
 		}
@@ -91,12 +102,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // report writes each table from its results file (files, by the names
-// blocks give: results, daemon, busy, crashloop) into the Markdown file doc, or with
+// blocks give: results, daemon, busy, crashloop, linger, linger-busy) into the Markdown file doc, or with
 // check only compares them. It returns the names of the tables that were
 // (or would be) rewritten.
 func report(files map[string]string, doc string, check bool) ([]string, error) {
 	texts := map[string]string{}
-	for _, file := range []string{"results", "daemon", "busy", "crashloop"} {
+	for _, file := range []string{"results", "daemon", "busy", "crashloop", "linger", "linger-busy"} {
 		res, err := loadResults(files[file])
 		if err != nil {
 			return nil, err

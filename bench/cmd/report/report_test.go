@@ -178,3 +178,22 @@ func TestFigureFormats(t *testing.T) {
 		assert.Equal(t, tc.want, tc.got)
 	}
 }
+
+// TestLeftRuns: the killed successors' row says in how many runs an old
+// server left, and after how many kills of all; a file without the figure
+// is named as missing.
+func TestLeftRuns(t *testing.T) {
+	runs := func(left ...float64) *results {
+		r := &results{values: map[key][]float64{}}
+		for _, v := range left {
+			r.values[key{"LingerKill", "old-server-left"}] = append(r.values[key{"LingerKill", "old-server-left"}], v)
+			r.values[key{"LingerKill", "kills"}] = append(r.values[key{"LingerKill", "kills"}], 20)
+		}
+		return r
+	}
+	assert.Equal(t, "0 of 5 runs", leftRuns(runs(0, 0, 0, 0, 0)))
+	assert.Equal(t, "2 of 5 runs (3 kills of 100)", leftRuns(runs(0, 2, 0, 1, 0)))
+	r := runs()
+	assert.Empty(t, leftRuns(r))
+	assert.Equal(t, []string{"LingerKill old-server-left"}, r.missing)
+}

@@ -28,10 +28,12 @@ type results struct {
 // reruns are the commands that write each results file, from the
 // repository's root.
 var reruns = map[string]string{
-	"results":   "cd bench && go test -run '^$' -bench . -count 6 | tee results.txt",
-	"daemon":    "cd bench && go test -run '^$' -bench 'Upgrade|DialReady|IdleExit' -count 6 | tee daemon-results.txt",
-	"busy":      "cd bench; yes >/dev/null & yes >/dev/null & go test -run '^$' -bench 'Upgrade|DialReady|IdleExit' -count 6 | tee daemon-busy.txt; kill %1 %2",
-	"crashloop": "cd bench && BENCH_CRASHLOOP_DURATION=60s go test -run '^$' -bench CrashLoop -benchtime 1x | tee crashloop-results.txt",
+	"results":     "cd bench && go test -run '^$' -bench . -count 6 | tee results.txt",
+	"daemon":      "cd bench && go test -run '^$' -bench 'Upgrade|DialReady|IdleExit' -count 6 | tee daemon-results.txt",
+	"busy":        "cd bench; yes >/dev/null & yes >/dev/null & go test -run '^$' -bench 'Upgrade|DialReady|IdleExit' -count 6 | tee daemon-busy.txt; kill %1 %2",
+	"crashloop":   "cd bench && BENCH_CRASHLOOP_DURATION=60s go test -run '^$' -bench CrashLoop -benchtime 1x | tee crashloop-results.txt",
+	"linger":      "cd bench && BENCH_LINGER_UPGRADES=10 go test -run '^$' -bench Linger -benchtime 1x | tee linger-results.txt && BENCH_LINGER_UPGRADES=10 go test -run '^$' -bench LingerKill -benchtime 1x -count 5 | tee -a linger-results.txt",
+	"linger-busy": "cd bench; yes >/dev/null & yes >/dev/null & BENCH_LINGER_UPGRADES=10 go test -run '^$' -bench Linger -benchtime 1x | tee linger-busy.txt; BENCH_LINGER_UPGRADES=10 go test -run '^$' -bench LingerKill -benchtime 1x -count 5 | tee -a linger-busy.txt; kill %1 %2",
 }
 
 // key names one measurement: a benchmark without its "Benchmark" prefix and

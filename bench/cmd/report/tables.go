@@ -12,13 +12,15 @@ import (
 // figure before it is rounded for display.
 var blocks = []struct {
 	name  string
-	file  string // the results file it is written from: results (-in), daemon (-daemon), busy (-busy) or crashloop (-crashloop)
+	file  string // the results file it is written from: results (-in), daemon (-daemon), busy (-busy), crashloop (-crashloop), linger (-linger) or linger-busy (-linger-busy)
 	write func(r *results) string
 }{
 	{"core", "results", coreTable},
 	{"daemon", "daemon", daemonTable},
 	{"daemon-busy", "busy", daemonTable},
 	{"crashloop", "crashloop", crashLoopTable},
+	{"linger", "linger", func(r *results) string { return lingerTable(r, false) }},
+	{"linger-busy", "linger-busy", func(r *results) string { return lingerTable(r, true) }},
 }
 
 // coreTable is the table of the core library's figures: each row ours
