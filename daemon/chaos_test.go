@@ -806,9 +806,13 @@ func checkChaos(t *testing.T, evs []event, kills []kill, streams []streamEnd) ch
 			t.Errorf("a stream from %d, a server the log does not know", st.pid)
 			continue
 		}
+		// The step-down in effect when the stream ended: since before,
+		// not yet taken back (a server whose deadline passed before its
+		// successor was ready cuts what it holds, and may take the
+		// directory back after).
 		var stepped *lingerSpan
 		for i := range s.steps {
-			if sp := &s.steps[i]; sp.since < st.end && sp.retaken == 0 {
+			if sp := &s.steps[i]; sp.since < st.end && (sp.retaken == 0 || sp.retaken > st.end) {
 				stepped = sp
 			}
 		}
