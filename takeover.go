@@ -139,7 +139,7 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	}
 	t := &takeover{dir: dir, lockPath: filepath.Join(dir, LockName), opts: opts, start: time.Now(), self: Self(), log: opts.Logger, live: ctx.Err() == nil, starter: bridge.StarterOf(ctx)}
 	if err := t.register(ctx); err != nil {
-		t.steppedAside()
+		t.steppedAside(err)
 		if ctx.Err() != nil && (errors.Is(err, ErrBusy) || errors.Is(err, ctx.Err())) {
 			return nil, t.busy(ctx.Err()) // the wait for the state lock ended with ctx
 		}
@@ -148,17 +148,19 @@ func Takeover(ctx context.Context, dir string, opts TakeoverOptions) (release fu
 	h, err := t.run(ctx)
 	if err != nil {
 		t.withdraw()
-		t.steppedAside()
+		t.steppedAside(err)
 		return nil, err
 	}
 	return h.Release, nil
 }
 
 // steppedAside records, when this starter stepped aside for a newer server
-// and a Start attempt started this process for dir, that its end is no
-// failure (markAside): the backoff does not count it.
-func (t *takeover) steppedAside() {
-	if t.yielded == nil {
+// or was superseded by a newer starter (err, ErrSuperseded) and a Start
+// attempt started this process for dir, that its end is no failure
+// (markAside): the backoff does not count it. A superseded starter ran
+// nothing of its own: its end says nothing of its build.
+func (t *takeover) steppedAside(err error) {
+	if t.yielded == nil && !errors.Is(err, ErrSuperseded) {
 		return
 	}
 	if err := markAside(t.dir); err != nil {

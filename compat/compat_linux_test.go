@@ -29,17 +29,23 @@ import (
 var releases = []release{
 	{name: "v0.2", commit: "5da114b"},
 	{name: "v0.3", commit: "47a8404"},
-	{name: "v0.4", commit: "c009845"},
+	{name: "v0.4", commit: "c009845", daemon: true},
 }
 
-type release struct{ name, commit string }
+// release is an earlier release's name and commit; daemon says it has
+// package daemon (v0.4 on), whose servers play the lingering cells.
+type release struct {
+	name, commit string
+	daemon       bool
+}
 
 // envCompat runs the test; without it, it is skipped.
 const envCompat = "RUNNERSTATE_COMPAT"
 
-// build is examples/runner and examples/runnerctl of one tree.
+// build is examples/runner and examples/runnerctl of one tree, and its
+// server of package daemon (daemonProgram) where the tree has the package.
 type build struct {
-	name, runner, ctl string
+	name, runner, ctl, daemon string
 }
 
 // TestCompat plays the current build against each release's, both ways,
@@ -52,9 +58,15 @@ func TestCompat(t *testing.T) {
 	root := gitRoot(t)
 	bins := t.TempDir()
 	cur := buildTree(t, "current", root, bins)
+	cur.daemon = buildDaemon(t, root, true)
 	var olds []build
 	for _, r := range releases {
-		olds = append(olds, buildTree(t, r.name, exportCommit(t, root, r, t.TempDir()), bins))
+		src := exportCommit(t, root, r, t.TempDir())
+		b := buildTree(t, r.name, src, bins)
+		if r.daemon {
+			b.daemon = buildDaemon(t, src, false)
+		}
+		olds = append(olds, b)
 	}
 	built := time.Since(began)
 
@@ -72,6 +84,12 @@ func TestCompat(t *testing.T) {
 			func(t *testing.T) { race(t, old, cur, old) })
 		m.cell(t, fmt.Sprintf("start           current runnerctl start of a %s runner: never its placeholder", old.name),
 			func(t *testing.T) { startOlder(t, cur, old) })
+		if old.daemon != "" {
+			m.cell(t, fmt.Sprintf("linger          %s successor beside a current server with Linger: today's drain, nobody lingers", old.name),
+				func(t *testing.T) { drainBeside(t, cur, old) })
+			m.cell(t, fmt.Sprintf("linger          current successor (Linger) beside a %s server: takes over as today", old.name),
+				func(t *testing.T) { drainBeside(t, old, cur) })
+		}
 	}
 	all := append([]build{cur}, olds...)
 	for _, r := range all {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -674,4 +675,45 @@ func TestACopyThatStepsAsideIsNoFailure(t *testing.T) {
 	assert.Zero(t, r.StartFailures, "no failure counted")
 	assert.Zero(t, r.NextStart)
 	assert.Equal(t, 3, attemptSeq(t, dir))
+}
+
+// A copy that Start started and that a newer starter superseded while it
+// waited in the gate (an upgrade that came meanwhile) is no failed start
+// either: it ran nothing of its own. Counted, two of them in a row made
+// every Dial of the next copy fail at once with the backoff's error while
+// the newer server was being admitted (TestChaos saw it).
+func TestACopySupersededByANewerStarterIsNoFailure(t *testing.T) {
+	dir := shortDir(t)
+	eps := unixEndpoint("d.sock")
+	old := startServer(t, dir, Options{Program: "echo", Version: "v1.0.0", Endpoints: eps})
+	old.Expect("ready inherited=0")
+	t.Cleanup(func() { Stop(context.Background(), dir, runnerstate.RestartNow) })
+	// A request the old server is slow to answer holds its drain.
+	rec, _, err := runnerstate.Running(dir)
+	require.NoError(t, err)
+	slow, err := net.Dial("unix", rec.Endpoints[0].Address)
+	require.NoError(t, err)
+	defer slow.Close()
+	_, err = fmt.Fprintln(slow, "slow")
+	require.NoError(t, err)
+
+	cmd := serverCmd(dir, Options{Program: "echo", Version: "v2.0.0", Endpoints: eps})
+	cmd.Env = append(cmd.Env, envYield+"=1")
+	started := make(chan error, 1)
+	go func() {
+		_, err := runnerstate.Start(background(t), dir, cmd, runnerstate.StartOptions{Accept: func(r runnerstate.Record) bool { return r.Version != "v1.0.0" }})
+		started <- err
+	}()
+	testharness.Eventually(t, "the copy waiting in the gate", func() bool {
+		r, err := runnerstate.Status(dir)
+		return err == nil && len(r.Waiting) == 1
+	})
+	newest := startServer(t, dir, Options{Program: "echo", Version: "v3.0.0", Endpoints: eps, Mode: runnerstate.RestartNow})
+	var se *runnerstate.StartError
+	require.ErrorAs(t, <-started, &se)
+	assert.Equal(t, 4, se.ExitCode, "superseded: %v", se)
+	newest.Expect("ready")
+	r, err := runnerstate.Status(dir)
+	require.NoError(t, err)
+	assert.Zero(t, r.StartFailures, "no failure counted")
 }
