@@ -147,6 +147,9 @@ func (s *Server) linger(succ gate.Successor, done chan struct{}) {
 			break
 		}
 		succ, handed = newest, s.handToLinger(newest)
+		if !handed {
+			s.awaitExit(newest)
+		}
 	}
 	switch {
 	case s.aborted(), !handed && s.drainStands():
@@ -184,6 +187,27 @@ func (s *Server) linger(succ gate.Successor, done chan struct{}) {
 	s.release()
 	s.log.Info("daemon: stepped down to linger", "dir", s.dir, "to_pid", succ.PID, "open", rec.Open, "until", rec.Deadline)
 	s.afterStepDown(rec)
+}
+
+// awaitExit waits, a second at most, for the exit of a starter whose
+// rendezvous refused the sockets: one killed closes its sockets before its
+// pid shows it gone, and the next look must not take it for live.
+func (s *Server) awaitExit(succ gate.Successor) {
+	g, _, _ := gate.Read(s.dir)
+	for _, e := range g.Waiting {
+		if e.Starter.Instance != succ.Instance {
+			continue
+		}
+		p, _, _ := liveness.Pin(e.Starter)
+		if p == nil {
+			return
+		}
+		defer p.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		p.Wait(ctx)
+		return
+	}
 }
 
 // setPhase sets the step-down's phase.
