@@ -241,17 +241,13 @@ func lingerOpts(version string, linger time.Duration) Options {
 func TestLingeringServerKeepsItsStreamWhileTheSuccessorAccepts(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "d.sock")
-	a := startLinger(t, dir, lingerOpts("v1.0.0", time.Minute))
-	a.Expect("listening")
-	a.Expect("ready inherited=0")
+	a := readyLinger(t, dir, 0, lingerOpts("v1.0.0", time.Minute))
 	st := openStream(t, path)
 	pid, err := st.tick()
 	require.NoError(t, err)
 	require.Equal(t, a.PID(), pid)
 
-	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute))
-	b.Expect("listening")
-	b.Expect("ready inherited=1")
+	b := readyLinger(t, dir, 1, lingerOpts("v1.1.0", time.Minute))
 	a.Expect("handed")
 	a.Expect("leaving drain")
 	assert.Equal(t, b.PID(), pingPID(t, path), "the successor accepts new connections")
@@ -272,9 +268,7 @@ func TestLingeringServerKeepsItsStreamWhileTheSuccessorAccepts(t *testing.T) {
 	a.Expect("idle")
 	a.Expect("closed")
 	require.NoError(t, a.Wait())
-	_, ok, err := runnerstate.ReadLingering(dir)
-	require.NoError(t, err)
-	assert.False(t, ok, "Close removed the lingering record")
+	assertNoLingering(t, dir, "Close removed the lingering record")
 }
 
 // Point 5: at the deadline the library closes what the lingering server
@@ -282,15 +276,9 @@ func TestLingeringServerKeepsItsStreamWhileTheSuccessorAccepts(t *testing.T) {
 func TestLingerDeadlineClosesWhatIsLeft(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "d.sock")
-	a := startLinger(t, dir, lingerOpts("v1.0.0", 300*time.Millisecond))
-	a.Expect("listening")
-	a.Expect("ready inherited=0")
-	st := openStream(t, path)
-	_, err := st.tick()
-	require.NoError(t, err)
-	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute))
-	b.Expect("listening")
-	b.Expect("ready inherited=1")
+	a := readyLinger(t, dir, 0, lingerOpts("v1.0.0", 300*time.Millisecond))
+	st := streamOn(t, path)
+	readyLinger(t, dir, 1, lingerOpts("v1.1.0", time.Minute))
 	a.Expect("handed")
 	a.Expect("leaving drain")
 	a.Expect("idle")
@@ -310,12 +298,8 @@ func TestLingerDeadlineClosesWhatIsLeft(t *testing.T) {
 func TestNobodyAcceptsBetweenStepDownAndReady(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "d.sock")
-	a := startLinger(t, dir, lingerOpts("v1.0.0", time.Minute))
-	a.Expect("listening")
-	a.Expect("ready inherited=0")
-	st := openStream(t, path)
-	_, err := st.tick()
-	require.NoError(t, err)
+	a := readyLinger(t, dir, 0, lingerOpts("v1.0.0", time.Minute))
+	streamOn(t, path)
 	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute), envHoldReady+"=1")
 	b.Expect("listening")
 
@@ -338,12 +322,8 @@ func TestNobodyAcceptsBetweenStepDownAndReady(t *testing.T) {
 func TestASuccessorKilledBeforeReadyGivesTheSocketsBack(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "d.sock")
-	a := startLinger(t, dir, lingerOpts("v1.0.0", time.Minute))
-	a.Expect("listening")
-	a.Expect("ready inherited=0")
-	st := openStream(t, path)
-	_, err := st.tick()
-	require.NoError(t, err)
+	a := readyLinger(t, dir, 0, lingerOpts("v1.0.0", time.Minute))
+	st := streamOn(t, path)
 	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute), envHoldReady+"=1")
 	b.Expect("listening")
 	b.Kill()
@@ -355,17 +335,13 @@ func TestASuccessorKilledBeforeReadyGivesTheSocketsBack(t *testing.T) {
 	require.True(t, held)
 	assert.Equal(t, a.PID(), rec.PID)
 	assert.True(t, rec.Usable(), "published ready again, the leaving mark taken back")
-	_, ok, err := runnerstate.ReadLingering(dir)
-	require.NoError(t, err)
-	assert.False(t, ok, "no server lingers")
+	assertNoLingering(t, dir, "no server lingers")
 	pid, err := st.tick()
 	require.NoError(t, err)
 	assert.Equal(t, a.PID(), pid)
 
 	// It is an ordinary holder again: the next upgrade goes through.
-	c := startLinger(t, dir, lingerOpts("v1.2.0", time.Minute))
-	c.Expect("listening")
-	c.Expect("ready inherited=1")
+	c := readyLinger(t, dir, 1, lingerOpts("v1.2.0", time.Minute))
 	a.Expect("handed")
 	a.Expect("leaving drain")
 	assert.Equal(t, c.PID(), pingPID(t, path))
@@ -376,9 +352,7 @@ func TestASuccessorKilledBeforeReadyGivesTheSocketsBack(t *testing.T) {
 func TestASuccessorWhoseListenFailsGivesTheSocketsBack(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "d.sock")
-	a := startLinger(t, dir, lingerOpts("v1.0.0", time.Minute))
-	a.Expect("listening")
-	a.Expect("ready inherited=0")
+	a := readyLinger(t, dir, 0, lingerOpts("v1.0.0", time.Minute))
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer taken.Close()
@@ -401,16 +375,12 @@ func TestLingerOnlyForAStartersDrain(t *testing.T) {
 	for _, mode := range []string{runnerstate.RestartDrain, runnerstate.RestartNow} {
 		t.Run(mode, func(t *testing.T) {
 			dir := shortDir(t)
-			a := startLinger(t, dir, lingerOpts("v1.0.0", time.Minute))
-			a.Expect("listening")
-			a.Expect("ready inherited=0")
+			a := readyLinger(t, dir, 0, lingerOpts("v1.0.0", time.Minute))
 			require.NoError(t, runnerstate.RequestRestart(dir, mode))
 			a.Expect("leaving " + mode)
 			a.Expect("idle")
 			a.Expect("closed")
-			_, ok, err := runnerstate.ReadLingering(dir)
-			require.NoError(t, err)
-			assert.False(t, ok)
+			assertNoLingering(t, dir)
 		})
 	}
 }
@@ -421,15 +391,9 @@ func TestLingerOnlyForAStartersDrain(t *testing.T) {
 func TestAnOlderLingeringServerEndsWhenANewerOneLingers(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "d.sock")
-	a := startLinger(t, dir, lingerOpts("v1.0.0", time.Minute))
-	a.Expect("listening")
-	a.Expect("ready inherited=0")
-	sa := openStream(t, path)
-	_, err := sa.tick()
-	require.NoError(t, err)
-	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute))
-	b.Expect("listening")
-	b.Expect("ready inherited=1")
+	a := readyLinger(t, dir, 0, lingerOpts("v1.0.0", time.Minute))
+	streamOn(t, path)
+	b := readyLinger(t, dir, 1, lingerOpts("v1.1.0", time.Minute))
 	a.Expect("handed")
 	a.Expect("leaving drain")
 	sb := openStream(t, path)
@@ -460,18 +424,14 @@ func TestAnOlderLingeringServerEndsWhenANewerOneLingers(t *testing.T) {
 // successor would take the job for an orphan): it drains as with Linger 0.
 func TestARunnerWithJobsDoesNotLinger(t *testing.T) {
 	dir := shortDir(t)
-	a := startLinger(t, dir, lingerOpts("v1.0.0", time.Minute), envJob+"=1")
-	a.Expect("listening")
-	a.Expect("ready inherited=0")
+	a := readyLinger(t, dir, 0, lingerOpts("v1.0.0", time.Minute), envJob+"=1")
 	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute))
 	a.Expect("leaving drain") // not "handed" first: it did not linger
 	a.Expect("idle")
 	a.Expect("closed handed=true")
 	b.Expect("listening")
 	b.Expect("ready inherited=1")
-	_, ok, err := runnerstate.ReadLingering(dir)
-	require.NoError(t, err)
-	assert.False(t, ok)
+	assertNoLingering(t, dir)
 }
 
 // Point 6: every server counts its open connections; Idle waits for them
@@ -480,12 +440,8 @@ func TestARunnerWithJobsDoesNotLinger(t *testing.T) {
 func TestOpenAndIdleCountTheConnections(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "d.sock")
-	a := startLinger(t, dir, lingerOpts("v1.0.0", 0))
-	a.Expect("listening")
-	a.Expect("ready inherited=0")
-	st := openStream(t, path)
-	_, err := st.tick()
-	require.NoError(t, err)
+	a := readyLinger(t, dir, 0, lingerOpts("v1.0.0", 0))
+	st := streamOn(t, path)
 	a.Send("open")
 	a.Expect("open 1")
 	b := startLinger(t, dir, lingerOpts("v1.1.0", 0))
@@ -504,9 +460,7 @@ func TestOpenAndIdleCountTheConnections(t *testing.T) {
 func TestCloseDuringAHandOverFinishesIt(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "d.sock")
-	a := startLinger(t, dir, lingerOpts("v1.0.0", time.Minute))
-	a.Expect("listening")
-	a.Expect("ready inherited=0")
+	a := readyLinger(t, dir, 0, lingerOpts("v1.0.0", time.Minute))
 	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute), envHoldReady+"=1")
 	b.Expect("listening")
 	a.Send("close")
@@ -517,9 +471,7 @@ func TestCloseDuringAHandOverFinishesIt(t *testing.T) {
 	a.Expect("idle")
 	a.Expect("closed handed=true")
 	assert.Equal(t, b.PID(), pingPID(t, path))
-	_, ok, err := runnerstate.ReadLingering(dir)
-	require.NoError(t, err)
-	assert.False(t, ok, "Close removed the lingering record")
+	assertNoLingering(t, dir, "Close removed the lingering record")
 }
 
 func init() {
@@ -625,19 +577,13 @@ func TestALingeringServerPastKillAtIsKilled(t *testing.T) {
 	path := filepath.Join(dir, "d.sock")
 	opts := lingerOpts("v1.0.0", 200*time.Millisecond)
 	opts.LingerGrace = 200 * time.Millisecond
-	a := startLinger(t, dir, opts, envNoClose+"=1")
-	a.Expect("listening")
-	a.Expect("ready inherited=0")
-	st := openStream(t, path)
-	_, err := st.tick()
-	require.NoError(t, err)
-	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute))
-	b.Expect("listening")
-	b.Expect("ready inherited=1")
+	a := readyLinger(t, dir, 0, opts, envNoClose+"=1")
+	streamOn(t, path)
+	b := readyLinger(t, dir, 1, lingerOpts("v1.1.0", time.Minute))
 	a.Expect("handed")
 	a.Expect("leaving drain")
 	a.Expect("idle") // the deadline closed its stream; it does not Close
-	err = a.Wait()
+	err := a.Wait()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, "signal: killed", ee.Error(), "killed after kill_at")
@@ -646,9 +592,7 @@ func TestALingeringServerPastKillAtIsKilled(t *testing.T) {
 			break
 		}
 	}
-	_, ok, err := runnerstate.ReadLingering(dir)
-	require.NoError(t, err)
-	assert.False(t, ok, "the record of the killed server is removed")
+	assertNoLingering(t, dir, "the record of the killed server is removed")
 	assert.Equal(t, b.PID(), pingPID(t, path))
 }
 
@@ -662,14 +606,10 @@ func TestStepDownWaitsUntilTheSuccessorKeepsTheSockets(t *testing.T) {
 		return Options{Program: "echo", Version: version, Linger: time.Minute,
 			Endpoints: []runnerstate.Endpoint{{Network: "tcp", Address: "127.0.0.1:0"}}}
 	}
-	a := startLinger(t, dir, tcp("v1.0.0"))
-	a.Expect("listening")
-	a.Expect("ready inherited=0")
+	a := readyLinger(t, dir, 0, tcp("v1.0.0"))
 	rec, _, err := runnerstate.Running(dir)
 	require.NoError(t, err)
-	b := startLinger(t, dir, tcp("v1.1.0"), envSlowRV+"=1")
-	b.Expect("listening")
-	b.Expect("ready inherited=1")
+	readyLinger(t, dir, 1, tcp("v1.1.0"), envSlowRV+"=1")
 	a.Expect("handed")
 	now, _, err := runnerstate.Running(dir)
 	require.NoError(t, err)
@@ -682,12 +622,8 @@ func TestStepDownWaitsUntilTheSuccessorKeepsTheSockets(t *testing.T) {
 func TestADeadlineBeforeReadyKeepsTheSocketsToGiveBack(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "d.sock")
-	a := startLinger(t, dir, lingerOpts("v1.0.0", 200*time.Millisecond))
-	a.Expect("listening")
-	a.Expect("ready inherited=0")
-	st := openStream(t, path)
-	_, err := st.tick()
-	require.NoError(t, err)
+	a := readyLinger(t, dir, 0, lingerOpts("v1.0.0", 200*time.Millisecond))
+	st := streamOn(t, path)
 	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute), envHoldReady+"=1")
 	b.Expect("listening")
 	for {
@@ -711,14 +647,10 @@ func TestADeadlineBeforeReadyKeepsTheSocketsToGiveBack(t *testing.T) {
 func TestASupersededStarterDoesNotStopTheLinger(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "d.sock")
-	a := startLinger(t, dir, lingerOpts("v1.0.0", time.Minute), envNoClose+"=1")
-	a.Expect("listening")
-	a.Expect("ready inherited=0")
+	a := readyLinger(t, dir, 0, lingerOpts("v1.0.0", time.Minute), envNoClose+"=1")
 	optsB := lingerOpts("v1.1.0", time.Minute)
 	optsB.LingerGrace = 2 * time.Second // how long it waits for a, which never exits by itself
-	b := startLinger(t, dir, optsB)
-	b.Expect("listening")
-	b.Expect("ready inherited=1")
+	b := readyLinger(t, dir, 1, optsB)
 	a.Expect("handed")
 	a.Expect("leaving drain")
 	a.Expect("idle")
@@ -757,14 +689,10 @@ func TestASupersededStarterDoesNotStopTheLinger(t *testing.T) {
 func TestAStarterGoneBeforeTheStepDownLeavesTheServerServing(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "d.sock")
-	a := startLinger(t, dir, lingerOpts("v1.0.0", time.Minute), envNoClose+"=1")
-	a.Expect("listening")
-	a.Expect("ready inherited=0")
+	a := readyLinger(t, dir, 0, lingerOpts("v1.0.0", time.Minute), envNoClose+"=1")
 	optsB := lingerOpts("v1.1.0", time.Minute)
 	optsB.LingerGrace = time.Second // how long it waits for a, which never exits by itself
-	b := startLinger(t, dir, optsB)
-	b.Expect("listening")
-	b.Expect("ready inherited=1")
+	b := readyLinger(t, dir, 1, optsB)
 	a.Expect("handed")
 	a.Expect("leaving drain")
 	a.Expect("idle")
@@ -790,4 +718,32 @@ func TestAStarterGoneBeforeTheStepDownLeavesTheServerServing(t *testing.T) {
 	assert.Equal(t, b.PID(), pingPID(t, path), "b accepts")
 	b.Send("open")
 	b.Expect("open") // not "leaving": Leaving never closed
+}
+
+// readyLinger starts the linger role on dir with opts (and more
+// environment) and waits until it is ready, having been handed inherited
+// sockets.
+func readyLinger(t *testing.T, dir string, inherited int, opts Options, env ...string) *testharness.Child {
+	t.Helper()
+	c := startLinger(t, dir, opts, env...)
+	c.Expect("listening")
+	c.Expect(fmt.Sprintf("ready inherited=%d", inherited))
+	return c
+}
+
+// assertNoLingering checks that dir has no linger.json (msg: assert's).
+func assertNoLingering(t *testing.T, dir string, msg ...any) {
+	t.Helper()
+	_, ok, err := runnerstate.ReadLingering(dir)
+	require.NoError(t, err)
+	assert.False(t, ok, msg...)
+}
+
+// streamOn opens a stream on path and reads its first tick.
+func streamOn(t *testing.T, path string) *stream {
+	t.Helper()
+	st := openStream(t, path)
+	_, err := st.tick()
+	require.NoError(t, err)
+	return st
 }
