@@ -211,24 +211,15 @@ func crashLoop(b *testing.B, impl string) (int, []crashLine) {
 		}
 	}
 	var lines []crashLine
-	entries, err := os.ReadDir(logs)
-	if err != nil {
-		b.Fatal(err)
+	isClient := func(name string) bool {
+		_, err := strconv.Atoi(name)
+		return err == nil // not the older server's stderr
 	}
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue // not a client's (the older server's stderr)
-		}
-		data, err := os.ReadFile(filepath.Join(logs, e.Name()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		for l := range strings.Lines(string(data)) {
-			kind, ns, _ := strings.Cut(strings.TrimSpace(l), " ")
-			n, _ := strconv.ParseInt(ns, 10, 64)
-			lines = append(lines, crashLine{kind, time.Duration(n)})
-		}
-	}
+	logLines(b, logs, isClient, func(_, l string) {
+		kind, ns, _ := strings.Cut(strings.TrimSpace(l), " ")
+		n, _ := strconv.ParseInt(ns, 10, 64)
+		lines = append(lines, crashLine{kind, time.Duration(n)})
+	})
 	data, err := os.ReadFile(filepath.Join(dir, "start.json"))
 	if err != nil {
 		b.Fatal(err)

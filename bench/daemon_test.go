@@ -764,41 +764,28 @@ func measureUpgrade(b *testing.B, logs string, hs []upgradeSeen, loops bool) upg
 		}
 	}
 	run.windows, run.periods = windows, periods
-	entries, err := os.ReadDir(logs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), "client-") {
-			continue
+	logLines(b, logs, func(name string) bool { return strings.HasPrefix(name, "client-") }, func(_, line string) {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			return
 		}
-		data, err := os.ReadFile(filepath.Join(logs, e.Name()))
-		if err != nil {
-			b.Fatal(err)
+		start, _ := strconv.ParseInt(f[0], 10, 64)
+		end, _ := strconv.ParseInt(f[1], 10, 64)
+		outcome, _ := strconv.Atoi(f[2])
+		run.total++
+		run.byOutcome[outcome]++
+		if outcome != reqOK {
+			run.failed++
+			return
 		}
-		for line := range strings.Lines(string(data)) {
-			f := strings.Fields(line)
-			if len(f) != 3 {
-				continue
-			}
-			start, _ := strconv.ParseInt(f[0], 10, 64)
-			end, _ := strconv.ParseInt(f[1], 10, 64)
-			outcome, _ := strconv.Atoi(f[2])
-			run.total++
-			run.byOutcome[outcome]++
-			if outcome != reqOK {
-				run.failed++
-				continue
-			}
-			d := time.Duration(end - start)
-			switch {
-			case overlaps(windows, start, end):
-				run.window = append(run.window, d)
-			case !overlaps(periods, start, end):
-				run.steady = append(run.steady, d)
-			}
+		d := time.Duration(end - start)
+		switch {
+		case overlaps(windows, start, end):
+			run.window = append(run.window, d)
+		case !overlaps(periods, start, end):
+			run.steady = append(run.steady, d)
 		}
-	}
+	})
 	return run
 }
 
@@ -1058,5 +1045,26 @@ func init() {
 		e.close(srv)
 		writeAtomic(filepath.Join(base, "logs", "idle"), fmt.Sprintf("%d %d\n", left, e.closed))
 		return 0
+	}
+}
+
+// logLines calls fn with each line of each file in logs whose name keep
+// accepts, and that file's name.
+func logLines(b *testing.B, logs string, keep func(name string) bool, fn func(name, line string)) {
+	entries, err := os.ReadDir(logs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, e := range entries {
+		if !keep(e.Name()) {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(logs, e.Name()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for line := range strings.Lines(string(data)) {
+			fn(e.Name(), line)
+		}
 	}
 }

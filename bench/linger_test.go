@@ -305,44 +305,31 @@ type streamRun struct {
 // when that overlaps no upgrade (run's spans).
 func measureStreams(b *testing.B, logs string, run upgradeRun) streamRun {
 	var sr streamRun
-	entries, err := os.ReadDir(logs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), "stream-") {
-			continue
+	logLines(b, logs, func(name string) bool { return strings.HasPrefix(name, "stream-") }, func(name, line string) {
+		var start, first, end int64
+		var outcome, lines int
+		if _, err := fmt.Sscan(line, &start, &first, &end, &outcome, &lines); err != nil {
+			b.Fatalf("%s: %q: %v", name, line, err)
 		}
-		data, err := os.ReadFile(filepath.Join(logs, e.Name()))
-		if err != nil {
-			b.Fatal(err)
+		sr.total++
+		switch outcome {
+		case reqOK:
+		case streamCut:
+			sr.cut++
+		default:
+			sr.failed++
 		}
-		for line := range strings.Lines(string(data)) {
-			var start, first, end int64
-			var outcome, lines int
-			if _, err := fmt.Sscan(line, &start, &first, &end, &outcome, &lines); err != nil {
-				b.Fatalf("%s: %q: %v", e.Name(), line, err)
-			}
-			sr.total++
-			switch outcome {
-			case reqOK:
-			case streamCut:
-				sr.cut++
-			default:
-				sr.failed++
-			}
-			if first == 0 {
-				continue
-			}
-			d := time.Duration(first - start)
-			switch {
-			case overlaps(run.windows, start, first):
-				sr.window = append(sr.window, d)
-			case !overlaps(run.periods, start, first):
-				sr.steady = append(sr.steady, d)
-			}
+		if first == 0 {
+			return
 		}
-	}
+		d := time.Duration(first - start)
+		switch {
+		case overlaps(run.windows, start, first):
+			sr.window = append(sr.window, d)
+		case !overlaps(run.periods, start, first):
+			sr.steady = append(sr.steady, d)
+		}
+	})
 	return sr
 }
 
