@@ -16,6 +16,7 @@ import (
 	"github.com/runnerstate/runnerstate"
 	"github.com/runnerstate/runnerstate/internal/accept"
 	"github.com/runnerstate/runnerstate/internal/dirwatch"
+	"github.com/runnerstate/runnerstate/internal/gate"
 	"github.com/runnerstate/runnerstate/internal/liveness"
 )
 
@@ -313,8 +314,9 @@ func (d *dialing) othersThere() bool {
 // waiting reports whether a live starter waits in dir's takeover gate: a
 // server is coming.
 func waiting(dir string) bool {
-	rep, err := runnerstate.Status(dir)
-	return err == nil && len(rep.Waiting) > 0
+	g, _, _ := gate.Read(dir)
+	_, ok := g.NewestLive()
+	return ok
 }
 
 // retaking reports whether a lingering server, alive, is taking dir back

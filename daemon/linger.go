@@ -316,7 +316,7 @@ func (s *Server) afterStepDown(rec runnerstate.Lingering) {
 		if s.tryRetake(&rec) {
 			return
 		}
-		s.handToSuccessors() // a starter that came since the step-down
+		s.handToSuccessors() // a starter that came since the step-down, or one a failed retake leaves to
 		if id := s.successorProcess(); id.Instance != watching {
 			exit.Stop()
 			exit, watching = nil, id.Instance
@@ -351,10 +351,8 @@ func (s *Server) successorReady() bool {
 // the newest live starter waiting, else the holder.
 func (s *Server) successorProcess() liveness.Identity {
 	g, _, _ := gate.Read(s.dir)
-	for i := len(g.Waiting) - 1; i >= 0; i-- {
-		if e := g.Waiting[i]; e.Live() {
-			return e.Starter
-		}
+	if e, ok := g.NewestLive(); ok {
+		return e.Starter
 	}
 	if rec, held, _ := runnerstate.Running(s.dir); held {
 		return liveness.Identity(rec.Process)
@@ -370,11 +368,8 @@ func (s *Server) tryRetake(rec *runnerstate.Lingering) bool {
 		return false
 	}
 	g, _, _ := gate.Read(s.dir)
-	for _, e := range g.Waiting {
-		if e.Live() {
-			s.handToSuccessors() // a newer starter takes them instead
-			return false
-		}
+	if _, waiting := g.NewestLive(); waiting {
+		return false // a newer starter takes the sockets instead (afterStepDown hands them)
 	}
 	rec.Retaking = true
 	if err := runnerstate.WriteLingering(s.dir, *rec); err != nil {
@@ -388,7 +383,6 @@ func (s *Server) tryRetake(rec *runnerstate.Lingering) bool {
 		rec.Retaking = false
 		runnerstate.WriteLingering(s.dir, *rec)
 		s.log.Info("daemon: could not take the directory back", "dir", s.dir, "err", err)
-		s.handToSuccessors()
 		return false
 	}
 	s.mu.Lock()

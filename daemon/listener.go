@@ -186,10 +186,6 @@ type conn struct {
 	once sync.Once
 }
 
-// cut closes the connection for the server (a lingering server's deadline,
-// or its record's end "now"); the server counts it closed.
-func (c *conn) cut() { c.Close() }
-
 // NetConn returns the connection this one wraps (as tls.Conn.NetConn does).
 func (c *conn) NetConn() net.Conn { return c.Conn }
 

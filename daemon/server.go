@@ -694,7 +694,7 @@ func (s *Server) cutAll() {
 	}
 	s.mu.Unlock()
 	for _, c := range open {
-		c.cut()
+		c.Close()
 	}
 }
 

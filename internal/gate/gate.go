@@ -249,6 +249,16 @@ type Successor struct {
 	Linger     bool   // it can take a lingering predecessor (Entry.Linger)
 }
 
+// NewestLive is the newest live starter waiting (Entry.Live), if any.
+func (g *State) NewestLive() (Entry, bool) {
+	for _, e := range slices.Backward(g.Waiting) {
+		if e.Live() {
+			return e, true
+		}
+	}
+	return Entry{}, false
+}
+
 // Successors lists the live starters waiting that have a rendezvous, newest
 // first, then the one admitted last (Handover), when it had one.
 func (g *State) Successors() []Successor {

@@ -38,6 +38,22 @@ func TestOrder(t *testing.T) {
 	assert.Nil(t, g.Escalation)
 }
 
+// TestNewestLive: the newest waiting starter that is live, passing over a
+// newer one that is gone; none when nobody live waits.
+func TestNewestLive(t *testing.T) {
+	self := liveness.Current()
+	dead := self
+	dead.StartTicks++
+	old := time.Now().Add(-2 * UnverifiableTTL)
+	g := State{Waiting: []Entry{{Seq: 1, Starter: self, Since: time.Now()}, {Seq: 2, Starter: dead, Since: old}}}
+	e, ok := g.NewestLive()
+	assert.True(t, ok)
+	assert.Equal(t, uint64(1), e.Seq)
+	g.Waiting = g.Waiting[1:]
+	_, ok = g.NewestLive()
+	assert.False(t, ok)
+}
+
 // TestParse: a gate written as JSON parses back; anything else is an error.
 func TestParse(t *testing.T) {
 	g, err := Parse([]byte(`{"seq":5,"admitted":3,"waiting":[{"seq":4,"starter":{"pid":10},"since":"2024-05-01T10:00:00Z"}],"attempt":{"for":"b","pid":11,"mode":"now","first_request_at":"2024-05-01T10:00:00Z"}}`))
