@@ -416,11 +416,9 @@ func (s *Server) lingerOn(rec *runnerstate.Lingering, w *dirwatch.Watcher, deadl
 			s.updateLingering(rec)
 			return
 		case <-w.Changed():
-			if l, ok, _ := runnerstate.ReadLingering(s.dir); ok && l.End == runnerstate.LingerEndNow && l.Holder.Instance == runnerstate.Self().Instance {
-				s.log.Info("daemon: a newer server asked this lingering one to end now", "dir", s.dir, "open", s.Open())
-				s.cutAll()
-			}
+			s.endIfAsked()
 		case <-time.After(w.Interval()):
+			s.endIfAsked() // where the watcher polls, Changed never comes
 		case <-update.C:
 			s.updateLingering(rec)
 		case <-deadline.C:
@@ -430,6 +428,15 @@ func (s *Server) lingerOn(rec *runnerstate.Lingering, w *dirwatch.Watcher, deadl
 			s.cutAll()
 			return
 		}
+	}
+}
+
+// endIfAsked cuts the connections the server holds when its record says
+// end "now" (a newer server would linger).
+func (s *Server) endIfAsked() {
+	if l, ok, _ := runnerstate.ReadLingering(s.dir); ok && l.End == runnerstate.LingerEndNow && l.Holder.Instance == runnerstate.Self().Instance {
+		s.log.Info("daemon: a newer server asked this lingering one to end now", "dir", s.dir, "open", s.Open())
+		s.cutAll()
 	}
 }
 
