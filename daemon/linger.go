@@ -308,6 +308,7 @@ func (s *Server) afterStepDown(rec runnerstate.Lingering) {
 	var exit *liveness.ExitWatch
 	var watching string
 	defer func() { exit.Stop() }()
+	var closeNow <-chan struct{} // Close, once the deadline has passed: Close waits at most Linger
 	for {
 		if s.successorReady() {
 			s.lingerOn(&rec, w, deadline, update)
@@ -336,6 +337,9 @@ func (s *Server) afterStepDown(rec runnerstate.Lingering) {
 			// give them back should the successor fail.
 			s.log.Info("daemon: the linger deadline passed before the successor was ready: closing the connections it still holds", "dir", s.dir, "open", s.Open())
 			s.cutAll()
+			closeNow = s.closing
+		case <-closeNow:
+			return // Close hands the sockets on to a starter waiting, or closes its copies
 		}
 	}
 }

@@ -747,3 +747,27 @@ func streamOn(t *testing.T, path string) *stream {
 	require.NoError(t, err)
 	return st
 }
+
+// Close during a hand-over waits at most Linger for the successor: one
+// that is not ready by then keeps the sockets it was handed, and is ready
+// with them later.
+func TestCloseDuringAHandOverWaitsAtMostLinger(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, "d.sock")
+	a := readyLinger(t, dir, 0, lingerOpts("v1.0.0", 300*time.Millisecond))
+	b := startLinger(t, dir, lingerOpts("v1.1.0", time.Minute), envHoldReady+"=1")
+	b.Expect("listening")
+	a.Send("close")
+	exited := make(chan error, 1)
+	go func() { exited <- a.Wait() }()
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "Close returned, the successor still not ready")
+	case <-time.After(testharness.Wait):
+		t.Fatalf("Close waited past Linger for a successor that is not ready")
+	}
+	assertNoLingering(t, dir, "Close removed the lingering record")
+	b.Send("ready")
+	b.Expect("ready inherited=1")
+	assert.Equal(t, b.PID(), pingPID(t, path))
+}
